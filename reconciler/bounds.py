@@ -1,0 +1,33 @@
+"""Every limit the engine enforces, in one frozen place (DESIGN.md "Bounds")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """Defaults are the design brief's; each is enforced where the data enters or accumulates."""
+
+    sources: int = 128
+    entries_per_generation: int = 10_000
+    pages_per_source: int = 256
+    bytes_per_candidate: int = 16 * 1024 * 1024
+    name_chars: int = 128
+    description_bytes: int = 8 * 1024
+    retiring_max: int = 4
+    cycle_timeout_s: float = 45.0
+    cooldown_s: float = 1.0
+    reconnect_backoff_min_s: float = 0.5
+    reconnect_backoff_max_s: float = 30.0
+    diagnostic_bytes: int = 512
+    names_per_grant: int = 1_024
+    names_per_session: int = 16_384
+    operation_deadline_s: float = 300.0
+    drain_grace_s: float = 5.0
+    cycle_retry_max_s: float = 30.0
+
+    @property
+    def drain_deadline_s(self) -> float:
+        """How long a superseded generation may stay open: the operation deadline plus grace."""
+        return self.operation_deadline_s + self.drain_grace_s

@@ -1,0 +1,144 @@
+"""Building entries and merging per-source states into one routing table.
+
+Merge rules: tools and prompts are exposed as ``<prefix><name>`` (prefix per source, default
+``<source>__``); resources keep their URI and templates their URI template. On a collision the
+source declared first wins and the loser gets a diagnostic — nothing is dropped silently.
+A source whose entries would push the candidate over the entry or byte bound contributes
+nothing (I2: all or nothing) and gets a diagnostic."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from reconciler.bounds import Bounds
+from reconciler.digest import canonical_json, digest_bytes, digest_parts, freeze
+from reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState, SourceStatus
+
+EXPOSED_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_PREFIXED_KINDS = (EntryKind.TOOL, EntryKind.PROMPT)
+
+
+def bounded(text: str, limit: int) -> str:
+    """Cut ``text`` to at most ``limit`` UTF-8 bytes, marking the cut."""
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    return raw[: max(0, limit - 3)].decode(errors="ignore") + "..."
+
+
+def exposed_name_for(spec: SourceSpec, kind: EntryKind, upstream_name: str) -> str:
+    if kind in _PREFIXED_KINDS:
+        return spec.effective_prefix + upstream_name
+    return upstream_name
+
+
+def make_entry(spec: SourceSpec, kind: EntryKind, upstream_name: str, definition: Mapping[str, Any]) -> CatalogEntry:
+    """One entry with its definition digest (I10: everything but ``_meta``)."""
+    body = {k: v for k, v in definition.items() if k != "_meta"}
+    raw = canonical_json(body)
+    return CatalogEntry(
+        kind=kind,
+        exposed_name=exposed_name_for(spec, kind, upstream_name),
+        upstream_name=upstream_name,
+        source=spec.name,
+        definition=freeze(dict(definition)),
+        digest=digest_bytes(raw),
+        size=len(raw),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """A merged, immutable candidate: what a generation will serve (before it has a revision)."""
+
+    digest: str
+    built_at: float
+    sources: tuple[SourceState, ...]
+    routes: Mapping[EntryKind, Mapping[str, CatalogEntry]]
+    diagnostics: tuple[Diagnostic, ...]
+    reload_mode: str = "manual"
+    tracked_files: int = 0
+    warnings: tuple[str, ...] = ()
+    config_error: str | None = None
+
+    @property
+    def stale_sources(self) -> tuple[str, ...]:
+        return tuple(s.source for s in self.sources if s.status is not SourceStatus.READY)
+
+    @property
+    def entry_count(self) -> int:
+        return sum(len(table) for table in self.routes.values())
+
+    def connections(self) -> list[Any]:
+        return [s.connection for s in self.sources if s.connection is not None]
+
+
+def merge(
+    states: Sequence[SourceState],
+    *,
+    bounds: Bounds,
+    built_at: float,
+    reload_mode: str = "manual",
+    tracked_files: int = 0,
+    warnings: Sequence[str] = (),
+    config_error: str | None = None,
+) -> Catalog:
+    """Merge source states (in config order) into one catalog. Pure and deterministic."""
+    tables: dict[EntryKind, dict[str, CatalogEntry]] = {k: {} for k in EntryKind}
+    diagnostics: list[Diagnostic] = []
+    total_entries = 0
+    total_bytes = 0
+    for state in states:
+        n = len(state.entries)
+        size = sum(e.size for e in state.entries)
+        if total_entries + n > bounds.entries_per_generation or total_bytes + size > bounds.bytes_per_candidate:
+            diagnostics.append(
+                Diagnostic(
+                    code="source_over_bounds",
+                    source=state.source,
+                    message=bounded(
+                        f"source {state.source!r} left out: its {n} entries ({size} bytes) would exceed the "
+                        f"candidate bounds ({bounds.entries_per_generation} entries, "
+                        f"{bounds.bytes_per_candidate} bytes); raise the bounds or split the source",
+                        bounds.diagnostic_bytes,
+                    ),
+                )
+            )
+            continue
+        total_entries += n
+        total_bytes += size
+        for entry in state.entries:
+            table = tables[entry.kind]
+            winner = table.get(entry.exposed_name)
+            if winner is not None:
+                diagnostics.append(
+                    Diagnostic(
+                        code="name_collision",
+                        source=entry.source,
+                        name=entry.exposed_name,
+                        message=bounded(
+                            f"{entry.kind} {entry.exposed_name!r} from source {entry.source!r} is shadowed by "
+                            f"source {winner.source!r} (declared earlier); set a prefix on one of them",
+                            bounds.diagnostic_bytes,
+                        ),
+                    )
+                )
+                continue
+            table[entry.exposed_name] = entry
+    routes = MappingProxyType({k: MappingProxyType(v) for k, v in tables.items()})
+    digest = digest_parts(s.digest for s in states)
+    return Catalog(
+        digest=digest,
+        built_at=built_at,
+        sources=tuple(states),
+        routes=routes,
+        diagnostics=tuple(diagnostics),
+        reload_mode=reload_mode,
+        tracked_files=tracked_files,
+        warnings=tuple(warnings),
+        config_error=config_error,
+    )

@@ -1,0 +1,810 @@
+"""The gateway's YAML configuration: parsing, validation, ``${VAR}`` interpolation, and the
+translation into engine ``SourceSpec`` values.
+
+Guarantees:
+
+* Every problem is reported as ``file:line: field: message (hint)``; all problems of one load
+  are collected, not just the first. Lines come from the YAML nodes, falling back to the
+  nearest enclosing node that exists.
+* Error messages never contain interpolated values (only variable names and templates), and
+  ``repr`` of the loaded objects shows ``${VAR}`` templates instead of the values they were
+  replaced by (:class:`InterpolatedStr`). The real values are what ``str``/``==``/JSON see,
+  because the engine needs them to connect and the spec digest must cover them (a rotated
+  secret respawns the connection).
+* An empty file is an error, not "zero sources": an editor's truncate-then-write must never
+  look like an intentional removal of every source.
+* Relative ``cwd``, ``watch`` and ``include`` paths resolve against the directory of the file
+  that declared them, so a config means the same thing whatever the gateway's working
+  directory.
+
+Nothing here imports an HTTP framework.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import glob
+import os
+import re
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from reconciler.bounds import Bounds
+from reconciler.model import SourceSpec
+
+__all__ = [
+    "ConfigError",
+    "ConfigProblem",
+    "GatewaySettings",
+    "HttpTransportConfig",
+    "InterpolatedStr",
+    "LoadedConfig",
+    "SourceConfig",
+    "SseTransportConfig",
+    "StdioTransportConfig",
+    "TimeoutsConfig",
+    "check_config",
+    "display_transport",
+    "load_config",
+]
+
+_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+_PREFIX_PATTERN = r"^[A-Za-z0-9_.-]{0,64}$"
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Order matters: "$${" (escape) must win over "${" at the same position.
+_VAR_TOKEN = re.compile(r"\$\$\{|\$\{(?P<name>[^}]*)\}|\$\{")
+_TRANSPORT_KINDS = ("stdio", "http", "sse")
+
+
+# --------------------------------------------------------------------------------------------
+# Problems and errors
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """One finding in a config file.
+
+    ``file`` is the path as the operator named it (drop-ins relative to the main file's
+    directory as named), ``line`` is 1-based (``None`` when the problem is not tied to a line,
+    e.g. an unreadable file), ``field`` is a dotted path like ``sources[1].http.url`` (empty for
+    the whole document). No field ever holds an interpolated value."""
+
+    file: str
+    line: int | None
+    field: str
+    message: str
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        text = f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class ConfigError(Exception):
+    """The configuration is invalid. ``str()`` renders one problem per line.
+
+    ``files`` and ``include_globs`` describe the inputs the failed load discovered (best
+    effort; ``include_globs`` is ``None`` when the main file could not be parsed), so a caller
+    can keep watching them and notice the fix."""
+
+    def __init__(
+        self,
+        problems: Sequence[ConfigProblem],
+        *,
+        files: Sequence[Path] = (),
+        include_globs: Sequence[str] | None = None,
+    ) -> None:
+        self.problems: list[ConfigProblem] = list(problems)
+        self.files: tuple[Path, ...] = tuple(files)
+        self.include_globs: tuple[str, ...] | None = (
+            None if include_globs is None else tuple(include_globs)
+        )
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    def __str__(self) -> str:
+        return "\n".join(str(p) for p in self.problems)
+
+
+# --------------------------------------------------------------------------------------------
+# Interpolated strings
+
+
+class InterpolatedStr(str):
+    """A string produced by ``${VAR}`` interpolation.
+
+    It *is* the interpolated value for every string operation (the engine connects with it and
+    digests it), but its ``repr`` is the template, so reprs of specs, configs and errors that
+    embed it never reveal the secret that was substituted."""
+
+    template: str
+
+    def __new__(cls, value: str, template: str) -> InterpolatedStr:
+        obj = super().__new__(cls, value)
+        obj.template = template
+        return obj
+
+    def __repr__(self) -> str:
+        return repr(self.template)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (InterpolatedStr, (str(self), self.template))
+
+
+def display_transport(transport: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain-data copy of a spec's transport that is safe to show an operator.
+
+    Interpolated values become their ``${VAR}`` templates; literal header and env values are
+    masked too (a token pasted into the file is still a token)."""
+
+    def show(value: Any, *, mask: bool) -> Any:
+        if isinstance(value, InterpolatedStr):
+            return value.template
+        if isinstance(value, Mapping):
+            return {str(k): show(v, mask=mask) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [show(v, mask=mask) for v in value]
+        if mask and isinstance(value, str):
+            return "***"
+        return value
+
+    return {
+        str(k): show(v, mask=k in ("headers", "env")) for k, v in transport.items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _InterpolationIssue:
+    message: str
+    hint: str
+
+
+def _interpolate(template: str, environ: Mapping[str, str]) -> tuple[str, list[_InterpolationIssue]]:
+    """Expand ``${VAR}`` from ``environ``; ``$${`` is a literal ``${``.
+
+    Issues name variables, never values. The result is an :class:`InterpolatedStr` when at
+    least one variable was substituted, a plain ``str`` otherwise."""
+    if "${" not in template:
+        return template, []
+    out: list[str] = []
+    issues: list[_InterpolationIssue] = []
+    substituted = False
+    pos = 0
+    for m in _VAR_TOKEN.finditer(template):
+        out.append(template[pos : m.start()])
+        pos = m.end()
+        token = m.group(0)
+        if token == "$${":
+            out.append("${")
+            continue
+        name = m.group("name")
+        if name is None:
+            issues.append(
+                _InterpolationIssue("unterminated ${", "close it with }, or write $${ for a literal ${")
+            )
+            continue
+        if not _VAR_NAME.match(name):
+            issues.append(
+                _InterpolationIssue(
+                    "invalid variable reference",
+                    "use ${NAME} with letters, digits and _; write $${ for a literal ${",
+                )
+            )
+            continue
+        value = environ.get(name)
+        if value is None:
+            issues.append(
+                _InterpolationIssue(
+                    f"environment variable {name} is not set",
+                    f"export {name} before starting the gateway, or write $${{ for a literal ${{",
+                )
+            )
+            continue
+        out.append(value)
+        substituted = True
+    out.append(template[pos:])
+    value_str = "".join(out)
+    return (InterpolatedStr(value_str, template) if substituted else value_str), issues
+
+
+# --------------------------------------------------------------------------------------------
+# Schema
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TimeoutsConfig(_Frozen):
+    """Per-source timeouts in seconds: connecting (incl. the MCP handshake) and one call."""
+
+    connect_s: float = Field(default=10.0, gt=0)
+    call_s: float = Field(default=300.0, gt=0)
+
+
+class StdioTransportConfig(_Frozen):
+    """A subprocess speaking MCP on stdin/stdout. ``cwd`` defaults to the declaring file's
+    directory (never the gateway's working directory)."""
+
+    command: str = Field(min_length=1)
+    args: tuple[str, ...] = ()
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class HttpTransportConfig(_Frozen):
+    """A streamable-HTTP MCP endpoint."""
+
+    url: str = Field(min_length=1)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class SseTransportConfig(_Frozen):
+    """A legacy HTTP+SSE MCP endpoint."""
+
+    url: str = Field(min_length=1)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class SourceConfig(_Frozen):
+    """One source as written in the file (before interpolation and path resolution)."""
+
+    name: str
+    stdio: StdioTransportConfig | None = None
+    http: HttpTransportConfig | None = None
+    sse: SseTransportConfig | None = None
+    watch: tuple[str, ...] = ()
+    prefix: str | None = None
+    poll_seconds: float | None = Field(default=None, ge=1.0)
+    timeouts: TimeoutsConfig | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not re.match(_NAME_PATTERN, value):
+            raise PydanticCustomError(
+                "source_name", "a source name is 1..64 characters of A-Z a-z 0-9 _ . -"
+            )
+        return value
+
+    @field_validator("prefix")
+    @classmethod
+    def _check_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(_PREFIX_PATTERN, value):
+            raise PydanticCustomError(
+                "source_prefix", "a prefix is at most 64 characters of A-Z a-z 0-9 _ . -"
+            )
+        return value
+
+    @field_validator("watch")
+    @classmethod
+    def _check_watch(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not pattern for pattern in value):
+            raise PydanticCustomError("empty_glob", "a watch glob must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one_transport(self) -> SourceConfig:
+        present = [kind for kind in _TRANSPORT_KINDS if getattr(self, kind) is not None]
+        if len(present) != 1:
+            found = "none" if not present else f"{len(present)}: {', '.join(present)}"
+            raise PydanticCustomError(
+                "transport_count",
+                "exactly one of stdio, http, sse is required, found {found}",
+                {"found": found},
+            )
+        return self
+
+
+class GatewaySettings(_Frozen):
+    """Gateway-wide settings (the ``gateway:`` mapping). Every key is optional."""
+
+    host: str = Field(default="127.0.0.1", min_length=1)
+    port: int = Field(default=8765, ge=0, le=65535)
+    cooldown_s: float = Field(default=1.0, ge=0)
+    retiring_max: int = Field(default=4, ge=1)
+    operation_deadline_s: float = Field(default=300.0, gt=0)
+    expose_control_tools: bool = False
+
+    def bounds(self, base: Bounds | None = None) -> Bounds:
+        """``base`` (default: the design's defaults) with this file's overrides applied."""
+        return dataclasses.replace(
+            base or Bounds(),
+            cooldown_s=self.cooldown_s,
+            retiring_max=self.retiring_max,
+            operation_deadline_s=self.operation_deadline_s,
+        )
+
+
+class _MainFile(_Frozen):
+    sources: tuple[SourceConfig, ...] = ()
+    include: tuple[str, ...] = ()
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+
+    @field_validator("sources", "include", mode="before")
+    @classmethod
+    def _null_list_is_empty(cls, value: Any) -> Any:
+        # "sources:" with nothing after it parses as null; read it as "none" rather than
+        # reporting a type error the operator did not mean to make.
+        return () if value is None else value
+
+    @field_validator("gateway", mode="before")
+    @classmethod
+    def _null_mapping_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
+# --------------------------------------------------------------------------------------------
+# Loaded configuration
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    """One valid reading of the main file and its drop-ins.
+
+    ``specs`` are in declaration order (main file first, then drop-ins sorted by path);
+    ``files`` lists every file read (main first); ``include_globs`` are absolute patterns."""
+
+    path: Path
+    settings: GatewaySettings
+    specs: tuple[SourceSpec, ...]
+    files: tuple[Path, ...]
+    include_globs: tuple[str, ...]
+
+
+# --------------------------------------------------------------------------------------------
+# YAML with line numbers
+
+
+@dataclass(slots=True)
+class _Document:
+    file: str  # display name
+    path: Path  # absolute
+    root: yaml.Node | None
+    data: Any
+
+
+def _line(node: yaml.Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _locate(root: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
+    """Line of the node at ``loc``, or of the deepest ancestor that exists.
+
+    For a mapping key, the line of the *key* is used: that is where an operator looks for
+    ``url:`` even when its value starts on the next line."""
+    if root is None:
+        return None
+    node: yaml.Node = root
+    line = _line(root)
+    for part in loc:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            found: tuple[yaml.Node, yaml.Node] | None = None
+            for key, value in node.value:
+                # The constructor keeps the last of duplicate keys; so do we.
+                if isinstance(key, yaml.ScalarNode) and key.value == part:
+                    found = (key, value)
+            if found is None:
+                break
+            line, node = _line(found[0]), found[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+            line = _line(node)
+        else:
+            break
+    return line
+
+
+def _duplicate_keys(root: yaml.Node | None) -> Iterator[tuple[yaml.Node, yaml.Node, str]]:
+    """(first key node, repeated key node, dotted path) for each duplicated mapping key.
+
+    YAML silently keeps the last duplicate; a config that says two things is an error."""
+    if root is None:
+        return
+    seen: set[int] = set()  # aliases share nodes; visit each once
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, yaml.Node] = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in first and key.value != "<<":
+                        yield first[key.value], key, _join(path, key.value)
+                    first.setdefault(key.value, key)
+                    stack.append((value, _join(path, key.value)))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                stack.append((item, f"{path}[{index}]"))
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _read_document(path: Path, display: str) -> _Document | ConfigProblem:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return ConfigProblem(display, None, "", "file not found")
+    except OSError as exc:
+        return ConfigProblem(display, None, "", f"cannot read file: {exc.strerror or type(exc).__name__}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return ConfigProblem(display, raw[: exc.start].count(b"\n") + 1, "", "file is not valid UTF-8")
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        data = None if root is None else loader.construct_document(root)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        # Only the parser's problem/context text: str(exc) would quote a snippet of the line,
+        # which may be a secret pasted into the file.
+        message = "; ".join(part for part in (exc.context, exc.problem) if part) or "invalid YAML"
+        return ConfigProblem(display, None if mark is None else mark.line + 1, "", f"YAML syntax: {message}")
+    except yaml.YAMLError as exc:
+        return ConfigProblem(display, None, "", f"YAML syntax: {type(exc).__name__}")
+    finally:
+        loader.dispose()
+    return _Document(display, path, root, data)
+
+
+# --------------------------------------------------------------------------------------------
+# Validation errors → problems
+
+
+def _model_at(model: Any, loc: Sequence[int | str]) -> type[BaseModel] | None:
+    """The pydantic model class that ``loc`` lands in (to suggest its keys), if any."""
+    current: Any = model
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel) and isinstance(part, str):
+            info = current.model_fields.get(part)
+            if info is None:
+                return None
+            current = info.annotation
+        elif typing.get_origin(current) in (tuple, list) and isinstance(part, int):
+            args = [a for a in typing.get_args(current) if a is not Ellipsis]
+            current = args[0] if args else None
+        else:
+            return None
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out = f"{out}[{part}]" if isinstance(part, int) else _join(out, part)
+    return out
+
+
+_MISSING_HINTS = {
+    "name": "every source needs a unique name",
+    "command": "stdio needs the command to run",
+    "url": "give the server's MCP endpoint URL",
+}
+
+
+def _validation_problems(
+    exc: ValidationError,
+    doc: _Document,
+    model: type[BaseModel],
+    prefix: Sequence[int | str],
+) -> list[ConfigProblem]:
+    problems = []
+    # include_input=False: even templates stay out of messages; values are never needed here.
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = tuple(part for part in err["loc"] if isinstance(part, int | str))
+        kind = err["type"]
+        message = err["msg"]
+        hint: str | None = None
+        if kind == "missing":
+            message = "field required"
+            hint = _MISSING_HINTS.get(str(loc[-1])) if loc else None
+        elif kind == "extra_forbidden":
+            message = "unknown key"
+            parent = _model_at(model, loc[:-1])
+            if parent is not None and loc:
+                allowed = list(parent.model_fields)
+                close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(allowed)}"
+        elif kind == "transport_count":
+            hint = "each source needs exactly one of stdio, http, sse"
+        elif kind in ("model_type", "model_attributes_type", "dict_type"):
+            message = "expected a mapping"
+        elif kind in ("tuple_type", "list_type"):
+            message = "expected a list"
+        elif kind == "string_type":
+            message = "expected a string"
+            hint = "quote values YAML would read as numbers, booleans or null"
+        else:
+            message = message[:1].lower() + message[1:]
+        full = (*prefix, *loc)
+        problems.append(ConfigProblem(doc.file, _locate(doc.root, full), _field_path(full), message, hint))
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# Building specs
+
+
+@dataclass(slots=True)
+class _Declared:
+    """A validated source plus where it came from (for lines and relative paths)."""
+
+    source: SourceConfig
+    doc: _Document
+    loc: tuple[int | str, ...]  # path of the source mapping inside its document
+
+
+def _build_spec(
+    declared: _Declared, environ: Mapping[str, str], problems: list[ConfigProblem]
+) -> SourceSpec | None:
+    src, doc = declared.source, declared.doc
+    base_dir = doc.path.parent
+    before = len(problems)
+
+    def expand(value: str, *loc: int | str) -> str:
+        result, issues = _interpolate(value, environ)
+        full = (*declared.loc, *loc)
+        for issue in issues:
+            problems.append(
+                ConfigProblem(
+                    doc.file, _locate(doc.root, full), _field_path(full), issue.message, issue.hint
+                )
+            )
+        return result
+
+    def check_url(url: str, *loc: int | str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            full = (*declared.loc, *loc)
+            # The value itself is not quoted: it may carry an interpolated token.
+            problems.append(
+                ConfigProblem(
+                    doc.file,
+                    _locate(doc.root, full),
+                    _field_path(full),
+                    "not an http:// or https:// URL",
+                    "e.g. http://127.0.0.1:9000/mcp",
+                )
+            )
+
+    timeouts = src.timeouts or TimeoutsConfig()
+    transport: dict[str, Any]
+    if src.stdio is not None:
+        stdio = src.stdio
+        cwd = expand(stdio.cwd, "stdio", "cwd") if stdio.cwd is not None else None
+        transport = {
+            "kind": "stdio",
+            "command": expand(stdio.command, "stdio", "command"),
+            "args": [expand(arg, "stdio", "args", i) for i, arg in enumerate(stdio.args)],
+            # Path joining keeps the str subclass out; cwd templates are rarely secret, and
+            # the real path is what a subprocess needs.
+            "cwd": os.path.normpath(os.path.join(base_dir, cwd)) if cwd is not None else str(base_dir),
+            "env": {key: expand(value, "stdio", "env", key) for key, value in stdio.env.items()},
+        }
+    else:
+        kind: Literal["http", "sse"] = "http" if src.http is not None else "sse"
+        remote = src.http if src.http is not None else src.sse
+        assert remote is not None  # guaranteed by SourceConfig._exactly_one_transport
+        url = expand(remote.url, kind, "url")
+        if len(problems) == before:
+            check_url(url, kind, "url")
+        transport = {
+            "kind": kind,
+            "url": url,
+            "headers": {key: expand(value, kind, "headers", key) for key, value in remote.headers.items()},
+        }
+    transport["timeouts"] = {"connect_s": timeouts.connect_s, "call_s": timeouts.call_s}
+    if len(problems) != before:
+        return None
+    return SourceSpec(
+        name=src.name,
+        transport=transport,
+        prefix=src.prefix,
+        watch=tuple(os.path.normpath(os.path.join(base_dir, pattern)) for pattern in src.watch),
+        poll_seconds=src.poll_seconds,
+    )
+
+
+def _display_for(match: Path, main_abs_dir: Path, main_display: str) -> str:
+    try:
+        relative = match.relative_to(main_abs_dir)
+    except ValueError:
+        return str(match)
+    return os.path.join(os.path.dirname(main_display), str(relative))
+
+
+def _expand_includes(patterns: Sequence[str], main_abs: Path) -> list[Path]:
+    found: set[str] = set()
+    for pattern in patterns:
+        for match in glob.glob(pattern, recursive=True):
+            if os.path.isfile(match):
+                found.add(os.path.abspath(match))
+    found.discard(str(main_abs))
+    return [Path(p) for p in sorted(found)]
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    max_sources: int | None = None,
+) -> LoadedConfig:
+    """Read, validate and interpolate the config at ``path`` and its drop-ins.
+
+    Raises :class:`ConfigError` listing every problem found. ``environ`` defaults to
+    ``os.environ``; ``max_sources`` to ``Bounds().sources`` (enforced across all files)."""
+    env = os.environ if environ is None else environ
+    limit = Bounds().sources if max_sources is None else max_sources
+    main_display = os.fspath(path)
+    main_abs = Path(os.path.abspath(main_display))
+    main_dir = main_abs.parent
+
+    loaded = _read_document(main_abs, main_display)
+    if isinstance(loaded, ConfigProblem):
+        raise ConfigError([loaded], files=[main_abs])
+    main_doc = loaded
+    problems: list[ConfigProblem] = []
+    if main_doc.root is None:
+        raise ConfigError(
+            [ConfigProblem(main_display, 1, "", "config file is empty", "write `sources: []` for none")],
+            files=[main_abs],
+        )
+    problems.extend(_duplicate_key_problems(main_doc))
+    data = main_doc.data
+    raw_sources = data.get("sources") if isinstance(data, Mapping) else None
+    # Sources are validated one by one so that one broken entry does not hide the problems
+    # (duplicate names, unset variables) of the others.
+    per_item = isinstance(raw_sources, list)
+    main: _MainFile | None = None
+    try:
+        main = _MainFile.model_validate({**data, "sources": []} if per_item else data)
+    except ValidationError as exc:
+        problems.extend(_validation_problems(exc, main_doc, _MainFile, ()))
+    declared: list[_Declared] = []
+    if isinstance(raw_sources, list):
+        for index, raw in enumerate(raw_sources):
+            loc: tuple[int | str, ...] = ("sources", index)
+            try:
+                declared.append(_Declared(SourceConfig.model_validate(raw), main_doc, loc))
+            except ValidationError as exc:
+                problems.extend(_validation_problems(exc, main_doc, SourceConfig, loc))
+
+    include_globs: list[str] | None
+    if main is not None:
+        include_globs = [os.path.normpath(os.path.join(main_dir, p)) for p in main.include]
+    else:
+        include_globs = _raw_includes(data, main_dir)
+    drop_in_paths = _expand_includes(include_globs or [], main_abs)
+    files = [main_abs, *drop_in_paths]
+
+    for drop_in in drop_in_paths:
+        doc_or_problem = _read_document(drop_in, _display_for(drop_in, main_dir, main_display))
+        if isinstance(doc_or_problem, ConfigProblem):
+            problems.append(doc_or_problem)
+            continue
+        doc = doc_or_problem
+        if doc.root is None:
+            problems.append(
+                ConfigProblem(doc.file, 1, "", "drop-in file is empty", "a drop-in holds one source mapping")
+            )
+            continue
+        problems.extend(_duplicate_key_problems(doc))
+        try:
+            declared.append(_Declared(SourceConfig.model_validate(doc.data), doc, ()))
+        except ValidationError as exc:
+            problems.extend(_validation_problems(exc, doc, SourceConfig, ()))
+
+    first_seen: dict[str, _Declared] = {}
+    for item in declared:
+        name = item.source.name
+        if name in first_seen:
+            prior = first_seen[name]
+            problems.append(
+                ConfigProblem(
+                    item.doc.file,
+                    _locate(item.doc.root, (*item.loc, "name")),
+                    _field_path((*item.loc, "name")),
+                    f"duplicate source name {name!r}",
+                    f"also declared at {prior.doc.file}:{_locate(prior.doc.root, (*prior.loc, 'name'))}",
+                )
+            )
+        else:
+            first_seen[name] = item
+
+    if len(declared) > limit:
+        extra = declared[limit]
+        problems.append(
+            ConfigProblem(
+                extra.doc.file,
+                _locate(extra.doc.root, extra.loc),
+                _field_path(extra.loc),
+                f"too many sources: {len(declared)} declared, the limit is {limit}",
+                "remove sources or split them across gateways",
+            )
+        )
+
+    specs = [_build_spec(item, env, problems) for item in declared]
+    if problems or main is None or include_globs is None:
+        # Report in reading order: main file first, then drop-ins, each top to bottom.
+        rank = {main_display: 0} | {
+            _display_for(f, main_dir, main_display): i for i, f in enumerate(drop_in_paths, start=1)
+        }
+        problems.sort(key=lambda p: (rank.get(p.file, len(rank)), p.line or 0))
+        raise ConfigError(problems, files=files, include_globs=include_globs)
+    return LoadedConfig(
+        path=main_abs,
+        settings=main.gateway,
+        specs=tuple(spec for spec in specs if spec is not None),
+        files=tuple(files),
+        include_globs=tuple(include_globs),
+    )
+
+
+def check_config(
+    path: str | os.PathLike[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    max_sources: int | None = None,
+) -> list[ConfigProblem]:
+    """Every problem :func:`load_config` would raise, or ``[]`` when the config is valid."""
+    try:
+        load_config(path, environ=environ, max_sources=max_sources)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+def _duplicate_key_problems(doc: _Document) -> list[ConfigProblem]:
+    return [
+        ConfigProblem(
+            doc.file,
+            _line(repeated),
+            dotted,
+            "duplicate key",
+            f"first set at line {_line(first)}; YAML would silently keep only the last",
+        )
+        for first, repeated, dotted in _duplicate_keys(doc.root)
+    ]
+
+
+def _raw_includes(data: Any, main_dir: Path) -> list[str] | None:
+    """Include globs from an invalid main file, when they are readable on their own, so that
+    the drop-ins keep being watched while the operator fixes the file."""
+    if not isinstance(data, Mapping):
+        return None
+    raw = data.get("include")
+    if raw is None:
+        return []
+    if isinstance(raw, list) and all(isinstance(p, str) and p for p in raw):
+        return [os.path.normpath(os.path.join(main_dir, p)) for p in raw]
+    return None
+

@@ -1,0 +1,51 @@
+"""What the reconciler should converge to: the desired source specs plus the provenance of
+the inputs they came from (I11)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from reconciler.model import SourceSpec
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredState:
+    """One consistent reading of the configuration.
+
+    ``inputs_digest`` maps a source name to the fingerprint digest of that source's watched
+    inputs: when it changes, the source is re-read on a new connection (respawned).
+    ``config_error`` is set when the newest config on disk is invalid and ``specs`` are the
+    last good ones (I11: reported, never silently served as current)."""
+
+    specs: tuple[SourceSpec, ...]
+    reload_mode: str = "manual"
+    tracked_files: int = 0
+    warnings: tuple[str, ...] = ()
+    inputs_digest: dict[str, str] = field(default_factory=dict)
+    config_error: str | None = None
+
+    def spec(self, name: str) -> SourceSpec | None:
+        for s in self.specs:
+            if s.name == name:
+                return s
+        return None
+
+
+class DesiredStateSource(Protocol):
+    """Produces the desired state for one reconcile cycle (re-reading inputs as needed)."""
+
+    async def load(self) -> DesiredState: ...
+
+
+class StaticDesiredState:
+    """A desired state held in memory; ``set`` replaces it (tests, embedding, demos)."""
+
+    def __init__(self, specs: tuple[SourceSpec, ...] | list[SourceSpec] = ()) -> None:
+        self._state = DesiredState(specs=tuple(specs))
+
+    def set(self, state: DesiredState | tuple[SourceSpec, ...] | list[SourceSpec]) -> None:
+        self._state = state if isinstance(state, DesiredState) else DesiredState(specs=tuple(state))
+
+    async def load(self) -> DesiredState:
+        return self._state

@@ -1,0 +1,54 @@
+"""A published generation: a catalog plus the revision it was published as (I1, I3)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from reconciler.catalog import Catalog
+from reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceState
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """Immutable once constructed (I1): readers share it without locks.
+
+    ``revision`` is assigned at publication and strictly increases (I3)."""
+
+    revision: int
+    catalog: Catalog
+    published_at: float
+
+    @property
+    def digest(self) -> str:
+        return self.catalog.digest
+
+    @property
+    def built_at(self) -> float:
+        return self.catalog.built_at
+
+    @property
+    def sources(self) -> tuple[SourceState, ...]:
+        return self.catalog.sources
+
+    @property
+    def routes(self) -> Mapping[EntryKind, Mapping[str, CatalogEntry]]:
+        return self.catalog.routes
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        return self.catalog.diagnostics
+
+    @property
+    def tools(self) -> Mapping[str, CatalogEntry]:
+        return self.catalog.routes[EntryKind.TOOL]
+
+    def lookup(self, kind: EntryKind, name: str) -> CatalogEntry | None:
+        """O(1) routing: exposed name → entry, or None."""
+        return self.catalog.routes[kind].get(name)
+
+    def source_state(self, name: str) -> SourceState | None:
+        for state in self.catalog.sources:
+            if state.source == name:
+                return state
+        return None

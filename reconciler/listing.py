@@ -1,0 +1,210 @@
+"""Complete, validated listings of one upstream (I2, I13).
+
+Every page of tools, resources, resource templates and prompts is fetched with raw result
+models, so one malformed entry is rejected on its own (with a diagnostic) instead of failing
+the whole page; the rest of the source survives. Structural problems that make the listing
+untrustworthy — too many pages, a cursor loop, too many entries or bytes — fail the whole
+source, which then keeps its last-known-good state (I2)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from reconciler.bounds import Bounds
+from reconciler.catalog import EXPOSED_NAME, bounded, make_entry
+from reconciler.errors import SourceReadError
+from reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec
+
+_URI_MAX = 2048
+_URI_BAD = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
+class _RawPage(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    next_cursor: str | None = Field(default=None, alias="nextCursor")
+    tools: list[Any] | None = None
+    resources: list[Any] | None = None
+    resource_templates: list[Any] | None = Field(default=None, alias="resourceTemplates")
+    prompts: list[Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _KindSpec:
+    kind: EntryKind
+    field: str
+    model: type[BaseModel]
+    name_field: str
+    request: Callable[[types.PaginatedRequestParams | None], Any]
+
+
+KINDS: tuple[_KindSpec, ...] = (
+    _KindSpec(EntryKind.TOOL, "tools", types.Tool, "name", lambda p: types.ListToolsRequest(params=p)),
+    _KindSpec(EntryKind.RESOURCE, "resources", types.Resource, "uri", lambda p: types.ListResourcesRequest(params=p)),
+    _KindSpec(
+        EntryKind.RESOURCE_TEMPLATE,
+        "resource_templates",
+        types.ResourceTemplate,
+        "uri_template",
+        lambda p: types.ListResourceTemplatesRequest(params=p),
+    ),
+    _KindSpec(EntryKind.PROMPT, "prompts", types.Prompt, "name", lambda p: types.ListPromptsRequest(params=p)),
+)
+
+SendRequest = Callable[[Any, type[_RawPage]], Awaitable[_RawPage]]
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    entries: tuple[CatalogEntry, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    pages: int
+
+
+def capability_kinds(capabilities: types.ServerCapabilities | None) -> tuple[EntryKind, ...]:
+    """The kinds a server says it offers (absent capability → not listed)."""
+    if capabilities is None:
+        return tuple(k.kind for k in KINDS)
+    kinds: list[EntryKind] = []
+    if capabilities.tools is not None:
+        kinds.append(EntryKind.TOOL)
+    if capabilities.resources is not None:
+        kinds += [EntryKind.RESOURCE, EntryKind.RESOURCE_TEMPLATE]
+    if capabilities.prompts is not None:
+        kinds.append(EntryKind.PROMPT)
+    return tuple(kinds)
+
+
+async def list_source(
+    send: SendRequest,
+    spec: SourceSpec,
+    bounds: Bounds,
+    kinds: tuple[EntryKind, ...] | None = None,
+) -> Listing:
+    """List every page of every kind ``kinds`` (default: all four) through ``send``.
+
+    ``send(request, result_type)`` is e.g. ``client.session.send_request``. Raises
+    SourceReadError when the listing as a whole cannot be trusted."""
+    wanted = kinds if kinds is not None else tuple(k.kind for k in KINDS)
+    entries: list[CatalogEntry] = []
+    diagnostics: list[Diagnostic] = []
+    pages = 0
+    total_bytes = 0
+    for kspec in KINDS:
+        if kspec.kind not in wanted:
+            continue
+        seen: set[str] = set()
+        cursor: str | None = None
+        cursors: set[str] = set()
+        while True:
+            pages += 1
+            if pages > bounds.pages_per_source:
+                raise SourceReadError(
+                    f"listing exceeded {bounds.pages_per_source} pages",
+                    detail=f"source {spec.name}: more than {bounds.pages_per_source} list pages",
+                )
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            page = await send(kspec.request(params), _RawPage)
+            for raw in getattr(page, kspec.field) or []:
+                entry, diag = validate_entry(kspec, raw, spec, bounds)
+                if diag is not None:
+                    diagnostics.append(diag)
+                if entry is None:
+                    continue
+                if entry.upstream_name in seen:
+                    diagnostics.append(
+                        _diag("duplicate_entry", spec, entry.upstream_name, f"{kspec.kind} listed twice; kept the first", bounds)
+                    )
+                    continue
+                seen.add(entry.upstream_name)
+                entries.append(entry)
+                total_bytes += entry.size
+                if len(entries) > bounds.entries_per_generation:
+                    raise SourceReadError(
+                        f"listing exceeded {bounds.entries_per_generation} entries",
+                        detail=f"source {spec.name}: too many entries",
+                    )
+                if total_bytes > bounds.bytes_per_candidate:
+                    raise SourceReadError(
+                        f"listing exceeded {bounds.bytes_per_candidate} bytes",
+                        detail=f"source {spec.name}: definitions too large",
+                    )
+            cursor = page.next_cursor
+            if not cursor:
+                break
+            if cursor in cursors:
+                raise SourceReadError("listing returned a repeated page cursor", detail=f"source {spec.name}: cursor loop")
+            cursors.add(cursor)
+    return Listing(entries=tuple(entries), diagnostics=tuple(diagnostics), pages=pages)
+
+
+def _diag(code: str, spec: SourceSpec, name: str | None, message: str, bounds: Bounds) -> Diagnostic:
+    shown = bounded(name, 160) if name is not None else None
+    return Diagnostic(code=code, source=spec.name, name=shown, message=bounded(message, bounds.diagnostic_bytes))
+
+
+def validate_entry(
+    kspec: _KindSpec, raw: Any, spec: SourceSpec, bounds: Bounds
+) -> tuple[CatalogEntry | None, Diagnostic | None]:
+    """Validate one raw upstream entry (I13). Returns (entry, None) or (None, diagnostic)."""
+    if not isinstance(raw, Mapping):
+        return None, _diag("invalid_entry", spec, None, f"{kspec.kind} entry is not an object", bounds)
+    raw_name = raw.get("uriTemplate" if kspec.kind is EntryKind.RESOURCE_TEMPLATE else kspec.name_field)
+    label = raw_name if isinstance(raw_name, str) else None
+    try:
+        model = kspec.model.model_validate(raw)
+    except ValidationError as exc:
+        fields = ", ".join(".".join(str(p) for p in e["loc"]) or "(entry)" for e in exc.errors()[:5])
+        return None, _diag("invalid_entry", spec, label, f"{kspec.kind} rejected: invalid field(s) {fields}", bounds)
+    name = getattr(model, kspec.name_field)
+    assert isinstance(name, str)
+    problem = _name_problem(kspec.kind, spec, name, bounds)
+    if problem is None:
+        desc = getattr(model, "description", None)
+        if isinstance(desc, str) and len(desc.encode()) > bounds.description_bytes:
+            problem = f"description is {len(desc.encode())} bytes, over the {bounds.description_bytes}-byte bound"
+    if problem is None and kspec.kind is EntryKind.TOOL:
+        problem = _schema_problem(model)
+    if problem is not None:
+        return None, _diag("invalid_entry", spec, name, f"{kspec.kind} rejected: {problem}", bounds)
+    definition = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return make_entry(spec, kspec.kind, name, definition), None
+
+
+def _name_problem(kind: EntryKind, spec: SourceSpec, name: str, bounds: Bounds) -> str | None:
+    if kind in (EntryKind.RESOURCE, EntryKind.RESOURCE_TEMPLATE):
+        if not name or len(name) > _URI_MAX or _URI_BAD.search(name):
+            return f"URI must be 1..{_URI_MAX} characters without whitespace or control characters"
+        return None
+    exposed = spec.effective_prefix + name
+    if not name or not EXPOSED_NAME.fullmatch(name):
+        return "name must match [A-Za-z0-9_.-]+"
+    if len(exposed) > bounds.name_chars:
+        return f"exposed name is {len(exposed)} characters, over the {bounds.name_chars}-character bound"
+    return None
+
+
+def _schema_problem(tool: BaseModel) -> str | None:
+    for field_name in ("input_schema", "output_schema"):
+        schema = getattr(tool, field_name, None)
+        if schema is None:
+            continue
+        if not isinstance(schema, dict) or schema.get("type") != "object":
+            return f"{field_name} must be a JSON Schema object with type 'object'"
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            return f"{field_name} is not a valid JSON Schema ({bounded(str(exc.message), 120)})"
+        try:
+            json.dumps(schema)
+        except (TypeError, ValueError):
+            return f"{field_name} is not JSON-serializable"
+    return None

@@ -1,0 +1,157 @@
+"""The engine's immutable values: what a source should be (``SourceSpec``), what one complete
+listing of it produced (``SourceState``), and the entries it offers (``CatalogEntry``).
+
+Everything here is frozen (I1). Mutable runtime bookkeeping (pins, connection reference counts,
+source health) lives in ``runtime.py`` and ``health.py``, never on these values."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from reconciler.digest import digest_json, digest_parts, freeze
+
+
+class EntryKind(enum.StrEnum):
+    TOOL = "tool"
+    RESOURCE = "resource"
+    RESOURCE_TEMPLATE = "resource_template"
+    PROMPT = "prompt"
+
+
+class SourceStatus(enum.StrEnum):
+    READY = "ready"
+    STALE = "stale"  # last listing failed; serving the last-known-good state (I2)
+    FAILED = "failed"  # never listed successfully; contributes nothing
+    CONNECTING = "connecting"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    """Desired state of one upstream.
+
+    ``transport`` is opaque to the engine (the upstream layer interprets it); it is deep-frozen
+    and digested so that any change to command, args, env, url or headers changes ``digest``.
+    ``prefix`` is the exposed-name prefix for tools and prompts: ``None`` means the default
+    ``"<name>__"``, ``""`` means no prefix."""
+
+    name: str
+    transport: Mapping[str, Any] = field(default_factory=dict)
+    prefix: str | None = None
+    watch: tuple[str, ...] = ()
+    poll_seconds: float | None = None
+    digest: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "transport", freeze(dict(self.transport)))
+        object.__setattr__(self, "watch", tuple(self.watch))
+        if not self.digest:
+            object.__setattr__(
+                self,
+                "digest",
+                digest_json(
+                    {
+                        "name": self.name,
+                        "transport": self.transport,
+                        "prefix": self.prefix,
+                        "watch": self.watch,
+                    }
+                ),
+            )
+
+    @property
+    def effective_prefix(self) -> str:
+        return f"{self.name}__" if self.prefix is None else self.prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One operator-facing finding (rejected entry, name collision, stale source, ...).
+
+    ``message`` is bounded by ``Bounds.diagnostic_bytes`` at construction sites and never
+    carries secrets; clients see only the stable ``code``."""
+
+    code: str
+    message: str
+    source: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """One tool, resource, resource template or prompt as one source offers it.
+
+    ``definition`` is the upstream's definition as frozen JSON-like data; ``digest`` covers
+    everything but ``_meta`` (I10: description, schemas, annotations)."""
+
+    kind: EntryKind
+    exposed_name: str
+    upstream_name: str
+    source: str
+    definition: Mapping[str, Any]
+    digest: str
+    size: int = 0  # canonical JSON bytes of the definition, for the candidate byte bound
+
+
+@runtime_checkable
+class Connection(Protocol):
+    """A live upstream connection, owned by the runtime's reference counts once published.
+
+    ``aclose`` is called exactly once by the runtime (I14), after no generation that
+    references the connection can start or run an operation on it (I4)."""
+
+    @property
+    def connection_id(self) -> str: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """The immutable result of listing one source completely at one time (I2).
+
+    ``digest`` is the source's content digest: spec, watched-input fingerprint, the connection
+    serving it, its status (ready/stale/failed), and every entry's definition digest. A source
+    turning stale therefore mints one revision (its provenance changed: I11), while repeated
+    failures with a changing error text do not (``error``/``error_at`` are outside the digest)."""
+
+    source: str
+    spec_digest: str
+    entries: tuple[CatalogEntry, ...]
+    built_at: float
+    connection: Connection | None = None
+    diagnostics: tuple[Diagnostic, ...] = ()
+    inputs_digest: str = ""
+    status: SourceStatus = SourceStatus.READY
+    error: str | None = None
+    error_at: float | None = None
+    digest: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.digest:
+            conn = self.connection.connection_id if self.connection is not None else ""
+            object.__setattr__(
+                self,
+                "digest",
+                digest_parts(
+                    [self.source, self.spec_digest, self.inputs_digest, conn, self.status.value]
+                    + [f"{e.kind}:{e.exposed_name}:{e.digest}" for e in self.entries]
+                ),
+            )
+
+    def marked(self, status: SourceStatus, error: str | None, at: float) -> SourceState:
+        """This state with new health, sharing entries and connection (structural sharing)."""
+        return SourceState(
+            source=self.source,
+            spec_digest=self.spec_digest,
+            entries=self.entries,
+            built_at=self.built_at,
+            connection=self.connection,
+            diagnostics=self.diagnostics,
+            inputs_digest=self.inputs_digest,
+            status=status,
+            error=error,
+            error_at=at,
+        )

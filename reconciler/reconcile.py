@@ -1,0 +1,343 @@
+"""The reconciler: the single serialized loop that turns triggers into candidates and
+publishes them (I2, I3, I6, I7, I14).
+
+One cycle: load the desired state, re-read the dirty sources (concurrently, each bounded by the
+cycle timeout), reuse every clean source's state by reference, keep the last-known-good state of
+a source that failed (marked stale), merge, and hand the candidate to the runtime, which
+publishes it, discards it as unchanged, or defers it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+import anyio
+from anyio.abc import TaskGroup
+
+from reconciler import telemetry
+from reconciler.bounds import Bounds
+from reconciler.catalog import Catalog, bounded, merge
+from reconciler.desired import DesiredState, DesiredStateSource
+from reconciler.errors import CycleFailedError, ReconcilerClosedError, SourceReadError
+from reconciler.health import HealthBoard
+from reconciler.model import SourceSpec, SourceState, SourceStatus
+from reconciler.reader import SourceReader
+from reconciler.runtime import Runtime
+from reconciler.workqueue import ALL, Batch, TriggerQueue
+
+log = logging.getLogger("mcp_reconciler.reconciler")
+
+READ_CONCURRENCY = 16
+
+
+@dataclass(frozen=True, slots=True)
+class CycleOutcome:
+    """What one cycle did, as answered to waiters (I7)."""
+
+    seq: int
+    status: Literal["published", "unchanged", "deferred", "failed"]
+    revision: int | None
+    keys: frozenset[str]
+    started_at: float  # wall clock
+    finished_at: float
+    sources_read: tuple[str, ...] = ()
+    sources_failed: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.status == "published"
+
+
+class Reconciler:
+    """Owns the trigger queue, the runtime and the loop.
+
+    ``async with Reconciler(desired, reader) as rec:`` starts the loop with an initial full
+    cycle; leaving the block closes everything exactly once (I14)."""
+
+    def __init__(
+        self,
+        desired: DesiredStateSource,
+        reader: SourceReader,
+        *,
+        bounds: Bounds | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.bounds = bounds or Bounds()
+        self._desired = desired
+        self._reader = reader
+        self._wall = wall_clock
+        self.runtime = Runtime(self.bounds, wall_clock=wall_clock)
+        self.queue: TriggerQueue[CycleOutcome] = TriggerQueue(
+            cooldown_s=self.bounds.cooldown_s, retry_max_s=self.bounds.cycle_retry_max_s
+        )
+        self.health = HealthBoard()
+        self.last_outcome: CycleOutcome | None = None
+        self.last_desired: DesiredState | None = None
+        self.cycles = 0
+        self._cycle_running = False
+        self._cycle_idle = anyio.Event()
+        self._cycle_idle.set()
+        self._tg: TaskGroup | None = None
+        self._closing = False
+        self._closed = anyio.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Reconciler:
+        await self.runtime.__aenter__()
+        try:
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+        except BaseException:
+            await self.runtime.__aexit__(None, None, None)
+            raise
+        self._tg.start_soon(self._loop)
+        self.queue.add(ALL)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.aclose()
+        try:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+                await self._tg.__aexit__(None, None, None)
+        finally:
+            self._tg = None
+            await self.runtime.__aexit__(None, None, None)
+
+    async def aclose(self) -> None:
+        """Idempotent, concurrent-safe teardown (I14): stop taking batches, wait for the cycle in
+        flight (bounded by the cycle timeout), then close the runtime and every connection once.
+        Safe to call from any task; the owner's ``async with`` exit also reaps the loop task."""
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        try:
+            self.queue.shutdown()
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(self.bounds.cycle_timeout_s + 1.0):
+                    await self._cycle_idle.wait()
+                await self.runtime.aclose()
+        finally:
+            self._closed.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    @property
+    def reconciling(self) -> bool:
+        return self._cycle_running
+
+    # -- triggers ----------------------------------------------------------------------------
+
+    def trigger(self, key: str = ALL) -> None:
+        """Mark a key dirty: a source name, ``"config"`` or ``"all"``. Never blocks."""
+        self.queue.add(key)
+
+    async def refresh(self, keys: Iterable[str] = (ALL,), *, timeout_s: float | None = None) -> CycleOutcome:
+        """Reconcile ``keys`` and return the outcome of a cycle that started after this call (I7).
+
+        Raises TimeoutError if no such cycle finished in ``timeout_s``; giving up cancels nothing."""
+        if self._closing:
+            raise ReconcilerClosedError()
+        ticket = self.queue.request(keys)
+        if timeout_s is None:
+            return await ticket.wait()
+        with anyio.fail_after(timeout_s):
+            return await ticket.wait()
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                batch = await self.queue.get()
+            except ReconcilerClosedError:
+                return
+            self._cycle_running = True
+            self._cycle_idle = anyio.Event()
+            try:
+                outcome = await self._cycle(batch)
+            finally:
+                self._cycle_running = False
+                self._cycle_idle.set()
+            self.last_outcome = outcome
+            self.queue.done(batch, outcome, ok=outcome.status != "failed")
+
+    async def _cycle(self, batch: Batch) -> CycleOutcome:
+        started = self._wall()
+        t0 = anyio.current_time()
+        self.cycles += 1
+        completed: list[SourceState] = []
+        with telemetry.tracer.start_as_current_span(
+            "reconciler.cycle", attributes={"cycle.seq": batch.seq, "cycle.keys": sorted(batch.keys)}
+        ) as span:
+            try:
+                with anyio.fail_after(self.bounds.cycle_timeout_s):
+                    outcome = await self._build_and_publish(batch, started, completed)
+            except (Exception, TimeoutError) as exc:  # a failed cycle keeps its keys (I6)
+                reason = _cycle_failure_reason(exc)
+                log.warning("reconcile cycle %d failed: %s", batch.seq, reason, exc_info=not isinstance(exc, TimeoutError))
+                self._discard_orphans(completed)
+                span.set_attribute("cycle.status", "failed")
+                outcome = CycleOutcome(
+                    seq=batch.seq,
+                    status="failed",
+                    revision=self.runtime.current_revision,
+                    keys=batch.keys,
+                    started_at=started,
+                    finished_at=self._wall(),
+                    error=reason,
+                )
+            span.set_attribute("cycle.status", outcome.status)
+            if outcome.revision is not None:
+                span.set_attribute("cycle.revision", outcome.revision)
+        telemetry.cycles_run.add(1, {"status": outcome.status})
+        telemetry.cycle_duration.record(anyio.current_time() - t0)
+        return outcome
+
+    async def _build_and_publish(self, batch: Batch, started: float, completed: list[SourceState]) -> CycleOutcome:
+        desired = await self._desired.load()
+        self.last_desired = desired
+        if len(desired.specs) > self.bounds.sources:
+            raise CycleFailedError(
+                f"the configuration declares {len(desired.specs)} sources, over the bound of "
+                f"{self.bounds.sources}; remove sources or raise bounds.sources"
+            )
+        names = [s.name for s in desired.specs]
+        if len(set(names)) != len(names):
+            raise CycleFailedError("the configuration declares a source name twice")
+        base = self._base_states()
+        to_read = [s for s in desired.specs if self._needs_read(s, base.get(s.name), desired, batch.keys)]
+        with telemetry.tracer.start_as_current_span("reconciler.build", attributes={"build.reads": len(to_read)}):
+            fresh = await self._read_all(to_read, base, desired, completed)
+            states: list[SourceState] = []
+            failed: list[str] = []
+            for spec in desired.specs:
+                state = fresh.get(spec.name, base.get(spec.name))
+                assert state is not None
+                if spec.name in fresh and state.status is not SourceStatus.READY:
+                    failed.append(spec.name)
+                states.append(state)
+            catalog = merge(
+                states,
+                bounds=self.bounds,
+                built_at=self._wall(),
+                reload_mode=desired.reload_mode,
+                tracked_files=desired.tracked_files,
+                warnings=desired.warnings,
+                config_error=desired.config_error,
+            )
+        with telemetry.tracer.start_as_current_span("reconciler.publish"):
+            result = self.runtime.publish(catalog)
+        for diag in catalog.diagnostics:
+            log.info("catalog diagnostic [%s] %s", diag.code, diag.message)
+        return CycleOutcome(
+            seq=batch.seq,
+            status=result.status,
+            revision=result.revision,
+            keys=batch.keys,
+            started_at=started,
+            finished_at=self._wall(),
+            sources_read=tuple(s.name for s in to_read),
+            sources_failed=tuple(failed),
+        )
+
+    def _base_states(self) -> dict[str, SourceState]:
+        """The states new candidates build on: the pending candidate's if one is deferred,
+        else the current generation's."""
+        catalog: Catalog | None = self.runtime.pending
+        if catalog is None and self.runtime.current is not None:
+            catalog = self.runtime.current.generation.catalog
+        return {s.source: s for s in catalog.sources} if catalog is not None else {}
+
+    @staticmethod
+    def _needs_read(spec: SourceSpec, prev: SourceState | None, desired: DesiredState, keys: frozenset[str]) -> bool:
+        if prev is None or ALL in keys or spec.name in keys:
+            return True
+        if prev.status is not SourceStatus.READY:
+            return True  # a stale/failed source is retried whenever a cycle runs
+        return prev.spec_digest != spec.digest or prev.inputs_digest != desired.inputs_digest.get(spec.name, "")
+
+    async def _read_all(
+        self,
+        specs: Sequence[SourceSpec],
+        base: dict[str, SourceState],
+        desired: DesiredState,
+        completed: list[SourceState],
+    ) -> dict[str, SourceState]:
+        out: dict[str, SourceState] = {}
+        limiter = anyio.CapacityLimiter(READ_CONCURRENCY)
+        read_timeout = self.bounds.cycle_timeout_s * 0.9
+
+        async def read_one(spec: SourceSpec) -> None:
+            prev = base.get(spec.name)
+            inputs = desired.inputs_digest.get(spec.name, "")
+            async with limiter:
+                try:
+                    with anyio.fail_after(read_timeout):
+                        state = await self._reader.read(spec, prev, inputs_digest=inputs)
+                    completed.append(state)
+                    telemetry.source_reads.add(1, {"outcome": "ok"})
+                    self.health.ok(spec.name, self._wall(), entries=len(state.entries))
+                except (SourceReadError, TimeoutError, Exception) as exc:
+                    reason, detail = _read_failure_reason(exc)
+                    telemetry.source_reads.add(1, {"outcome": "error"})
+                    log.warning("source %s: %s %s", spec.name, reason, detail)
+                    now = self._wall()
+                    self.health.failed(spec.name, now, reason)
+                    if prev is not None and prev.spec_digest == spec.digest and prev.entries:
+                        state = prev.marked(SourceStatus.STALE, reason, now)
+                    elif prev is not None and prev.spec_digest == spec.digest:
+                        state = prev.marked(SourceStatus.FAILED, reason, now)
+                    else:
+                        state = SourceState(
+                            source=spec.name,
+                            spec_digest=spec.digest,
+                            entries=(),
+                            built_at=now,
+                            status=SourceStatus.FAILED,
+                            error=reason,
+                            error_at=now,
+                        )
+            out[spec.name] = state
+
+        async with anyio.create_task_group() as tg:
+            for spec in specs:
+                tg.start_soon(read_one, spec)
+        return out
+
+    def _discard_orphans(self, states: Iterable[SourceState]) -> None:
+        """A failed cycle must not leak connections its completed reads opened."""
+        refs = self.runtime.connection_refs()
+        orphans = [s.connection for s in states if s.connection is not None and id(s.connection) not in refs]
+        if orphans and self._tg is not None:
+            for conn in orphans:
+                self._tg.start_soon(self.runtime._close_connection, conn)
+
+
+def _cycle_failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "the reconcile cycle timed out"
+    if isinstance(exc, CycleFailedError | ReconcilerClosedError):
+        return str(exc)
+    return "the reconcile cycle failed; see the operator log"
+
+
+def _read_failure_reason(exc: BaseException) -> tuple[str, str]:
+    """(sanitized reason for status/clients, bounded detail for operator logs)."""
+    if isinstance(exc, SourceReadError):
+        return exc.reason, bounded(exc.detail, 512)
+    if isinstance(exc, TimeoutError):
+        return "listing timed out", ""
+    return "listing failed", bounded(f"{type(exc).__name__}: {exc}", 512)

@@ -1,0 +1,418 @@
+"""The runtime set: the current generation plus the superseded ones still draining (I4, I5).
+
+Guarantees:
+- Publishing is one reference swap (synchronous, no await), so readers see either the old or
+  the new generation, never a mix, and never an empty window.
+- A superseded generation closes when its pins reach zero, or at its drain deadline
+  (operation deadline + grace), when operations still running are cancelled with a retryable
+  error naming the revision. At most ``retiring_max`` superseded generations stay open; if the
+  set is full, the publication is deferred and retried exactly once when a slot frees.
+- Connections are reference-counted across the current, retiring and pending generations; a
+  connection closes exactly once, when the last generation referencing it has closed (I14).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+import anyio
+from anyio.abc import TaskGroup
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from reconciler import telemetry
+from reconciler.bounds import Bounds
+from reconciler.catalog import Catalog
+from reconciler.errors import ReconcilerClosedError, RevisionUnavailableError
+from reconciler.generation import Generation
+from reconciler.model import Connection
+from reconciler.pins import Operation, Pin
+
+log = logging.getLogger("mcp_reconciler.runtime")
+
+CONNECTION_CLOSE_TIMEOUT_S = 10.0
+
+
+class LiveState(enum.Enum):
+    CURRENT = "current"
+    RETIRING = "retiring"
+    CLOSED = "closed"
+
+
+class LiveGeneration:
+    """A published generation plus its runtime bookkeeping (pins, operations, state).
+
+    The ``generation`` itself is immutable (I1); only the counters here change."""
+
+    __slots__ = (
+        "__weakref__",
+        "_closed_event",
+        "_forced",
+        "_idle_waiter",
+        "_operations",
+        "_pins",
+        "_runtime",
+        "_state",
+        "drain_deadline",
+        "generation",
+        "revision",
+        "superseded_at",
+    )
+
+    def __init__(self, runtime: Runtime, generation: Generation) -> None:
+        self.generation = generation
+        self.revision = generation.revision
+        self._runtime = runtime
+        self._pins = 0
+        self._state = LiveState.CURRENT
+        self._operations: set[Operation] = set()
+        self._closed_event = anyio.Event()
+        self._forced = False
+        self._idle_waiter: anyio.Event | None = None
+        self.drain_deadline: float | None = None  # anyio clock
+        self.superseded_at: float | None = None  # wall clock
+
+    @property
+    def pins(self) -> int:
+        return self._pins
+
+    @property
+    def state(self) -> LiveState:
+        return self._state
+
+    @property
+    def is_closed(self) -> bool:
+        return self._state is LiveState.CLOSED
+
+    @property
+    def operations(self) -> int:
+        return len(self._operations)
+
+    def pin(self) -> Pin:
+        """Take a pin (O(1), no I/O). Raises RevisionUnavailableError once the generation closed (I4)."""
+        if self._state is LiveState.CLOSED:
+            raise RevisionUnavailableError(self.revision, self._runtime.current_revision)
+        self._pins += 1
+        return Pin(self)
+
+    def operation(self, deadline_s: float | None = None) -> Operation:
+        """An async context manager that pins this generation for one operation."""
+        return Operation(self, deadline_s)
+
+    async def wait_operations_done(self) -> None:
+        """Return once no operation runs on this generation (callers bound the wait)."""
+        while self._operations:
+            self._idle_waiter = anyio.Event()
+            await self._idle_waiter.wait()
+
+    def _operation_done(self, op: Operation) -> None:
+        self._operations.discard(op)
+        if not self._operations and self._idle_waiter is not None:
+            self._idle_waiter.set()
+
+    def _unpin(self) -> None:
+        self._pins -= 1
+        if self._pins == 0 and self._state is LiveState.RETIRING:
+            self._runtime._on_drained(self)
+
+    def _mark_closed(self) -> None:
+        self._state = LiveState.CLOSED
+        self._closed_event.set()
+
+    def __repr__(self) -> str:
+        return f"<LiveGeneration rev={self.revision} {self._state.value} pins={self._pins}>"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """What ``Runtime.publish`` did with a candidate."""
+
+    status: Literal["published", "unchanged", "deferred"]
+    revision: int | None  # the revision now current (new one when published)
+
+
+Listener = Callable[[Generation, Generation | None], None]
+
+
+class Runtime:
+    """Owns live generations and the connections they reference.
+
+    Use as ``async with Runtime(bounds) as runtime:``; leaving the block (or ``aclose``) tears
+    everything down exactly once (I14)."""
+
+    def __init__(self, bounds: Bounds | None = None, *, wall_clock: Callable[[], float] = time.time) -> None:
+        self.bounds = bounds or Bounds()
+        self._wall = wall_clock
+        self._current: LiveGeneration | None = None
+        self._retiring: list[LiveGeneration] = []
+        self._by_revision: dict[int, LiveGeneration] = {}
+        self._pending: Catalog | None = None
+        self._next_revision = 1
+        self._refs: dict[int, int] = {}
+        self._conns: dict[int, Connection] = {}
+        self._closed_conns: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self._listeners: list[Listener] = []
+        self._tg: TaskGroup | None = None
+        self._closing = False
+        self._closed = anyio.Event()
+        self._slot_freed = anyio.Event()
+        self.forced_drains = 0
+        self.deferred_publications = 0
+        self.connections_closed = 0
+        telemetry.meter.create_observable_gauge(
+            "reconciler.generation.pins",
+            callbacks=[self._observe_pins],
+            description="Pins held per live generation",
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Runtime:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+        finally:
+            assert self._tg is not None
+            self._tg.cancel_scope.cancel()
+            result = await self._tg.__aexit__(exc_type, exc, tb)
+        return result
+
+    async def aclose(self) -> None:
+        """Tear down exactly once; concurrent and repeated calls wait for the same teardown.
+
+        Running operations are cancelled with a retryable error, given ``drain_grace_s`` to
+        unwind, then every connection still referenced is closed exactly once."""
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        try:
+            lives = self.live()
+            for live in lives:
+                for op in list(live._operations):
+                    op._force_cancel()
+            with anyio.move_on_after(self.bounds.drain_grace_s):
+                for live in lives:
+                    await live.wait_operations_done()
+            conns: list[Connection] = []
+            for live in lives:
+                live._mark_closed()
+                conns.extend(self._release_refs(live.generation.catalog))
+            if self._pending is not None:
+                conns.extend(self._release_refs(self._pending))
+                self._pending = None
+            self._current = None
+            self._retiring.clear()
+            self._by_revision.clear()
+            for conn in conns:
+                await self._close_connection(conn)
+        finally:
+            self._closed.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def current(self) -> LiveGeneration | None:
+        return self._current
+
+    @property
+    def current_revision(self) -> int | None:
+        return self._current.revision if self._current is not None else None
+
+    @property
+    def retiring(self) -> tuple[LiveGeneration, ...]:
+        return tuple(self._retiring)
+
+    @property
+    def pending(self) -> Catalog | None:
+        return self._pending
+
+    def live(self) -> list[LiveGeneration]:
+        """Current first, then retiring from newest to oldest."""
+        out = [self._current] if self._current is not None else []
+        out.extend(reversed(self._retiring))
+        return out
+
+    def get(self, revision: int) -> LiveGeneration:
+        """The live generation with ``revision``; RevisionUnavailableError if it is not live."""
+        live = self._by_revision.get(revision)
+        if live is None or live.state is LiveState.CLOSED:
+            raise RevisionUnavailableError(revision, self.current_revision)
+        return live
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(new, previous)`` synchronously after each publication; returns a remover."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    async def wait_slot_freed(self) -> None:
+        await self._slot_freed.wait()
+
+    def connection_refs(self) -> dict[int, int]:
+        return dict(self._refs)
+
+    # -- publishing --------------------------------------------------------------------------
+
+    def publish(self, catalog: Catalog) -> PublishResult:
+        """Publish ``catalog`` as the next revision, discard it if equal to the current one (I3),
+        or defer it if the retiring set is full (I5). Synchronous: one reference swap."""
+        if self._closing:
+            self._close_orphans(catalog)
+            raise ReconcilerClosedError()
+        self._ref(catalog)
+        if self._pending is not None:
+            previous_pending, self._pending = self._pending, None
+            self._close_later(self._release_refs(previous_pending))
+        return self._install(catalog)
+
+    def _install(self, catalog: Catalog) -> PublishResult:
+        """``catalog``'s connections are already referenced by the caller."""
+        cur = self._current
+        if cur is not None and catalog.digest == cur.generation.digest:
+            telemetry.candidates_discarded.add(1)
+            self._close_later(self._release_refs(catalog))
+            return PublishResult("unchanged", cur.revision)
+        if cur is not None and cur.pins > 0 and len(self._retiring) >= self.bounds.retiring_max:
+            self._pending = catalog
+            self.deferred_publications += 1
+            telemetry.publications_deferred.add(1)
+            log.info(
+                "publication deferred: %d generations retiring (max %d)",
+                len(self._retiring),
+                self.bounds.retiring_max,
+            )
+            return PublishResult("deferred", cur.revision)
+        revision = self._next_revision
+        self._next_revision += 1
+        generation = Generation(revision=revision, catalog=catalog, published_at=self._wall())
+        live = LiveGeneration(self, generation)
+        self._by_revision[revision] = live
+        self._current = live
+        if cur is not None:
+            self._supersede(cur)
+        telemetry.publishes.add(1)
+        log.info("published revision %d (%d entries)", revision, catalog.entry_count)
+        previous = cur.generation if cur is not None else None
+        for listener in list(self._listeners):
+            try:
+                listener(generation, previous)
+            except Exception:  # a listener must not break publication
+                log.exception("publication listener failed")
+        return PublishResult("published", revision)
+
+    def _supersede(self, live: LiveGeneration) -> None:
+        live.superseded_at = self._wall()
+        if live.pins == 0:
+            self._close_generation(live)
+            return
+        live._state = LiveState.RETIRING
+        live.drain_deadline = anyio.current_time() + self.bounds.drain_deadline_s
+        self._retiring.append(live)
+        assert self._tg is not None, "Runtime must be entered (async with) before publishing"
+        self._tg.start_soon(self._retire, live)
+
+    async def _retire(self, live: LiveGeneration) -> None:
+        """Wait for the generation to drain, or force it at its deadline (I5)."""
+        assert live.drain_deadline is not None
+        with anyio.move_on_after(max(0.0, live.drain_deadline - anyio.current_time())):
+            await live._closed_event.wait()
+        if live.state is not LiveState.CLOSED and not self._closing:
+            live._forced = True
+            self.forced_drains += 1
+            telemetry.forced_drains.add(1)
+            log.warning(
+                "revision %d reached its drain deadline with %d pins; cancelling %d operations",
+                live.revision,
+                live.pins,
+                len(live._operations),
+            )
+            for op in list(live._operations):
+                op._force_cancel()
+            with anyio.move_on_after(self.bounds.drain_grace_s):
+                await live.wait_operations_done()
+            if not live.is_closed:
+                self._close_generation(live)
+
+    def _on_drained(self, live: LiveGeneration) -> None:
+        """Last pin of a retiring generation released: close it now (synchronously, so no new
+        pin can be taken), free its slot, and retry a deferred publication once."""
+        if live.state is LiveState.RETIRING:
+            self._close_generation(live)
+
+    def _close_generation(self, live: LiveGeneration) -> None:
+        was_retiring = live in self._retiring
+        live._mark_closed()
+        if was_retiring:
+            self._retiring.remove(live)
+        self._by_revision.pop(live.revision, None)
+        self._close_later(self._release_refs(live.generation.catalog))
+        if was_retiring:
+            self._slot_freed.set()
+            self._slot_freed = anyio.Event()
+            if self._pending is not None and not self._closing:
+                pending, self._pending = self._pending, None
+                self._install(pending)  # the one retry; refs were taken when it was deferred
+
+    # -- connection reference counting ---------------------------------------------------------
+
+    def _ref(self, catalog: Catalog) -> None:
+        for conn in catalog.connections():
+            key = id(conn)
+            self._refs[key] = self._refs.get(key, 0) + 1
+            self._conns[key] = conn
+
+    def _release_refs(self, catalog: Catalog) -> list[Connection]:
+        """Drop one reference per connection; return the ones nobody references any more."""
+        orphans: list[Connection] = []
+        for conn in catalog.connections():
+            key = id(conn)
+            n = self._refs.get(key, 0) - 1
+            if n <= 0:
+                self._refs.pop(key, None)
+                self._conns.pop(key, None)
+                orphans.append(conn)
+            else:
+                self._refs[key] = n
+        return orphans
+
+    def _close_orphans(self, catalog: Catalog) -> None:
+        self._close_later([c for c in catalog.connections() if id(c) not in self._refs])
+
+    def _close_later(self, conns: Iterable[Connection]) -> None:
+        for conn in conns:
+            if self._tg is None:
+                raise RuntimeError("Runtime must be entered (async with) before use")
+            self._tg.start_soon(self._close_connection, conn)
+
+    async def _close_connection(self, conn: Connection) -> None:
+        if conn in self._closed_conns:
+            return
+        self._closed_conns.add(conn)
+        self.connections_closed += 1
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CONNECTION_CLOSE_TIMEOUT_S) as scope:
+            try:
+                await conn.aclose()
+            except Exception:
+                log.exception("closing connection %s failed", conn.connection_id)
+        if scope.cancelled_caught:
+            log.warning("closing connection %s timed out", conn.connection_id)
+
+    def _observe_pins(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(live.pins, {"revision": live.revision}) for live in self.live()]

@@ -1,0 +1,281 @@
+"""Upstream connections and the reader that lists sources through them.
+
+An :class:`UpstreamConnection` is one live MCP client session to a source, held open by a task
+in its owner's task group (structured concurrency: the owner awaits it). It turns the upstream's
+``list_changed`` notifications — pushed (2025-11-25) or over ``subscriptions/listen``
+(2026-07-28) — and its death into dirty marks for its source, but only while it is the current
+connection for that source; notifications from superseded connections are ignored.
+
+:class:`UpstreamReader` implements the engine's ``SourceReader``: it reuses a healthy
+connection whose spec and watched inputs are unchanged and opens a new one otherwise."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import logging
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+import mcp_types as types
+from anyio.abc import TaskGroup, TaskStatus
+from mcp import Client, MCPError
+from mcp.client.subscriptions import SubscriptionLost
+from pydantic import BaseModel
+
+from reconciler import telemetry
+from reconciler.bounds import Bounds
+from reconciler.errors import SourceReadError
+from reconciler.listing import capability_kinds, list_source
+from reconciler.model import SourceSpec, SourceState
+
+log = logging.getLogger("mcp_reconciler.upstream")
+
+R = TypeVar("R", bound=BaseModel)
+
+#: Builds what ``mcp.Client`` connects to for a spec: a ``Server`` (in-process), a URL string,
+#: ``StdioServerParameters``, or any ``Transport``.
+TargetFactory = Callable[[SourceSpec], Any]
+
+_ids = itertools.count(1)
+
+
+class UpstreamUnavailableError(SourceReadError):
+    def __init__(self, detail: str = "") -> None:
+        super().__init__("upstream unavailable", detail=detail)
+
+
+class UpstreamConnection:
+    """One client session to one source. Closed exactly once via :meth:`aclose`."""
+
+    def __init__(
+        self,
+        spec: SourceSpec,
+        target: Any,
+        *,
+        mode: str = "auto",
+        on_event: Callable[[UpstreamConnection, str], None] | None = None,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.spec = spec
+        self.source = spec.name
+        self._id = f"{spec.name}#{next(_ids)}"
+        self._target = target
+        self._mode = mode
+        self._on_event = on_event
+        self._connect_timeout_s = connect_timeout_s
+        self._client: Client | None = None
+        self._stop = anyio.Event()
+        self._done = anyio.Event()
+        self._closing = False
+        self.dead = False
+        self.protocol_version: str | None = None
+        self.capabilities: types.ServerCapabilities | None = None
+
+    @property
+    def connection_id(self) -> str:
+        return self._id
+
+    @property
+    def alive(self) -> bool:
+        return self._client is not None and not self.dead and not self._closing
+
+    @property
+    def client(self) -> Client:
+        if self._client is None or self.dead or self._closing:
+            raise UpstreamUnavailableError(f"connection {self._id} is not open")
+        return self._client
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Connect, report started, then hold the session until :meth:`aclose` or death.
+
+        Connection failures before ``started`` propagate to the starter; failures afterwards are
+        recorded as death (never raised into the owner's task group)."""
+        started = False
+        try:
+            # The connect deadline scope must enclose the whole session (a scope may not exit
+            # before the contexts entered inside it), so it is lifted once connected.
+            with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout_s) as connect_scope:
+                async with Client(self._target, mode=self._mode, message_handler=self._on_message, cache=None) as client:
+                    connect_scope.deadline = math.inf
+                    self._client = client
+                    self.protocol_version = client.protocol_version
+                    self.capabilities = client.server_capabilities
+                    started = True
+                    task_status.started()
+                    async with anyio.create_task_group() as tg:
+                        if not self.protocol_version.startswith("2025"):
+                            tg.start_soon(self._listen, client)
+                        await self._stop.wait()
+                        tg.cancel_scope.cancel()
+            if connect_scope.cancelled_caught and not started:
+                raise TimeoutError(f"connect timed out after {self._connect_timeout_s:g} s")
+        except Exception as exc:
+            if not started:
+                raise
+            log.info("upstream connection %s ended: %s", self._id, type(exc).__name__)
+        finally:
+            self._client = None
+            was_closing = self._closing
+            self.dead = True
+            self._done.set()
+            if started and not was_closing:
+                self._emit("dead")
+
+    async def aclose(self) -> None:
+        """Idempotent: stop the session and wait for its task to finish."""
+        self._closing = True
+        self._stop.set()
+        await self._done.wait()
+
+    async def send(self, request: Any, result_type: type[R], timeout_s: float | None = None) -> R:
+        """Send a raw request on this connection (no client-side caching or validation)."""
+        client = self.client
+        try:
+            return await client.session.send_request(request, result_type, request_read_timeout_seconds=timeout_s)
+        except MCPError:
+            raise
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            self.dead = True
+            self._emit("dead")
+            raise UpstreamUnavailableError(type(exc).__name__) from exc
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._emit("tools")
+        elif isinstance(message, types.ResourceListChangedNotification):
+            self._emit("resources")
+        elif isinstance(message, types.PromptListChangedNotification):
+            self._emit("prompts")
+        elif isinstance(message, Exception):
+            log.info("upstream %s transport error: %s", self._id, type(message).__name__)
+
+    async def _listen(self, client: Client) -> None:
+        """New-era change events. Events are also copied to the message handler; handling them
+        here only (the handler ignores nothing it can't see twice: dirty marks are idempotent)."""
+        try:
+            async with client.listen(
+                tools_list_changed=True, resources_list_changed=True, prompts_list_changed=True
+            ) as sub:
+                async for _event in sub:
+                    self._emit("listen")
+        except SubscriptionLost:
+            self.dead = True
+            self._emit("dead")
+        except Exception as exc:  # listen unsupported or rejected: rely on pushes and health checks
+            log.debug("upstream %s: listen unavailable (%s)", self._id, type(exc).__name__)
+
+    def _emit(self, what: str) -> None:
+        if self._on_event is not None and not self._closing:
+            self._on_event(self, what)
+
+
+class UpstreamReader:
+    """The engine's ``SourceReader`` over MCP client sessions.
+
+    ``async with UpstreamReader(targets, bounds, on_dirty=reconciler.trigger):`` owns every
+    connection task; leaving the block closes any connection still open (the runtime normally
+    closed them already — closing is idempotent)."""
+
+    def __init__(
+        self,
+        target_factory: TargetFactory,
+        *,
+        bounds: Bounds | None = None,
+        on_dirty: Callable[[str], None] | None = None,
+        mode: str = "auto",
+    ) -> None:
+        self._targets = target_factory
+        self.bounds = bounds or Bounds()
+        self.on_dirty = on_dirty
+        self._mode = mode
+        self._current: dict[str, UpstreamConnection] = {}
+        self._open: set[UpstreamConnection] = set()
+        self._tg: TaskGroup | None = None
+        self.opened = 0
+
+    async def __aenter__(self) -> UpstreamReader:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._tg is not None
+        with anyio.CancelScope(shield=True):
+            for conn in list(self._open):
+                await conn.aclose()
+        return await self._tg.__aexit__(exc_type, exc, tb)
+
+    def current(self, source: str) -> UpstreamConnection | None:
+        return self._current.get(source)
+
+    async def read(self, spec: SourceSpec, previous: SourceState | None, *, inputs_digest: str) -> SourceState:
+        conn: UpstreamConnection | None = None
+        prev_conn = previous.connection if previous is not None else None
+        if (
+            isinstance(prev_conn, UpstreamConnection)
+            and prev_conn.alive
+            and previous is not None
+            and previous.spec_digest == spec.digest
+            and previous.inputs_digest == inputs_digest
+        ):
+            conn = prev_conn
+        opened = conn is None
+        if conn is None:
+            conn = await self.open(spec)
+        try:
+            with telemetry.tracer.start_as_current_span("upstream.list", attributes={"source": spec.name}):
+                listing = await list_source(
+                    conn.send, spec, self.bounds, kinds=capability_kinds(conn.capabilities)
+                )
+        except BaseException as exc:
+            if opened:
+                with anyio.CancelScope(shield=True):
+                    await conn.aclose()
+            if isinstance(exc, SourceReadError):
+                raise
+            if isinstance(exc, MCPError):
+                raise SourceReadError("upstream rejected the listing", detail=f"{exc.error.code}: {exc}") from exc
+            if isinstance(exc, Exception):
+                raise UpstreamUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+            raise
+        self._current[spec.name] = conn
+        return SourceState(
+            source=spec.name,
+            spec_digest=spec.digest,
+            entries=listing.entries,
+            built_at=time.time(),
+            connection=conn,
+            diagnostics=listing.diagnostics,
+            inputs_digest=inputs_digest,
+        )
+
+    async def open(self, spec: SourceSpec) -> UpstreamConnection:
+        """Open and start a new connection for ``spec`` (owned by this reader's task group)."""
+        assert self._tg is not None, "UpstreamReader must be entered (async with) before reading"
+        conn = UpstreamConnection(spec, self._targets(spec), mode=self._mode, on_event=self._on_event)
+        telemetry.reconnects.add(1, {"source": spec.name})
+        self.opened += 1
+        try:
+            await self._tg.start(self._run_conn, conn)
+        except Exception as exc:
+            raise UpstreamUnavailableError(f"connect failed: {type(exc).__name__}: {exc}") from exc
+        return conn
+
+    async def _run_conn(self, conn: UpstreamConnection, *, task_status: TaskStatus[None]) -> None:
+        self._open.add(conn)
+        try:
+            await conn.run(task_status=task_status)
+        finally:
+            self._open.discard(conn)
+
+    def _on_event(self, conn: UpstreamConnection, what: str) -> None:
+        if self._current.get(conn.source) is not conn:
+            return  # a superseded connection: its news is not about the current catalog
+        if self.on_dirty is not None:
+            self.on_dirty(conn.source)

@@ -1,0 +1,195 @@
+"""The coalescing trigger queue (I6, I7), after client-go's workqueue.
+
+Triggers mark keys dirty. The loop takes the whole dirty set as one batch; at most one batch is
+processed at a time; batches start at least ``cooldown_s`` apart, and after a failed batch its
+keys go back into the dirty set and the next start backs off exponentially (with jitter).
+
+Waiters (I7): ``request(keys)`` returns a :class:`Ticket` recorded *before* the keys are marked,
+so the ticket is answered by the first batch that starts after it — which necessarily includes
+its keys. A waiter that gives up (timeout, cancel) abandons only its own wait: the batch runs
+anyway and other waiters are unaffected; the per-batch slot is dropped when the batch ends."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import anyio
+
+from reconciler import telemetry
+from reconciler.errors import ReconcilerClosedError
+
+T = TypeVar("T")
+
+ALL = "all"
+CONFIG = "config"
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One unit of work: the dirty keys taken together, numbered by start order."""
+
+    seq: int
+    keys: frozenset[str]
+    started_at: float
+
+
+class _Slot(Generic[T]):
+    __slots__ = ("event", "value")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.value: T | None = None
+
+
+@dataclass(slots=True)
+class Ticket(Generic[T]):
+    """A request's claim on the first batch that starts after it."""
+
+    seq: int
+    _queue: TriggerQueue[T] = field(repr=False)
+
+    async def wait(self) -> T:
+        """The outcome of batch ``seq``. Cancelling this wait cancels nothing shared."""
+        return await self._queue._wait_for(self.seq)
+
+
+class TriggerQueue(Generic[T]):
+    def __init__(
+        self,
+        *,
+        cooldown_s: float = 1.0,
+        retry_max_s: float = 30.0,
+        clock: Callable[[], float] = anyio.current_time,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.cooldown_s = cooldown_s
+        self.retry_max_s = retry_max_s
+        self._clock = clock
+        self._jitter = jitter
+        self._dirty: set[str] = set()
+        self._processing: frozenset[str] | None = None
+        self._started = 0
+        self._not_before = float("-inf")
+        self._failures = 0
+        self._wake = anyio.Event()
+        self._slots: dict[int, _Slot[T]] = {}
+        self._shutdown = False
+        self.triggers = 0
+        self.coalesced = 0
+        self.batches_done = 0
+
+    # -- producers ---------------------------------------------------------------------------
+
+    def add(self, key: str) -> None:
+        """Mark ``key`` dirty. O(1), never blocks, never lost while the queue is open (I6)."""
+        if self._shutdown:
+            return
+        self.triggers += 1
+        telemetry.triggers_received.add(1, {"key_kind": _key_kind(key)})
+        if key in self._dirty:
+            self.coalesced += 1
+            telemetry.triggers_coalesced.add(1)
+            return
+        self._dirty.add(key)
+        self._wake.set()
+
+    def request(self, keys: Iterable[str]) -> Ticket[T]:
+        """Mark ``keys`` dirty and return a ticket for the first batch that starts afterwards."""
+        if self._shutdown:
+            raise ReconcilerClosedError()
+        ticket: Ticket[T] = Ticket(self._started + 1, self)
+        self._slots.setdefault(ticket.seq, _Slot())
+        for key in keys:
+            self.add(key)
+        return ticket
+
+    # -- the consumer ------------------------------------------------------------------------
+
+    @property
+    def dirty(self) -> frozenset[str]:
+        return frozenset(self._dirty)
+
+    @property
+    def processing(self) -> frozenset[str] | None:
+        return self._processing
+
+    @property
+    def started(self) -> int:
+        return self._started
+
+    @property
+    def next_start_not_before(self) -> float:
+        return self._not_before
+
+    async def get(self) -> Batch:
+        """Wait for dirty keys and the cooldown, then take them all as one batch."""
+        while True:
+            if self._shutdown:
+                raise ReconcilerClosedError()
+            if self._processing is not None:
+                raise RuntimeError("TriggerQueue.get called while a batch is still processing")
+            if self._dirty:
+                delay = self._not_before - self._clock()
+                if delay <= 0:
+                    break
+                with anyio.move_on_after(delay):
+                    await self._wait_wake()
+                continue
+            await self._wait_wake()
+        keys = frozenset(self._dirty)
+        self._dirty.clear()
+        self._started += 1
+        now = self._clock()
+        self._processing = keys
+        self._not_before = now + self.cooldown_s
+        return Batch(seq=self._started, keys=keys, started_at=now)
+
+    def done(self, batch: Batch, outcome: T, *, ok: bool) -> None:
+        """Finish ``batch``: answer its waiters; on failure keep its keys and back off (I6)."""
+        if self._processing is None or batch.seq != self._started:
+            raise RuntimeError("TriggerQueue.done for a batch that is not the one processing")
+        self._processing = None
+        self.batches_done += 1
+        if ok:
+            self._failures = 0
+        else:
+            self._failures += 1
+            self._dirty |= batch.keys
+            backoff = min(self.retry_max_s, self.cooldown_s * (2 ** min(self._failures, 30)))
+            self._not_before = max(self._not_before, self._clock() + backoff * (0.5 + 0.5 * self._jitter()))
+            self._wake.set()
+        slot = self._slots.pop(batch.seq, None)
+        if slot is not None:
+            slot.value = outcome
+            slot.event.set()
+
+    def shutdown(self) -> None:
+        """Stop producing batches; every waiter is released with ReconcilerClosedError."""
+        self._shutdown = True
+        self._wake.set()
+        for slot in self._slots.values():
+            slot.event.set()
+        self._slots.clear()
+
+    async def _wait_wake(self) -> None:
+        await self._wake.wait()
+        self._wake = anyio.Event()
+
+    async def _wait_for(self, seq: int) -> T:
+        slot = self._slots.get(seq)
+        if slot is None:
+            raise ReconcilerClosedError()
+        await slot.event.wait()
+        if slot.value is None:
+            raise ReconcilerClosedError()
+        return slot.value
+
+    def pending_waiter_slots(self) -> int:
+        return len(self._slots)
+
+
+def _key_kind(key: str) -> str:
+    return key if key in (ALL, CONFIG) else "source"
