@@ -13,6 +13,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="operator log level (default: WARNING)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="run the bundled engine demo (in-process MCP servers, no network)")
+    rc = sub.add_parser("reconcile", help="run the engine headless on a config file, printing publications")
+    rc.add_argument("--config", required=True)
+    rc.add_argument("--once", action="store_true", help="print the first generation's status and exit")
     check = sub.add_parser("check-config", help="validate a config file without serving (exit 0 valid, 1 invalid)")
     check.add_argument("file")
     return parser
@@ -25,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from api.demo import main as demo_main
 
         return demo_main()
+    if args.command == "reconcile":
+        from api.reconcile_cmd import run as reconcile_run
+
+        return reconcile_run(args.config, once=args.once)
     if args.command == "check-config":
         from api.check_config import run as check_run
 

@@ -38,12 +38,13 @@ class DemoServer:
     ) -> types.ListToolsResult:
         return types.ListToolsResult(
             tools=[
-                types.Tool(name=t, description=f"{self.name}: {t}", input_schema={"type": "object"})
-                for t in self.tools
+                types.Tool(name=t, description=f"{self.name}: {t}", input_schema={"type": "object"}) for t in self.tools
             ]
         )
 
-    async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         if params.name == "slow_report":
             await self.release.wait()
         text = json.dumps({"server": self.name, "tool": params.name, "tools_now": len(self.tools)})
@@ -62,7 +63,7 @@ async def run_demo(out: TextIO = sys.stdout) -> int:
     def say(msg: str) -> None:
         print(msg, file=out, flush=True)
 
-    async with UpstreamReader(lambda spec: servers[spec.name].server) as reader:
+    async with UpstreamReader(lambda spec, _end: servers[spec.name].server) as reader:
         rec = Reconciler(StaticDesiredState(specs), reader, bounds=Bounds(cooldown_s=0.2))
         reader.on_dirty = rec.trigger
         rec.runtime.add_listener(lambda new, old: say(f"published {_describe(new)}"))
@@ -92,8 +93,10 @@ async def run_demo(out: TextIO = sys.stdout) -> int:
                 say(f"a call is in flight, pinned to revision {live.revision}")
                 servers["notes"].tools.append("summarize")
                 out2 = await rec.refresh(["notes"], timeout_s=10)
-                say(f"upstream added a tool: cycle {out2.status}, revision {out2.revision}; "
-                    f"revision {live.revision} is {live.state.value} with {live.pins} pin(s)")
+                say(
+                    f"upstream added a tool: cycle {out2.status}, revision {out2.revision}; "
+                    f"revision {live.revision} is {live.state.value} with {live.pins} pin(s)"
+                )
                 servers["tests"].release.set()
             say(result[0])
             say(f"revision {live.revision} is now {live.state.value}")

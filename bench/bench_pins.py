@@ -28,8 +28,8 @@ sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import anyio  # noqa: E402
-
 from _stats import dump_json, environment, json_out_path, summary, verdict  # noqa: E402
+
 from reconciler.bounds import Bounds  # noqa: E402
 from reconciler.catalog import make_entry, merge  # noqa: E402
 from reconciler.model import EntryKind, SourceSpec, SourceState  # noqa: E402
@@ -212,7 +212,7 @@ def run() -> dict:
     base_sync = cases["baseline: empty fn pair"]["median"]
     base_async = cases["baseline: empty async cm"]["median"]
     loop = cases["loop overhead (empty for)"]["median"]
-    for k, s in cases.items():
+    for s in cases.values():
         base = base_sync if s["group"] == "sync" else base_async
         s["ratio_vs_baseline"] = s["median"] / base
         s["net_of_loop_ns"] = s["median"] - loop

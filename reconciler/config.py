@@ -58,8 +58,9 @@ __all__ = [
     "load_config",
 ]
 
-_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
-_PREFIX_PATTERN = r"^[A-Za-z0-9_.-]{0,64}$"
+# fullmatch, not match with "$": "$" would accept a trailing newline.
+_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]{0,64}")
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Order matters: "$${" (escape) must win over "${" at the same position.
 _VAR_TOKEN = re.compile(r"\$\$\{|\$\{(?P<name>[^}]*)\}|\$\{")
@@ -107,9 +108,7 @@ class ConfigError(Exception):
     ) -> None:
         self.problems: list[ConfigProblem] = list(problems)
         self.files: tuple[Path, ...] = tuple(files)
-        self.include_globs: tuple[str, ...] | None = (
-            None if include_globs is None else tuple(include_globs)
-        )
+        self.include_globs: tuple[str, ...] | None = None if include_globs is None else tuple(include_globs)
         super().__init__("\n".join(str(p) for p in self.problems))
 
     def __str__(self) -> str:
@@ -158,9 +157,7 @@ def display_transport(transport: Mapping[str, Any]) -> dict[str, Any]:
             return "***"
         return value
 
-    return {
-        str(k): show(v, mask=k in ("headers", "env")) for k, v in transport.items()
-    }
+    return {str(k): show(v, mask=k in ("headers", "env")) for k, v in transport.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +186,7 @@ def _interpolate(template: str, environ: Mapping[str, str]) -> tuple[str, list[_
             continue
         name = m.group("name")
         if name is None:
-            issues.append(
-                _InterpolationIssue("unterminated ${", "close it with }, or write $${ for a literal ${")
-            )
+            issues.append(_InterpolationIssue("unterminated ${", "close it with }, or write $${ for a literal ${"))
             continue
         if not _VAR_NAME.match(name):
             issues.append(
@@ -256,6 +251,9 @@ class SseTransportConfig(_Frozen):
     headers: dict[str, str] = Field(default_factory=dict)
 
 
+RESERVED_SOURCE_NAMES = frozenset({"all", "config"})
+
+
 class SourceConfig(_Frozen):
     """One source as written in the file (before interpolation and path resolution)."""
 
@@ -271,19 +269,18 @@ class SourceConfig(_Frozen):
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        if not re.match(_NAME_PATTERN, value):
-            raise PydanticCustomError(
-                "source_name", "a source name is 1..64 characters of A-Z a-z 0-9 _ . -"
-            )
+        if not _NAME_PATTERN.fullmatch(value):
+            raise PydanticCustomError("source_name", "a source name is 1..64 characters of A-Z a-z 0-9 _ . -")
+        if value in RESERVED_SOURCE_NAMES:
+            # These are the reconciler's own dirty keys (workqueue.ALL / CONFIG).
+            raise PydanticCustomError("source_name", "'all' and 'config' are reserved; choose another source name")
         return value
 
     @field_validator("prefix")
     @classmethod
     def _check_prefix(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(_PREFIX_PATTERN, value):
-            raise PydanticCustomError(
-                "source_prefix", "a prefix is at most 64 characters of A-Z a-z 0-9 _ . -"
-            )
+        if value is not None and not _PREFIX_PATTERN.fullmatch(value):
+            raise PydanticCustomError("source_prefix", "a prefix is at most 64 characters of A-Z a-z 0-9 _ . -")
         return value
 
     @field_validator("watch")
@@ -319,7 +316,7 @@ class GatewaySettings(_Frozen):
     def bounds(self, base: Bounds | None = None) -> Bounds:
         """``base`` (default: the design's defaults) with this file's overrides applied."""
         return dataclasses.replace(
-            base or Bounds(),
+            Bounds() if base is None else base,
             cooldown_s=self.cooldown_s,
             retiring_max=self.retiring_max,
             operation_deadline_s=self.operation_deadline_s,
@@ -559,9 +556,7 @@ class _Declared:
     loc: tuple[int | str, ...]  # path of the source mapping inside its document
 
 
-def _build_spec(
-    declared: _Declared, environ: Mapping[str, str], problems: list[ConfigProblem]
-) -> SourceSpec | None:
+def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[ConfigProblem]) -> SourceSpec | None:
     src, doc = declared.source, declared.doc
     base_dir = doc.path.parent
     before = len(problems)
@@ -571,9 +566,7 @@ def _build_spec(
         full = (*declared.loc, *loc)
         for issue in issues:
             problems.append(
-                ConfigProblem(
-                    doc.file, _locate(doc.root, full), _field_path(full), issue.message, issue.hint
-                )
+                ConfigProblem(doc.file, _locate(doc.root, full), _field_path(full), issue.message, issue.hint)
             )
         return result
 
@@ -807,4 +800,3 @@ def _raw_includes(data: Any, main_dir: Path) -> list[str] | None:
     if isinstance(raw, list) and all(isinstance(p, str) and p for p in raw):
         return [os.path.normpath(os.path.join(main_dir, p)) for p in raw]
     return None
-

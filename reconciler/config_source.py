@@ -74,6 +74,7 @@ class ConfigDesiredState:
         self._good_at: float | None = None
         self._error: ConfigError | None = None
         self._tracker: Tracker | None = None
+        self._logged_error: str | None = None
 
     @property
     def last_good(self) -> LoadedConfig | None:
@@ -101,6 +102,7 @@ class ConfigDesiredState:
             self._error = outcome.error
             tracker = outcome.tracker
             if outcome.loaded is not None:
+                self._logged_error = None
                 self._good = outcome.loaded
                 self._good_at = time.time()
                 return DesiredState(
@@ -112,11 +114,14 @@ class ConfigDesiredState:
                     config_error=None,
                 )
             assert outcome.error is not None
-            log.warning("config %s is invalid:\n%s", self._path, outcome.error)
+            rendered = str(outcome.error)
+            # Failed cycles are retried; say it once per distinct error, not once per retry.
+            if rendered != self._logged_error:
+                log.warning("config %s is invalid:\n%s", self._path, rendered)
+                self._logged_error = rendered
             if self._good is None:
                 raise outcome.error
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._good_at or 0))
-            rendered = str(outcome.error)
             if len(rendered) > _CONFIG_ERROR_MAX_CHARS:
                 rendered = rendered[:_CONFIG_ERROR_MAX_CHARS] + "\n... (truncated)"
             return DesiredState(

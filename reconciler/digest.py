@@ -22,9 +22,7 @@ def _default(value: object) -> object:
 
 def canonical_json(value: object) -> bytes:
     """Deterministic JSON bytes for ``value`` (mappings proxies and tuples included)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default
-    ).encode()
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default).encode()
 
 
 def digest_bytes(data: bytes) -> str:

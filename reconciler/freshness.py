@@ -97,9 +97,7 @@ class Fingerprint:
         only one of them (created, deleted, newly matched or no longer matched)."""
         mine = {stamp.path: stamp for stamp in self.files}
         theirs = {stamp.path: stamp for stamp in other.files}
-        return tuple(
-            sorted(path for path in mine.keys() | theirs.keys() if mine.get(path) != theirs.get(path))
-        )
+        return tuple(sorted(path for path in mine.keys() | theirs.keys() if mine.get(path) != theirs.get(path)))
 
     def is_stale(self, current: Fingerprint) -> bool:
         """Whether inputs read at this (baseline) sweep may differ from ``current``: the digests
@@ -191,9 +189,9 @@ class Tracker:
         self.config = config
         self._racy_window_ns = racy_window_ns
         self._config_inputs = (tuple(config.files), tuple(config.include_globs))
-        self.config_fingerprint = config_fingerprint or take_fingerprint(
-            *self._config_inputs, now_ns=now_ns, racy_window_ns=racy_window_ns
-        )
+        if config_fingerprint is None:
+            config_fingerprint = take_fingerprint(*self._config_inputs, now_ns=now_ns, racy_window_ns=racy_window_ns)
+        self.config_fingerprint = config_fingerprint
         self._watches = {spec.name: tuple(spec.watch) for spec in config.specs if spec.watch}
         self.source_fingerprints: Mapping[str, Fingerprint] = MappingProxyType(
             {

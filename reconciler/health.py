@@ -29,7 +29,11 @@ class HealthBoard:
 
     def ok(self, source: str, at: float, *, entries: int) -> None:
         self._by_source[source] = replace(
-            self.get(source), status="ready", last_ok_at=at, consecutive_failures=0, entries=entries,
+            self.get(source),
+            status="ready",
+            last_ok_at=at,
+            consecutive_failures=0,
+            entries=entries,
             next_attempt_at=None,
         )
 

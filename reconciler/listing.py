@@ -8,6 +8,7 @@ source, which then keeps its last-known-good state (I2)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -17,6 +18,8 @@ from typing import Any
 import mcp_types as types
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from mcp import MCPError
+from mcp_types import METHOD_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reconciler.bounds import Bounds
@@ -112,7 +115,14 @@ async def list_source(
                     detail=f"source {spec.name}: more than {bounds.pages_per_source} list pages",
                 )
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            page = await send(kspec.request(params), _RawPage)
+            try:
+                page = await send(kspec.request(params), _RawPage)
+            except MCPError as exc:
+                # A server may advertise resources but not implement templates (or vice versa):
+                # "method not found" on a first page means "offers none of this kind".
+                if exc.error.code == METHOD_NOT_FOUND and cursor is None:
+                    break
+                raise
             for raw in getattr(page, kspec.field) or []:
                 entry, diag = validate_entry(kspec, raw, spec, bounds)
                 if diag is not None:
@@ -121,7 +131,13 @@ async def list_source(
                     continue
                 if entry.upstream_name in seen:
                     diagnostics.append(
-                        _diag("duplicate_entry", spec, entry.upstream_name, f"{kspec.kind} listed twice; kept the first", bounds)
+                        _diag(
+                            "duplicate_entry",
+                            spec,
+                            entry.upstream_name,
+                            f"{kspec.kind} listed twice; kept the first",
+                            bounds,
+                        )
                     )
                     continue
                 seen.add(entry.upstream_name)
@@ -141,7 +157,9 @@ async def list_source(
             if not cursor:
                 break
             if cursor in cursors:
-                raise SourceReadError("listing returned a repeated page cursor", detail=f"source {spec.name}: cursor loop")
+                raise SourceReadError(
+                    "listing returned a repeated page cursor", detail=f"source {spec.name}: cursor loop"
+                )
             cursors.add(cursor)
     return Listing(entries=tuple(entries), diagnostics=tuple(diagnostics), pages=pages)
 
@@ -200,11 +218,20 @@ def _schema_problem(tool: BaseModel) -> str | None:
         if not isinstance(schema, dict) or schema.get("type") != "object":
             return f"{field_name} must be a JSON Schema object with type 'object'"
         try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            return f"{field_name} is not a valid JSON Schema ({bounded(str(exc.message), 120)})"
-        try:
-            json.dumps(schema)
+            canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"))
         except (TypeError, ValueError):
             return f"{field_name} is not JSON-serializable"
+        problem = _check_schema(canonical)
+        if problem is not None:
+            return f"{field_name} is not a valid JSON Schema ({problem})"
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_schema(canonical: str) -> str | None:
+    """Meta-validation costs ~1 ms per schema; re-lists and tools sharing a schema hit the cache."""
+    try:
+        Draft202012Validator.check_schema(json.loads(canonical))
+    except SchemaError as exc:
+        return bounded(str(exc.message), 120)
     return None

@@ -187,7 +187,9 @@ class Reconciler:
                     outcome = await self._build_and_publish(batch, started, completed)
             except (Exception, TimeoutError) as exc:  # a failed cycle keeps its keys (I6)
                 reason = _cycle_failure_reason(exc)
-                log.warning("reconcile cycle %d failed: %s", batch.seq, reason, exc_info=not isinstance(exc, TimeoutError))
+                log.warning(
+                    "reconcile cycle %d failed: %s", batch.seq, reason, exc_info=not isinstance(exc, TimeoutError)
+                )
                 self._discard_orphans(completed)
                 span.set_attribute("cycle.status", "failed")
                 outcome = CycleOutcome(

@@ -12,8 +12,8 @@ connection whose spec and watched inputs are unchanged and opens a new one other
 from __future__ import annotations
 
 import itertools
-import math
 import logging
+import math
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -31,14 +31,22 @@ from reconciler.bounds import Bounds
 from reconciler.errors import SourceReadError
 from reconciler.listing import capability_kinds, list_source
 from reconciler.model import SourceSpec, SourceState
+from reconciler.throttle import Backoff
+from reconciler.transports import transport_for
 
 log = logging.getLogger("mcp_reconciler.upstream")
 
 R = TypeVar("R", bound=BaseModel)
 
-#: Builds what ``mcp.Client`` connects to for a spec: a ``Server`` (in-process), a URL string,
-#: ``StdioServerParameters``, or any ``Transport``.
-TargetFactory = Callable[[SourceSpec], Any]
+#: Builds what ``mcp.Client`` connects to for a spec: any ``Transport`` (default: stdio, HTTP or
+#: SSE from ``spec.transport``) or, in tests and embeddings, an in-process ``Server``. The second
+#: argument is the callback to invoke when the transport's stream ends (death detection).
+TargetFactory = Callable[[SourceSpec, Callable[[], None]], Any]
+
+
+def default_targets(spec: SourceSpec, on_end: Callable[[], None]) -> Any:
+    return transport_for(spec, on_end)
+
 
 _ids = itertools.count(1)
 
@@ -48,22 +56,29 @@ class UpstreamUnavailableError(SourceReadError):
         super().__init__("upstream unavailable", detail=detail)
 
 
+class _Probe(BaseModel):
+    model_config = {"extra": "allow"}
+
+
 class UpstreamConnection:
     """One client session to one source. Closed exactly once via :meth:`aclose`."""
 
     def __init__(
         self,
         spec: SourceSpec,
-        target: Any,
+        targets: TargetFactory,
         *,
         mode: str = "auto",
         on_event: Callable[[UpstreamConnection, str], None] | None = None,
         connect_timeout_s: float = 10.0,
+        health_interval_s: float | None = None,
     ) -> None:
         self.spec = spec
         self.source = spec.name
         self._id = f"{spec.name}#{next(_ids)}"
-        self._target = target
+        self._target = targets(spec, self._transport_ended)
+        self._health_interval_s = health_interval_s
+        self.connected_at: float | None = None
         self._mode = mode
         self._on_event = on_event
         self._connect_timeout_s = connect_timeout_s
@@ -72,6 +87,7 @@ class UpstreamConnection:
         self._done = anyio.Event()
         self._closing = False
         self.dead = False
+        self._death_reported = False
         self.protocol_version: str | None = None
         self.capabilities: types.ServerCapabilities | None = None
 
@@ -99,16 +115,21 @@ class UpstreamConnection:
             # The connect deadline scope must enclose the whole session (a scope may not exit
             # before the contexts entered inside it), so it is lifted once connected.
             with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout_s) as connect_scope:
-                async with Client(self._target, mode=self._mode, message_handler=self._on_message, cache=None) as client:
+                async with Client(
+                    self._target, mode=self._mode, message_handler=self._on_message, cache=None
+                ) as client:
                     connect_scope.deadline = math.inf
                     self._client = client
                     self.protocol_version = client.protocol_version
                     self.capabilities = client.server_capabilities
                     started = True
+                    self.connected_at = anyio.current_time()
                     task_status.started()
                     async with anyio.create_task_group() as tg:
                         if not self.protocol_version.startswith("2025"):
                             tg.start_soon(self._listen, client)
+                        if self._health_interval_s:
+                            tg.start_soon(self._health_loop, client, self._health_interval_s)
                         await self._stop.wait()
                         tg.cancel_scope.cancel()
             if connect_scope.cancelled_caught and not started:
@@ -143,6 +164,34 @@ class UpstreamConnection:
             self._emit("dead")
             raise UpstreamUnavailableError(type(exc).__name__) from exc
 
+    def _transport_ended(self) -> None:
+        """The transport's read stream ended: the upstream process exited or the stream dropped."""
+        if not self._closing and not self.dead:
+            self.dead = True
+            log.info("upstream connection %s: transport ended", self._id)
+            self._emit("dead")
+            self._stop.set()
+
+    async def _health_loop(self, client: Client, interval_s: float) -> None:
+        """Idle HTTP upstreams can die unnoticed; probe them (ping in the legacy era, an uncached
+        first-page tools/list in the new one, which has no ping)."""
+        while True:
+            await anyio.sleep(interval_s)
+            try:
+                with anyio.fail_after(max(1.0, interval_s)):
+                    if (self.protocol_version or "").startswith("2025"):
+                        await client.send_ping()
+                    else:
+                        await client.session.send_request(types.ListToolsRequest(params=None), _Probe)
+            except Exception as exc:
+                if self._closing:
+                    return
+                log.info("upstream connection %s failed its health check: %s", self._id, type(exc).__name__)
+                self.dead = True
+                self._emit("dead")
+                self._stop.set()
+                return
+
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self._emit("tools")
@@ -169,6 +218,10 @@ class UpstreamConnection:
             log.debug("upstream %s: listen unavailable (%s)", self._id, type(exc).__name__)
 
     def _emit(self, what: str) -> None:
+        if what == "dead":
+            if self._death_reported:
+                return
+            self._death_reported = True
         if self._on_event is not None and not self._closing:
             self._on_event(self, what)
 
@@ -176,24 +229,40 @@ class UpstreamConnection:
 class UpstreamReader:
     """The engine's ``SourceReader`` over MCP client sessions.
 
-    ``async with UpstreamReader(targets, bounds, on_dirty=reconciler.trigger):`` owns every
-    connection task; leaving the block closes any connection still open (the runtime normally
-    closed them already — closing is idempotent)."""
+    ``async with UpstreamReader(on_dirty=reconciler.trigger):`` owns every connection task and
+    retry timer; leaving the block closes any connection still open (the runtime normally closed
+    them already — closing is idempotent) and stops the timers.
+
+    Reconnects are throttled per source (I8, :class:`~reconciler.throttle.Backoff`): a read that
+    needs a new connection before its source's next allowed attempt fails fast with "reconnect
+    throttled" (the source keeps its last-known-good state) and a timer marks the source dirty
+    when the attempt becomes allowed, so recovery needs no outside trigger."""
 
     def __init__(
         self,
-        target_factory: TargetFactory,
+        target_factory: TargetFactory = default_targets,
         *,
         bounds: Bounds | None = None,
         on_dirty: Callable[[str], None] | None = None,
         mode: str = "auto",
+        backoff: Backoff | None = None,
+        health_interval_s: float | None = 30.0,
+        connect_timeout_s: float = 10.0,
     ) -> None:
         self._targets = target_factory
         self.bounds = bounds or Bounds()
         self.on_dirty = on_dirty
         self._mode = mode
+        self.backoff = backoff or Backoff(
+            base_s=self.bounds.reconnect_backoff_min_s,
+            cap_s=self.bounds.reconnect_backoff_max_s,
+            cooldown_s=self.bounds.cooldown_s,
+        )
+        self._health_interval_s = health_interval_s
+        self._connect_timeout_s = connect_timeout_s
         self._current: dict[str, UpstreamConnection] = {}
         self._open: set[UpstreamConnection] = set()
+        self._timers: set[str] = set()
         self._tg: TaskGroup | None = None
         self.opened = 0
 
@@ -209,10 +278,19 @@ class UpstreamReader:
         with anyio.CancelScope(shield=True):
             for conn in list(self._open):
                 await conn.aclose()
+        self._tg.cancel_scope.cancel()
         return await self._tg.__aexit__(exc_type, exc, tb)
 
     def current(self, source: str) -> UpstreamConnection | None:
         return self._current.get(source)
+
+    def open_connections(self) -> int:
+        return len(self._open)
+
+    def next_attempt_at(self, source: str) -> float | None:
+        """Wall-clock time of the next allowed reconnect, if one is being throttled."""
+        wait = self.backoff.wait_s(source)
+        return time.time() + wait if wait > 0 else None
 
     async def read(self, spec: SourceSpec, previous: SourceState | None, *, inputs_digest: str) -> SourceState:
         conn: UpstreamConnection | None = None
@@ -230,11 +308,10 @@ class UpstreamReader:
             conn = await self.open(spec)
         try:
             with telemetry.tracer.start_as_current_span("upstream.list", attributes={"source": spec.name}):
-                listing = await list_source(
-                    conn.send, spec, self.bounds, kinds=capability_kinds(conn.capabilities)
-                )
+                listing = await list_source(conn.send, spec, self.bounds, kinds=capability_kinds(conn.capabilities))
         except BaseException as exc:
             if opened:
+                self.backoff.failure(spec.name)
                 with anyio.CancelScope(shield=True):
                     await conn.aclose()
             if isinstance(exc, SourceReadError):
@@ -256,14 +333,32 @@ class UpstreamReader:
         )
 
     async def open(self, spec: SourceSpec) -> UpstreamConnection:
-        """Open and start a new connection for ``spec`` (owned by this reader's task group)."""
+        """Open and start a new connection for ``spec`` (owned by this reader's task group),
+        subject to the source's reconnect throttle (I8)."""
         assert self._tg is not None, "UpstreamReader must be entered (async with) before reading"
-        conn = UpstreamConnection(spec, self._targets(spec), mode=self._mode, on_event=self._on_event)
+        wait = self.backoff.wait_s(spec.name)
+        if wait > 0:
+            self._retry_later(spec.name, wait)
+            raise SourceReadError(
+                f"reconnect throttled; next attempt in {wait:.1f} s",
+                detail=f"source {spec.name}: {self.backoff.failures(spec.name)} consecutive failures",
+            )
+        self.backoff.attempt(spec.name)
+        conn = UpstreamConnection(
+            spec,
+            self._targets,
+            mode=self._mode,
+            on_event=self._on_event,
+            connect_timeout_s=self._connect_timeout_s,
+            health_interval_s=self._health_interval_s if spec.transport.get("kind") in ("http", "sse") else None,
+        )
         telemetry.reconnects.add(1, {"source": spec.name})
         self.opened += 1
         try:
             await self._tg.start(self._run_conn, conn)
         except Exception as exc:
+            delay = self.backoff.failure(spec.name)
+            self._retry_later(spec.name, delay)
             raise UpstreamUnavailableError(f"connect failed: {type(exc).__name__}: {exc}") from exc
         return conn
 
@@ -274,8 +369,26 @@ class UpstreamReader:
         finally:
             self._open.discard(conn)
 
+    def _retry_later(self, source: str, delay_s: float) -> None:
+        """One timer per source: mark it dirty when its next attempt is allowed."""
+        if source in self._timers or self._tg is None:
+            return
+        self._timers.add(source)
+
+        async def timer() -> None:
+            try:
+                await anyio.sleep(delay_s)
+            finally:
+                self._timers.discard(source)
+            if self.on_dirty is not None:
+                self.on_dirty(source)
+
+        self._tg.start_soon(timer)
+
     def _on_event(self, conn: UpstreamConnection, what: str) -> None:
         if self._current.get(conn.source) is not conn:
             return  # a superseded connection: its news is not about the current catalog
+        if what == "dead" and conn.connected_at is not None:
+            self.backoff.ended(conn.source, anyio.current_time() - conn.connected_at)
         if self.on_dirty is not None:
             self.on_dirty(conn.source)

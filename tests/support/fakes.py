@@ -42,7 +42,9 @@ def spec(name: str, **kw: Any) -> SourceSpec:
 def state(name: str, tools: list[str], conn: FakeConnection | None = None, *, version: str = "") -> SourceState:
     sp = spec(name)
     entries = tuple(
-        make_entry(sp, EntryKind.TOOL, t, {"name": t, "description": f"{t} {version}", "inputSchema": {"type": "object"}})
+        make_entry(
+            sp, EntryKind.TOOL, t, {"name": t, "description": f"{t} {version}", "inputSchema": {"type": "object"}}
+        )
         for t in tools
     )
     return SourceState(source=name, spec_digest=sp.digest, entries=entries, built_at=0.0, connection=conn)
@@ -93,7 +95,9 @@ class FakeReader:
         if not reuse:
             self.connections.append(conn)
         entries = tuple(
-            make_entry(spec, EntryKind.TOOL, t, {"name": t, "description": f"{t} {v}", "inputSchema": {"type": "object"}})
+            make_entry(
+                spec, EntryKind.TOOL, t, {"name": t, "description": f"{t} {v}", "inputSchema": {"type": "object"}}
+            )
             for t in names
         )
         return SourceState(

@@ -57,12 +57,16 @@ class DynamicServer:
         end = start + self.page_size
         return items[start:end], (str(end) if end < len(items) else None)
 
-    async def _list_tools(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         self.list_calls += 1
         page, nxt = self._page(list(self.tools.values()), params)
         return types.ListToolsResult(tools=page, next_cursor=nxt)
 
-    async def _list_resources(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
         page, nxt = self._page(list(self.resources.values()), params)
         return types.ListResourcesResult(resources=page, next_cursor=nxt)
 
@@ -72,11 +76,15 @@ class DynamicServer:
         page, nxt = self._page(list(self.templates.values()), params)
         return types.ListResourceTemplatesResult(resource_templates=page, next_cursor=nxt)
 
-    async def _list_prompts(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+    async def _list_prompts(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
         page, nxt = self._page(list(self.prompts.values()), params)
         return types.ListPromptsResult(prompts=page, next_cursor=nxt)
 
-    async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         args = dict(params.arguments or {})
         self.calls.append((params.name, args))
         if params.name not in self.tools:
@@ -92,5 +100,9 @@ class DynamicServer:
             finally:
                 self.blocked -= 1
         return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps({"server": self.name, "tool": params.name, "args": args}))]
+            content=[
+                types.TextContent(
+                    type="text", text=json.dumps({"server": self.name, "tool": params.name, "args": args})
+                )
+            ]
         )

@@ -62,7 +62,7 @@ gateway: {}
 def test_valid_config_with_drop_ins(tmp_path: Path) -> None:
     cfg = write(tmp_path / "gateway.yaml", MAIN)
     write(tmp_path / "sources.d" / "b.yaml", "name: bravo\nhttp: {url: 'https://b.example/mcp'}\n")
-    write(tmp_path / "sources.d" / "a.yaml", "name: alpha\nstdio: {command: ./srv, cwd: sub}\nwatch: [in.txt]\n")
+    write(tmp_path / "sources.d" / "a.yaml", "name: alpha\nstdio: {command: ./s, cwd: sub}\nwatch: [in.txt]")
     write(tmp_path / "sources.d" / "ignored.txt", "not yaml at all: [")
 
     loaded = load_config(cfg, environ={"SEARCH_TOKEN": SECRET})
@@ -111,7 +111,11 @@ def test_gateway_settings_overrides_and_bounds(tmp_path: Path) -> None:
     )
     settings = load_config(cfg).settings
     assert settings == GatewaySettings(
-        host="0.0.0.0", port=9999, cooldown_s=0.5, retiring_max=2, operation_deadline_s=30,
+        host="0.0.0.0",
+        port=9999,
+        cooldown_s=0.5,
+        retiring_max=2,
+        operation_deadline_s=30,
         expose_control_tools=True,
     )
     bounds = settings.bounds()
@@ -189,7 +193,7 @@ def test_missing_variable_is_an_error_naming_it_at_its_line(tmp_path: Path) -> N
 
 
 def test_malformed_references_are_errors(tmp_path: Path) -> None:
-    cfg = write(tmp_path / "g.yaml", "sources: [{name: a, stdio: {command: x, args: ['${OPEN', '${1BAD}']}}]\n")
+    cfg = write(tmp_path / "g.yaml", "sources: [{name: a, stdio: {command: x, args: ['${OPEN', '${1X}']}}]\n")
     problems = problems_of(cfg, environ={})
     assert problems[0].startswith(f"{cfg}:1: sources[0].stdio.args[0]: unterminated ${{")
     assert problems[1].startswith(f"{cfg}:1: sources[0].stdio.args[1]: invalid variable reference")
@@ -197,7 +201,8 @@ def test_malformed_references_are_errors(tmp_path: Path) -> None:
 
 def test_interpolated_value_is_real_for_the_engine_but_repr_shows_the_template() -> None:
     value = InterpolatedStr(f"Bearer {SECRET}", "Bearer ${TOKEN}")
-    assert value == f"Bearer {SECRET}" and str(value) == f"Bearer {SECRET}" and f"{value}" == f"Bearer {SECRET}"
+    real = f"Bearer {SECRET}"
+    assert value == real and str(value) == real and f"{value}" == real
     assert repr(value) == "'Bearer ${TOKEN}'"
     assert json.loads(canonical_json({"h": value})) == {"h": f"Bearer {SECRET}"}
     clone = pickle.loads(pickle.dumps(value))
@@ -206,7 +211,7 @@ def test_interpolated_value_is_real_for_the_engine_but_repr_shows_the_template()
 
 def test_changed_secret_changes_the_spec_digest(tmp_path: Path) -> None:
     """A rotated secret must respawn the connection, so the digest covers real values."""
-    cfg = write(tmp_path / "g.yaml", "sources: [{name: a, http: {url: 'http://h/mcp', headers: {A: '${T}'}}}]\n")
+    cfg = write(tmp_path / "g.yaml", "sources: [{name: a, http: {url: 'http://h/m', headers: {A: '${T}'}}}]")
     one = load_config(cfg, environ={"T": "one"}).specs[0]
     two = load_config(cfg, environ={"T": "two"}).specs[0]
     assert one.digest != two.digest
@@ -255,7 +260,7 @@ def test_invalid_url_is_reported_without_its_value(tmp_path: Path) -> None:
 
 
 def test_yaml_syntax_error_does_not_quote_the_offending_line(tmp_path: Path) -> None:
-    cfg = write(tmp_path / "g.yaml", f"sources:\n  - name: a\n    http: {{url: x, headers: {{A: {SECRET}: b\n")
+    cfg = write(tmp_path / "g.yaml", f"sources:\n  - name: a\n    http: {{url: x, headers: {{A: {SECRET}: b")
     with pytest.raises(ConfigError) as info:
         load_config(cfg)
     assert SECRET not in str(info.value)
@@ -517,4 +522,10 @@ def test_check_config_is_empty_for_a_valid_config(tmp_path: Path) -> None:
 def test_models_are_frozen(tmp_path: Path) -> None:
     settings = GatewaySettings()
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises its own ValidationError subtype
-        settings.port = 1  # type: ignore[misc]
+        settings.port = 1
+
+
+def test_name_with_trailing_newline_is_rejected(tmp_path: Path) -> None:
+    # A "$"-anchored regex would accept "abc\n"; names must match in full.
+    cfg = write(tmp_path / "g.yaml", 'sources: [{name: "abc\\n", sse: {url: "http://a/sse"}}]\n')
+    assert [p.field for p in check_config(cfg)] == ["sources[0].name"]

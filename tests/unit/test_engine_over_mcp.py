@@ -32,7 +32,7 @@ async def test_I2_every_page_of_every_kind_is_listed(mode: str) -> None:
     srv.resources = {f"file:///r{i}": types.Resource(uri=f"file:///r{i}", name=f"r{i}") for i in range(15)}
     srv.templates = {"file:///{p}": types.ResourceTemplate(uri_template="file:///{p}", name="any")}
     srv.prompts = {"greet": types.Prompt(name="greet")}
-    async with UpstreamReader(lambda s: srv.server, bounds=FAST, mode=mode) as reader:
+    async with UpstreamReader(lambda s, _e: srv.server, bounds=FAST, mode=mode) as reader:
         async with Reconciler(StaticDesiredState(specs("big")), reader, bounds=FAST) as rec:
             out = await rec.refresh(timeout_s=WAIT)
             gen = rec.runtime.current.generation  # type: ignore[union-attr]
@@ -45,7 +45,7 @@ async def test_I2_every_page_of_every_kind_is_listed(mode: str) -> None:
 
 async def test_I2_too_many_pages_fails_the_whole_source_not_half_of_it() -> None:
     srv = DynamicServer("a", ["x"], page_size=1)
-    async with UpstreamReader(lambda s: srv.server, bounds=Bounds(pages_per_source=8)) as reader:
+    async with UpstreamReader(lambda s, _e: srv.server, bounds=Bounds(pages_per_source=8)) as reader:
         bounds = Bounds(cooldown_s=0.0, pages_per_source=8)
         async with Reconciler(StaticDesiredState(specs("a")), reader, bounds=bounds) as rec:
             await rec.refresh(timeout_s=WAIT)
@@ -61,7 +61,7 @@ async def test_I2_too_many_pages_fails_the_whole_source_not_half_of_it() -> None
 
 async def test_I4_call_in_flight_finishes_on_its_revision_while_new_one_publishes() -> None:
     srv = DynamicServer("a", ["block", "echo"])
-    async with UpstreamReader(lambda s: srv.server) as reader:
+    async with UpstreamReader(lambda s, _e: srv.server) as reader:
         async with Reconciler(StaticDesiredState(specs("a")), reader, bounds=FAST) as rec:
             await rec.refresh(timeout_s=WAIT)
             live = rec.runtime.current
@@ -101,7 +101,7 @@ async def test_I13_invalid_entries_are_rejected_individually() -> None:
         name="badschema", input_schema={"type": "object", "properties": {"x": {"type": "no-such-type"}}}
     )
     srv.tools["n" * 130] = tool("n" * 130)
-    async with UpstreamReader(lambda s: srv.server) as reader:
+    async with UpstreamReader(lambda s, _e: srv.server) as reader:
         async with Reconciler(StaticDesiredState(specs("a")), reader, bounds=FAST) as rec:
             await rec.refresh(timeout_s=WAIT)
             gen = rec.runtime.current.generation  # type: ignore[union-attr]
@@ -116,7 +116,7 @@ async def test_I13_invalid_entries_are_rejected_individually() -> None:
 
 async def test_I14_reader_and_reconciler_close_every_upstream_session() -> None:
     servers = {n: DynamicServer(n, ["x"]) for n in ("a", "b", "c")}
-    async with UpstreamReader(lambda s: servers[s.name].server) as reader:
+    async with UpstreamReader(lambda s, _e: servers[s.name].server) as reader:
         async with Reconciler(StaticDesiredState(specs("a", "b", "c")), reader, bounds=FAST) as rec:
             await rec.refresh(timeout_s=WAIT)
             conns = [s.connection for s in rec.runtime.current.generation.sources]  # type: ignore[union-attr]

@@ -1,0 +1,45 @@
+"""``mcp-reconciler reconcile --config FILE``: run the engine headless on a config file and
+print each publication and status change until interrupted (SIGINT/SIGTERM stop it cleanly)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+import anyio
+
+from reconciler.config import ConfigError
+from reconciler.gateway import Gateway
+from reconciler.generation import Generation
+
+
+async def _run(path: str, once: bool) -> int:
+    def on_publish(new: Generation, old: Generation | None) -> None:
+        tools = sorted(new.tools)
+        print(f"published revision {new.revision}: {len(tools)} tools, digest {new.digest[:12]}", flush=True)
+
+    try:
+        async with Gateway(path) as gw:
+            gw.rec.runtime.add_listener(on_publish)
+            cur = gw.rec.runtime.current
+            if cur is not None:
+                on_publish(cur.generation, None)
+            print(json.dumps(await gw.status(), indent=2, default=str), flush=True)
+            if once:
+                return 0
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+                async for sig in signals:
+                    if sig == signal.SIGHUP:
+                        out = await gw.refresh(["config"])
+                        print(f"SIGHUP: reload cycle {out.status}, revision {out.revision}", flush=True)
+                        continue
+                    break
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    return 0
+
+
+def run(path: str, once: bool = False) -> int:
+    return anyio.run(_run, path, once)

@@ -1,0 +1,117 @@
+"""Transports for upstream connections, built from a spec's transport description.
+
+Every transport's read stream is wrapped so that its end (stdio EOF or process exit, HTTP
+stream end) is observed: the SDK has no public "closed" hook, and a dead upstream must mark its
+source dirty instead of failing silently on the next call.
+
+stdio processes are started by the SDK's ``stdio_client`` in their own session (process group)
+and stopped by it the way DESIGN.md asks: close stdin, wait, SIGTERM the group, wait, SIGKILL.
+The gateway never signals any other process (I15)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Self, TextIO
+
+import anyio
+import httpx2
+from mcp import StdioServerParameters, stdio_client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from reconciler.model import SourceSpec
+
+STREAM_TYPES = ("stdio", "http", "sse")
+
+
+class ObservedReadStream:
+    """Wraps a transport read stream (the SDK's ``ReadStream`` protocol) and calls ``on_end``
+    once when it ends or breaks. ``last_context`` is forwarded for the HTTP transports."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+        self._ended = False
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._on_end()
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> ObservedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def stdio_parameters(transport: Mapping[str, Any]) -> StdioServerParameters:
+    """``command: python`` (or ``python3``) means the gateway's own interpreter, so bundled and
+    example upstreams run in the gateway's environment; give a path to use another one."""
+    command = str(transport["command"])
+    if command in ("python", "python3"):
+        command = sys.executable
+    return StdioServerParameters(
+        command=command,
+        args=[str(a) for a in transport.get("args", ())],
+        env={str(k): str(v) for k, v in (transport.get("env") or {}).items()} or None,
+        cwd=transport.get("cwd"),
+    )
+
+
+def _headers(transport: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (transport.get("headers") or {}).items()}
+
+
+def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO | None = None) -> Any:
+    """An ``mcp.Client`` transport for ``spec`` whose end calls ``on_end``.
+
+    ``transport["kind"]`` is ``stdio`` (command, args, env, cwd), ``http`` (url, headers) or
+    ``sse`` (url, headers). Anything else is a configuration error."""
+    t = spec.transport
+    kind = t.get("kind")
+    if kind not in STREAM_TYPES:
+        raise ValueError(f"source {spec.name!r}: unknown transport kind {kind!r} (use stdio, http or sse)")
+
+    @asynccontextmanager
+    async def connect() -> AsyncIterator[tuple[ObservedReadStream, Any]]:
+        if kind == "stdio":
+            async with stdio_client(stdio_parameters(t), errlog=errlog or sys.stderr) as (read, write):
+                yield ObservedReadStream(read, on_end), write
+        elif kind == "http":
+            timeouts = t.get("timeouts") or {}
+            timeout = httpx2.Timeout(float(timeouts.get("connect_s", 10.0)), read=float(timeouts.get("call_s", 300.0)))
+            async with create_mcp_http_client(headers=_headers(t), timeout=timeout) as http:
+                async with streamable_http_client(str(t["url"]), http_client=http) as (read, write):
+                    yield ObservedReadStream(read, on_end), write
+        else:
+            async with sse_client(str(t["url"]), headers=_headers(t)) as (read, write):
+                yield ObservedReadStream(read, on_end), write
+
+    return connect()
