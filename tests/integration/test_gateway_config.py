@@ -73,7 +73,7 @@ async def test_I11_watched_input_change_respawns_snapshot_server(tmp_path: Path)
             while (await count_notes(gw))[1] != 2:
                 await gw.refresh(timeout_s=WAIT)
         rev2, n2, pid2 = await count_notes(gw)
-        assert rev2 > rev1 and pid2 != pid1
+        assert rev2 > rev1 and pid2 != pid1 and n2 == 2
         with anyio.fail_after(WAIT):  # the old process is gone once its generation drained
             while pid_alive(pid1):
                 await anyio.sleep(0.05)
