@@ -1,0 +1,185 @@
+"""Fixtures for integration tests against real MCP upstreams running as subprocesses.
+
+- :func:`stdio_spec` builds a ``SourceSpec`` that spawns ``tests.support.upstream_server`` over
+  stdio (the SDK's ``stdio_client`` owns that process; the reconciler's supervisor stops it).
+- ``http_upstreams`` starts the server over streamable HTTP on 127.0.0.1 as a subprocess owned by
+  the test; teardown always kills and reaps every one it started.
+- ``no_leaked_children`` (autouse) asserts that no child process of the test process outlives
+  the test (I14), after a short bounded wait for reaping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from reconciler.model import SourceSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SERVER_MODULE = "tests.support.upstream_server"
+READY_TIMEOUT_S = 15.0
+REAP_TIMEOUT_S = 5.0
+
+
+def server_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", SERVER_MODULE, *args]
+
+
+def stdio_spec(name: str, *server_args: str, prefix: str | None = None) -> SourceSpec:
+    """A stdio source running the test upstream with ``server_args`` (``--tools``, ``--pid-file`` ...)."""
+    return SourceSpec(
+        name=name,
+        transport={
+            "kind": "stdio",
+            "command": sys.executable,
+            "args": ["-m", SERVER_MODULE, *server_args],
+            "cwd": str(REPO_ROOT),
+        },
+        prefix=prefix,
+    )
+
+
+def http_spec(name: str, port: int, *, prefix: str | None = None) -> SourceSpec:
+    return SourceSpec(name=name, transport={"kind": "http", "url": f"http://127.0.0.1:{port}/mcp"}, prefix=prefix)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_for_file(
+    path: Path, timeout_s: float = READY_TIMEOUT_S, proc: subprocess.Popen[Any] | None = None
+) -> str:
+    """Poll (bounded) until ``path`` exists and is non-empty; returns its text.
+
+    Waiting on an external process to become ready is the one place polling is acceptable."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            with contextlib.suppress(FileNotFoundError):
+                text = await anyio.Path(path).read_text()
+                if text:
+                    return text
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"upstream server exited with {proc.returncode} before it was ready")
+            await anyio.sleep(0.02)
+
+
+async def read_pid(path: Path, *, not_: int | None = None, timeout_s: float = READY_TIMEOUT_S) -> int:
+    """The pid in ``path`` once it exists (and differs from ``not_``, for a respawn)."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            pid = int(await wait_for_file(path, timeout_s))
+            if pid != not_:
+                return pid
+            await anyio.sleep(0.02)
+
+
+class HttpUpstreams:
+    """Starts HTTP upstream servers owned by one test; :meth:`close` kills and reaps them all."""
+
+    def __init__(self, tmp: Path) -> None:
+        self._tmp = tmp
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._n = 0
+
+    def _spawn(self, port: int, pid_file: Path, server_args: tuple[str, ...]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            server_argv("--transport", "http", "--port", str(port), "--pid-file", str(pid_file), *server_args),
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+        )
+        self._procs.append(proc)
+        return proc
+
+    async def start(self, *server_args: str, port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
+        """Start a server (``--tools`` etc. in ``server_args``) and wait until it listens."""
+        port = port or free_port()
+        self._n += 1
+        pid_file = self._tmp / f"http-{self._n}.pid"
+        proc = self._spawn(port, pid_file, server_args)
+        try:
+            await wait_for_file(pid_file, proc=proc)
+        except BaseException:
+            self.kill(proc)
+            raise
+        return proc, port
+
+    @staticmethod
+    def kill(proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL (no graceful shutdown: the upstream just vanishes) and reap."""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=REAP_TIMEOUT_S)
+
+    def close(self) -> None:
+        for proc in self._procs:
+            self.kill(proc)
+        self._procs.clear()
+
+
+@pytest.fixture
+def http_upstreams(tmp_path: Path) -> Iterator[HttpUpstreams]:
+    ups = HttpUpstreams(tmp_path)
+    try:
+        yield ups
+    finally:
+        ups.close()
+
+
+def child_pids(parent: int | None = None) -> set[int]:
+    """Direct children of ``parent`` (default: this process), zombies included."""
+    parent = os.getpid() if parent is None else parent
+    out: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...; comm may contain spaces and parentheses
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 2 and int(fields[1]) == parent:
+            out.add(int(entry.name))
+    return out
+
+
+def _describe(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_children() -> Iterator[None]:
+    """I14: no child process started during the test survives it (bounded wait for reaping)."""
+    before = child_pids()
+    yield
+    deadline = time.monotonic() + REAP_TIMEOUT_S
+    leaked = child_pids() - before
+    while leaked and time.monotonic() < deadline:
+        time.sleep(0.02)
+        leaked = child_pids() - before
+    if leaked:
+        described = {pid: _describe(pid) for pid in leaked}
+        for pid in leaked:  # don't poison the next test
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)
+        pytest.fail(f"child processes outlived the test: {described}")

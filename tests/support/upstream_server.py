@@ -1,0 +1,263 @@
+"""A runnable real MCP upstream for integration tests (stdio or streamable HTTP).
+
+    python -m tests.support.upstream_server --transport stdio|http [--port N]
+        [--tools a,b,c | --tools-file PATH] [--page-size N] [--pid-file PATH]
+
+Run it with the repository root as the working directory (or on ``PYTHONPATH``).
+
+It is a *spawn-snapshot* server, like the staleness incident in DESIGN.md: ``--tools-file`` (a
+JSON list of names) is read once, at spawn, and never again. Every catalog tool echoes its
+arguments plus ``{"pid": ..., "snapshot": <tools at spawn>}``. Control tools are always listed
+and callable beside the catalog:
+
+- ``block`` waits until the call is cancelled (to hold a call in flight); with argument
+  ``marker`` (a path) it first writes that file, so a test can tell the call is in flight;
+- ``crash`` ends the process at once (``os._exit(3)``);
+- ``flood`` sends ``n`` tools/list_changed announcements;
+- ``set_tools`` replaces the catalog with ``names`` (in memory) and announces list_changed.
+
+Announcements reach both protocol eras: a 2025-11-25 ("legacy") client gets
+``notifications/tools/list_changed`` pushed on its session (``send_tool_list_changed``; on HTTP
+that rides the client's standalone GET stream); a 2026-07-28 client gets ``ToolsListChanged``
+events on its ``subscriptions/listen`` stream (``InMemorySubscriptionBus`` + ``ListenHandler``).
+The session advertises ``listChanged`` in both eras.
+
+Lists paginate with ``--page-size`` (cursor = offset). ``--pid-file`` is written atomically once
+the server is ready: for stdio just before serving, for HTTP once the port accepts connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+CONTROL_TOOLS = ("block", "crash", "flood", "set_tools")
+CRASH_EXIT_CODE = 3
+
+_CONTROL_SCHEMAS: dict[str, dict[str, Any]] = {
+    "block": {"type": "object", "properties": {"marker": {"type": "string"}}},
+    "crash": {"type": "object"},
+    "flood": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
+    "set_tools": {
+        "type": "object",
+        "properties": {"names": {"type": "array", "items": {"type": "string"}}},
+        "required": ["names"],
+    },
+}
+
+
+class _ListChangedServer(Server[Any]):
+    """A low-level ``Server`` whose default initialization options advertise ``listChanged``.
+
+    The streamable-HTTP session manager calls ``create_initialization_options()`` with no
+    arguments (MCP-SDK-NOTES pitfall), so the default itself must say ``tools_changed``."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+class UpstreamServer:
+    def __init__(self, tools: list[str], *, page_size: int = 100) -> None:
+        if page_size < 1:
+            raise ValueError("page size must be at least 1")
+        self.snapshot = list(tools)  # what was loaded at spawn; never reloaded
+        self.tools = list(tools)
+        self.page_size = page_size
+        self.bus = InMemorySubscriptionBus()
+        # A flood must reach the client, not end its listen stream at the default backlog cap.
+        self.listen = ListenHandler(self.bus, max_buffered_events=100_000)
+        self.server = _ListChangedServer(
+            "upstream-test-server",
+            version="1.0",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=self.listen,
+        )
+
+    # -- catalog -------------------------------------------------------------------------------
+
+    def _tool(self, name: str) -> types.Tool:
+        if name in _CONTROL_SCHEMAS:
+            return types.Tool(name=name, description=f"control tool {name}", input_schema=_CONTROL_SCHEMAS[name])
+        return types.Tool(
+            name=name,
+            description=f"echo tool {name}",
+            input_schema={"type": "object", "properties": {"x": {"type": "string"}}},
+        )
+
+    def names(self) -> list[str]:
+        return [*self.tools, *(c for c in CONTROL_TOOLS if c not in self.tools)]
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        names = self.names()
+        try:
+            start = int(params.cursor) if params is not None and params.cursor else 0
+        except ValueError:
+            start = len(names)
+        end = start + self.page_size
+        return types.ListToolsResult(
+            tools=[self._tool(n) for n in names[start:end]], next_cursor=str(end) if end < len(names) else None
+        )
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    async def _announce(self, ctx: ServerRequestContext[Any], count: int = 1) -> None:
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            for _ in range(count):
+                await self.bus.publish(ToolsListChanged())
+        else:
+            for _ in range(count):
+                await ctx.session.send_tool_list_changed()
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        args = dict(params.arguments or {})
+        name = params.name
+        if name == "block":
+            if args.get("marker"):
+                write_pid_file(str(args["marker"]))
+            await anyio.sleep_forever()
+        if name == "crash":
+            os._exit(CRASH_EXIT_CODE)
+        if name == "flood":
+            n = int(args.get("n", 1))
+            await self._announce(ctx, n)
+            return _text({"tool": name, "sent": n, "pid": os.getpid()})
+        if name == "set_tools":
+            self.tools = [str(t) for t in args.get("names", [])]
+            await self._announce(ctx)
+            return _text({"tool": name, "tools": self.tools, "pid": os.getpid()})
+        if name not in self.tools:
+            return types.CallToolResult(content=[types.TextContent(type="text", text="unknown tool")], is_error=True)
+        return _text({"tool": name, "args": args, "pid": os.getpid(), "snapshot": self.snapshot})
+
+
+def _text(payload: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(payload))])
+
+
+def write_pid_file(path: str | None) -> None:
+    """Atomically publish this process's pid (readers never see a partial file)."""
+    if not path:
+        return
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(str(os.getpid()))
+    os.replace(tmp, target)  # also used for block's marker: its content is the pid too
+
+
+# -- serving -------------------------------------------------------------------------------------
+
+
+async def serve_stdio(upstream: UpstreamServer, pid_file: str | None) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        write_pid_file(pid_file)
+        await upstream.server.run(read, write, upstream.server.create_initialization_options())
+
+
+def build_http_app(upstream: UpstreamServer, port: int) -> Any:
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    manager = StreamableHTTPSessionManager(
+        app=upstream.server,
+        stateless=False,
+        security_settings=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],
+            allowed_origins=[f"http://127.0.0.1:{port}", f"http://localhost:{port}"],
+        ),
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    return Starlette(routes=[Mount("/mcp", app=StreamableHTTPASGIApp(manager))], lifespan=lifespan)
+
+
+async def serve_http(upstream: UpstreamServer, port: int, pid_file: str | None) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        build_http_app(upstream, port), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        with anyio.fail_after(30):
+            while not server.started:
+                if server.should_exit:
+                    return
+                await anyio.sleep(0.01)
+        write_pid_file(pid_file)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tests.support.upstream_server", description=__doc__.splitlines()[0])
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    p.add_argument("--port", type=int, default=0, help="HTTP port on 127.0.0.1 (required for http)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--tools", default="", help="comma-separated tool names")
+    group.add_argument("--tools-file", help="JSON list of tool names, read once at spawn")
+    p.add_argument("--page-size", type=int, default=100)
+    p.add_argument("--pid-file")
+    args = p.parse_args(argv)
+    if args.transport == "http" and not args.port:
+        p.error("--port is required with --transport http")
+    if args.page_size < 1:
+        p.error("--page-size must be at least 1")
+    return args
+
+
+def load_tools(args: argparse.Namespace) -> list[str]:
+    if args.tools_file:
+        names = json.loads(Path(args.tools_file).read_text())
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise SystemExit("--tools-file must hold a JSON list of strings")
+        return names
+    return [t for t in (s.strip() for s in args.tools.split(",")) if t]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    upstream = UpstreamServer(load_tools(args), page_size=args.page_size)
+    if args.transport == "stdio":
+        anyio.run(serve_stdio, upstream, args.pid_file)
+    else:
+        anyio.run(serve_http, upstream, args.port, args.pid_file)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
