@@ -180,7 +180,7 @@ class UpstreamConnection:
             try:
                 with anyio.fail_after(max(1.0, interval_s)):
                     if (self.protocol_version or "").startswith("2025"):
-                        await client.send_ping()
+                        await client.session.send_request(types.PingRequest(), types.EmptyResult)
                     else:
                         await client.session.send_request(types.ListToolsRequest(params=None), _Probe)
             except Exception as exc:
@@ -203,19 +203,30 @@ class UpstreamConnection:
             log.info("upstream %s transport error: %s", self._id, type(message).__name__)
 
     async def _listen(self, client: Client) -> None:
-        """New-era change events. Events are also copied to the message handler; handling them
-        here only (the handler ignores nothing it can't see twice: dirty marks are idempotent)."""
+        """New-era change events (copies also reach the message handler; dirty marks are
+        idempotent, so seeing one twice costs nothing)."""
+        acknowledged = False
         try:
             async with client.listen(
                 tools_list_changed=True, resources_list_changed=True, prompts_list_changed=True
             ) as sub:
+                acknowledged = True
                 async for _event in sub:
                     self._emit("listen")
         except SubscriptionLost:
-            self.dead = True
-            self._emit("dead")
-        except Exception as exc:  # listen unsupported or rejected: rely on pushes and health checks
-            log.debug("upstream %s: listen unavailable (%s)", self._id, type(exc).__name__)
+            pass
+        except Exception as exc:
+            if not acknowledged:  # the server does not offer listen: rely on health checks and polls
+                log.info("upstream %s: listen unavailable (%s)", self._id, type(exc).__name__)
+                return
+        if self._closing:
+            return
+        # An acknowledged stream ended and there is no replay: a connection that can no longer
+        # tell us about changes is treated as dead, so the source reconnects (throttled) and is
+        # re-listed instead of silently going stale.
+        self.dead = True
+        self._emit("dead")
+        self._stop.set()
 
     def _emit(self, what: str) -> None:
         if what == "dead":
@@ -310,8 +321,11 @@ class UpstreamReader:
             with telemetry.tracer.start_as_current_span("upstream.list", attributes={"source": spec.name}):
                 listing = await list_source(conn.send, spec, self.bounds, kinds=capability_kinds(conn.capabilities))
         except BaseException as exc:
+            if isinstance(exc, Exception):
+                # Retry on our own, with backoff: the cycle still publishes (LKG kept), so the
+                # queue will not retry this source for us (I8: recovery needs no outside trigger).
+                self._retry_later(spec.name, self.backoff.failure(spec.name))
             if opened:
-                self.backoff.failure(spec.name)
                 with anyio.CancelScope(shield=True):
                     await conn.aclose()
             if isinstance(exc, SourceReadError):
@@ -340,7 +354,7 @@ class UpstreamReader:
         if wait > 0:
             self._retry_later(spec.name, wait)
             raise SourceReadError(
-                f"reconnect throttled; next attempt in {wait:.1f} s",
+                f"reconnect throttled; next attempt in {max(wait, 0.1):.1f} s",
                 detail=f"source {spec.name}: {self.backoff.failures(spec.name)} consecutive failures",
             )
         self.backoff.attempt(spec.name)
