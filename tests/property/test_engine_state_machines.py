@@ -332,7 +332,7 @@ class RuntimeMachine(RuleBasedStateMachine):
                 assert live is not None and live.revision == rec.revision, (
                     f"I3: engine current is {live!r}, model expects revision {rec.revision}"
                 )
-                assert live.generation.catalog is rec.candidate.catalog
+                assert live.generation.catalog is rec.candidate.catalog, "I3: current serves another candidate"
                 rec.live = live
 
     # -- rules: publishing ---------------------------------------------------------------------
@@ -366,7 +366,9 @@ class RuntimeMachine(RuleBasedStateMachine):
         else:
             assert result.status == expected, f"publish: engine {result.status!r}, model {expected!r}"
             if expected == "published":
-                assert result.revision == self.current.revision  # type: ignore[union-attr]
+                assert result.revision == self.current.revision, (  # type: ignore[union-attr]
+                    f"I3: published as revision {result.revision}, expected {self.current.revision}"  # type: ignore[union-attr]
+                )
                 assert before is None or result.revision > before, "I3: revisions must strictly increase"
             else:
                 assert result.revision == before, "I3: a discarded or deferred candidate mints no revision"
@@ -476,6 +478,8 @@ class RuntimeMachine(RuleBasedStateMachine):
             except GenerationDrainedError as exc:
                 op.outcome = "drained"
                 op.drained_revision = exc.revision
+            except Exception as exc:  # reported by the I4 invariant, not by the task group
+                op.outcome = f"unexpected {type(exc).__name__}: {exc}"
         if scope.cancelled_caught:
             op.outcome = "cancelled"
 
@@ -558,13 +562,15 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.h.run(act, what="aclose")
 
     # -- invariants ------------------------------------------------------------------------------
+    # They read engine state from the test thread: safe, because between steps the loop is
+    # quiescent and the virtual clock stands still, so nothing in the engine can run.
 
     @invariant()
     def count_steps(self) -> None:
         self.steps += 1
 
     @invariant()
-    def I3_revisions_strictly_increase_and_equal_candidates_are_discarded(self) -> None:
+    def I03_revisions_strictly_increase_and_equal_candidates_are_discarded(self) -> None:
         revisions = [rev for rev, _ in self.publications]
         assert revisions == sorted(set(revisions)), f"I3: revisions not strictly increasing: {revisions}"
         assert self.publications == self.expected_publications, (
@@ -573,7 +579,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         assert self.rt.current_revision == (self.current.revision if self.current else None)
 
     @invariant()
-    def I4_pins_hold_and_no_operation_runs_on_a_closed_connection(self) -> None:
+    def I04_pins_hold_and_no_operation_runs_on_a_closed_connection(self) -> None:
         for pin, rec in self.pins:
             assert pin.live is rec.live
             if rec.live is not None and rec.live.is_closed:
@@ -607,7 +613,7 @@ class RuntimeMachine(RuleBasedStateMachine):
                     assert op.drained_revision == op.rec.revision
 
     @invariant()
-    def I5_retirement_is_bounded_in_space_and_time(self) -> None:
+    def I05_retirement_is_bounded_in_space_and_time(self) -> None:
         assert len(self.rt.retiring) <= RUNTIME_BOUNDS.retiring_max, f"I5: {len(self.rt.retiring)} retiring"
         assert self.rt.retiring == tuple(r.live for r in self.retiring), (
             f"I5: retiring {self.rt.retiring} != model {[r.revision for r in self.retiring]}"
@@ -645,7 +651,10 @@ class RuntimeMachine(RuleBasedStateMachine):
             if not self.closed:
                 self._model_aclose()
             self.h.run(self.stop.set, what="stop")
-            self.host_future.result(timeout=REAL_WAIT_S)  # leaving `async with Runtime` closes it
+            try:  # leaving `async with Runtime` closes it
+                self.host_future.result(timeout=REAL_WAIT_S)
+            except concurrent.futures.TimeoutError:
+                raise AssertionError("I14: leaving `async with Runtime` did not finish") from None
             # I14: every connection ever handed to publish was closed exactly once.
             for conn in self.conns.values():
                 assert conn.close_calls == 1 and conn.closed, f"I14: {conn!r} after teardown"
@@ -782,10 +791,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @precondition(
         # allowed exactly when the queue says so: keys dirty and the clock past its next start
-        lambda self: not self.shut
-        and self.batch is None
-        and self.q.dirty
-        and self.now >= self.q.next_start_not_before
+        lambda self: not self.shut and self.batch is None and self.q.dirty and self.now >= self.q.next_start_not_before
     )
     @rule()
     def take_batch(self) -> None:
@@ -865,14 +871,14 @@ class QueueMachine(RuleBasedStateMachine):
     # -- invariants ------------------------------------------------------------------------------
 
     @invariant()
-    def I6_coalescing_keeps_every_dirty_key_and_one_batch(self) -> None:
+    def I06_coalescing_keeps_every_dirty_key_and_one_batch(self) -> None:
         assert self.q.dirty == frozenset(self.dirty), f"I6: dirty {set(self.q.dirty)} != model {self.dirty}"
         assert self.q.processing == (self.batch.keys if self.batch is not None else None)
         assert self.q.started == self.started
         assert self.q.next_start_not_before == self.not_before, "I6: cooldown/backoff schedule differs"
 
     @invariant()
-    def I7_waiters_are_honest_and_leak_nothing(self) -> None:
+    def I07_waiters_are_honest_and_leak_nothing(self) -> None:
         starts = {s.seq: s for s in self.starts}
         for rec in self.tickets:
             assert rec.ticket is not None
