@@ -108,13 +108,15 @@ class LiveGeneration:
     async def wait_operations_done(self) -> None:
         """Return once no operation runs on this generation (callers bound the wait)."""
         while self._operations:
-            self._idle_waiter = anyio.Event()
+            if self._idle_waiter is None:
+                self._idle_waiter = anyio.Event()  # shared by every waiter until it fires
             await self._idle_waiter.wait()
 
     def _operation_done(self, op: Operation) -> None:
         self._operations.discard(op)
         if not self._operations and self._idle_waiter is not None:
             self._idle_waiter.set()
+            self._idle_waiter = None
 
     def _unpin(self) -> None:
         self._pins -= 1
@@ -161,6 +163,10 @@ class Runtime:
         self._tg: TaskGroup | None = None
         self._closing = False
         self._closed = anyio.Event()
+        self._tg_active = False
+        self._closes_in_flight = 0
+        self._closes_idle = anyio.Event()
+        self._closes_idle.set()
         self._slot_freed = anyio.Event()
         self.forced_drains = 0
         self.deferred_publications = 0
@@ -176,6 +182,7 @@ class Runtime:
     async def __aenter__(self) -> Runtime:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self._tg_active = True
         return self
 
     async def __aexit__(
@@ -186,6 +193,7 @@ class Runtime:
                 await self.aclose()
         finally:
             assert self._tg is not None
+            self._tg_active = False
             self._tg.cancel_scope.cancel()
             result = await self._tg.__aexit__(exc_type, exc, tb)
         return result
@@ -209,6 +217,8 @@ class Runtime:
                     await live.wait_operations_done()
             conns: list[Connection] = []
             for live in lives:
+                if live.is_closed:
+                    continue  # drained during the grace wait: its references are already released
                 live._mark_closed()
                 conns.extend(self._release_refs(live.generation.catalog))
             if self._pending is not None:
@@ -219,6 +229,9 @@ class Runtime:
             self._by_revision.clear()
             for conn in conns:
                 await self._close_connection(conn)
+            # Closes started earlier in the background (superseded generations, orphans) must
+            # finish before teardown reports done (I14); each is bounded by its own timeout.
+            await self._closes_idle.wait()
         finally:
             self._closed.set()
 
@@ -274,7 +287,10 @@ class Runtime:
         """Publish ``catalog`` as the next revision, discard it if equal to the current one (I3),
         or defer it if the retiring set is full (I5). Synchronous: one reference swap."""
         if self._closing:
-            self._close_orphans(catalog)
+            if self._tg_active:
+                self._close_orphans(catalog)
+            # Otherwise the runtime's task group is gone: the caller still owns the candidate's
+            # connections and must close them.
             raise ReconcilerClosedError()
         self._ref(catalog)
         if self._pending is not None:
@@ -397,9 +413,19 @@ class Runtime:
 
     def _close_later(self, conns: Iterable[Connection]) -> None:
         for conn in conns:
-            if self._tg is None:
-                raise RuntimeError("Runtime must be entered (async with) before use")
-            self._tg.start_soon(self._close_connection, conn)
+            if self._tg is None or not self._tg_active:
+                raise ReconcilerClosedError()
+            self._closes_in_flight += 1
+            self._closes_idle = anyio.Event() if self._closes_idle.is_set() else self._closes_idle
+            self._tg.start_soon(self._close_tracked, conn)
+
+    async def _close_tracked(self, conn: Connection) -> None:
+        try:
+            await self._close_connection(conn)
+        finally:
+            self._closes_in_flight -= 1
+            if self._closes_in_flight == 0:
+                self._closes_idle.set()
 
     async def _close_connection(self, conn: Connection) -> None:
         if conn in self._closed_conns:

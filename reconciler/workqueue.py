@@ -37,10 +37,11 @@ class Batch:
 
 
 class _Slot(Generic[T]):
-    __slots__ = ("event", "value")
+    __slots__ = ("event", "filled", "value")
 
     def __init__(self) -> None:
         self.event = anyio.Event()
+        self.filled = False
         self.value: T | None = None
 
 
@@ -49,11 +50,15 @@ class Ticket(Generic[T]):
     """A request's claim on the first batch that starts after it."""
 
     seq: int
-    _queue: TriggerQueue[T] = field(repr=False)
+    _slot: _Slot[T] = field(repr=False)
 
     async def wait(self) -> T:
-        """The outcome of batch ``seq``. Cancelling this wait cancels nothing shared."""
-        return await self._queue._wait_for(self.seq)
+        """The outcome of batch ``seq`` (also after it finished). Cancelling this wait cancels
+        nothing shared; ReconcilerClosedError if the queue shut down before the batch ran."""
+        await self._slot.event.wait()
+        if not self._slot.filled:
+            raise ReconcilerClosedError()
+        return self._slot.value  # type: ignore[return-value]
 
 
 class TriggerQueue(Generic[T]):
@@ -97,11 +102,14 @@ class TriggerQueue(Generic[T]):
         self._wake.set()
 
     def request(self, keys: Iterable[str]) -> Ticket[T]:
-        """Mark ``keys`` dirty and return a ticket for the first batch that starts afterwards."""
+        """Mark ``keys`` dirty and return a ticket for the first batch that starts afterwards.
+
+        With no keys, the ticket observes the next batch that starts for any reason."""
         if self._shutdown:
             raise ReconcilerClosedError()
-        ticket: Ticket[T] = Ticket(self._started + 1, self)
-        self._slots.setdefault(ticket.seq, _Slot())
+        seq = self._started + 1
+        slot = self._slots.setdefault(seq, _Slot())
+        ticket: Ticket[T] = Ticket(seq, slot)
         for key in keys:
             self.add(key)
         return ticket
@@ -164,6 +172,7 @@ class TriggerQueue(Generic[T]):
         slot = self._slots.pop(batch.seq, None)
         if slot is not None:
             slot.value = outcome
+            slot.filled = True
             slot.event.set()
 
     def shutdown(self) -> None:
@@ -177,15 +186,6 @@ class TriggerQueue(Generic[T]):
     async def _wait_wake(self) -> None:
         await self._wake.wait()
         self._wake = anyio.Event()
-
-    async def _wait_for(self, seq: int) -> T:
-        slot = self._slots.get(seq)
-        if slot is None:
-            raise ReconcilerClosedError()
-        await slot.event.wait()
-        if slot.value is None:
-            raise ReconcilerClosedError()
-        return slot.value
 
     def pending_waiter_slots(self) -> int:
         return len(self._slots)

@@ -133,3 +133,59 @@ async def test_demo_runs_and_prints_publications() -> None:
     assert "call finished on revision 1" in text
     assert "cycle unchanged, revision 2" in text
     assert "revision 1 is now closed" in text
+
+
+async def test_I8_failed_first_listing_is_retried_without_outside_trigger() -> None:
+    from mcp import MCPError
+    from mcp.server import Server
+
+    srv = DynamicServer("a", ["x"])
+    calls = {"n": 0}
+    original = srv._list_tools
+
+    async def flaky(ctx, params):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise MCPError(-32603, "transient")
+        return await original(ctx, params)
+
+    server = Server("a", version="1", on_list_tools=flaky, on_call_tool=srv._call_tool)
+    b = Bounds(cooldown_s=0.0, reconnect_backoff_min_s=0.05, reconnect_backoff_max_s=0.1)
+    async with UpstreamReader(lambda s, _e: server, bounds=b) as reader:
+        async with Reconciler(StaticDesiredState(specs("a")), reader, bounds=b) as rec:
+            reader.on_dirty = rec.trigger
+            published = anyio.Event()
+            rec.runtime.add_listener(lambda new, old: published.set() if "a__x" in new.tools else None)
+            with anyio.fail_after(WAIT):
+                await published.wait()  # no refresh call: the reader's own retry timer did it
+            assert calls["n"] >= 2
+
+
+async def test_I6_ended_listen_stream_reconnects_and_keeps_seeing_changes() -> None:
+    from mcp.server import Server
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+
+    names = ["x"]
+    bus = InMemorySubscriptionBus()
+    handler = ListenHandler(bus)
+
+    async def list_tools(ctx, params):  # type: ignore[no-untyped-def]
+        return types.ListToolsResult(tools=[types.Tool(name=n, input_schema={"type": "object"}) for n in names])
+
+    server = Server("s", version="1", on_list_tools=list_tools, on_subscriptions_listen=handler)
+    b = Bounds(cooldown_s=0.0, reconnect_backoff_min_s=0.05, reconnect_backoff_max_s=0.1)
+    async with UpstreamReader(lambda s, _e: server, bounds=b) as reader:
+        async with Reconciler(StaticDesiredState(specs("a")), reader, bounds=b) as rec:
+            reader.on_dirty = rec.trigger
+            await rec.refresh(timeout_s=WAIT)
+            conn = rec.runtime.current.generation.source_state("a").connection  # type: ignore[union-attr]
+            assert isinstance(conn, UpstreamConnection)
+            handler.close()  # the upstream ends its listen stream gracefully: no replay follows
+            with anyio.fail_after(WAIT):
+                while conn.alive:
+                    await anyio.sleep(0.01)
+            names.append("z")
+            with anyio.fail_after(WAIT):
+                while "a__z" not in rec.runtime.current.generation.tools:  # type: ignore[union-attr]
+                    await bus.publish(ToolsListChanged())
+                    await anyio.sleep(0.02)

@@ -228,3 +228,72 @@ async def test_I14_close_is_idempotent_concurrent_and_closes_each_connection_onc
             rt.publish(catalog(state("c", ["q"], conns[3])))
     assert len(cancelled) == 1
     assert [c.closes for c in conns[:4]] == [1, 1, 1, 1]
+
+
+async def test_I5_many_waiters_for_operations_all_wake() -> None:
+    async with Runtime() as rt:
+        rt.publish(catalog(state("a", ["x"], FakeConnection())))
+        live = rt.current
+        assert live is not None
+        release = anyio.Event()
+        woke: list[str] = []
+
+        async def op() -> None:
+            async with live.operation():
+                await release.wait()
+
+        async def waiter(name: str) -> None:
+            await live.wait_operations_done()
+            woke.append(name)
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(op)
+                await anyio.wait_all_tasks_blocked()
+                tg.start_soon(waiter, "w1")
+                tg.start_soon(waiter, "w2")
+                await anyio.wait_all_tasks_blocked()
+                release.set()
+        assert sorted(woke) == ["w1", "w2"]
+
+
+class SlowConnection(FakeConnection):
+    def __init__(self, gate: anyio.Event) -> None:
+        super().__init__()
+        self.gate = gate
+        self.finished = False
+
+    async def aclose(self) -> None:
+        self.closes += 1
+        await self.gate.wait()
+        self.finished = True
+
+
+async def test_I14_aclose_waits_for_background_connection_closes() -> None:
+    gate = anyio.Event()
+    slow = SlowConnection(gate)
+    async with Runtime() as rt:
+        rt.publish(catalog(state("a", ["x"], slow)))
+        rt.publish(catalog(state("a", ["y"], FakeConnection())))  # slow closes in the background
+        await anyio.wait_all_tasks_blocked()
+        assert slow.closes == 1 and not slow.finished
+        done = anyio.Event()
+
+        async def close() -> None:
+            await rt.aclose()
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(close)
+            await anyio.wait_all_tasks_blocked()
+            assert not done.is_set()  # aclose has not reported done while an upstream is still closing
+            gate.set()
+        assert slow.finished and done.is_set()
+
+
+async def test_I14_publish_after_exit_raises_closed_error() -> None:
+    rt = Runtime()
+    async with rt:
+        pass
+    with pytest.raises(ReconcilerClosedError):
+        rt.publish(catalog(state("a", ["x"], FakeConnection())))

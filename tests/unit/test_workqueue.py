@@ -132,3 +132,12 @@ async def test_I7_shutdown_releases_waiters() -> None:
         await ticket.wait()
     with pytest.raises(ReconcilerClosedError):
         await q.get()
+
+
+async def test_I7_ticket_waited_after_its_batch_finished_gets_its_outcome() -> None:
+    q: TriggerQueue[str | None] = TriggerQueue(cooldown_s=0.0, clock=Clock())
+    ticket = q.request(["a"])
+    batch = await q.get()
+    q.done(batch, None, ok=True)  # even a None outcome is an outcome
+    assert await ticket.wait() is None
+    assert q.pending_waiter_slots() == 0
