@@ -1,0 +1,110 @@
+"""Exact-name authority (I9) and definition drift (I10)."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconciler.authority import (
+    Authority,
+    DriftPolicy,
+    GrantError,
+    GrantPolicy,
+    QuarantinedNameError,
+    UnavailableNameError,
+    UnknownNameError,
+)
+from reconciler.bounds import Bounds
+from reconciler.generation import Generation
+from reconciler.model import EntryKind
+from tests.support.fakes import catalog, state
+
+T = EntryKind.TOOL
+
+
+def gen(revision: int, tools: list[str], version: str = "") -> Generation:
+    return Generation(revision=revision, catalog=catalog(state("a", tools, version=version)), published_at=0.0)
+
+
+def test_I9_authority_matrix() -> None:
+    auth = Authority()
+    g1 = gen(1, ["x", "y"])
+    s = auth.create("owner", g1)  # policy current: granted x, y
+    assert auth.resolve(s, g1, T, "a__x").entry.upstream_name == "x"
+    g2 = gen(2, ["y", "z"])  # x removed upstream, z added upstream
+    with pytest.raises(UnavailableNameError, match="currently unavailable"):
+        auth.resolve(s, g2, T, "a__x")
+    with pytest.raises(UnknownNameError):
+        auth.resolve(s, g2, T, "a__z")  # new names never appear until granted
+    with pytest.raises(UnknownNameError):
+        auth.resolve(s, g2, T, "nope")
+    assert [e.exposed_name for e in auth.view(s, g2).entries[T]] == ["a__y"]
+    g3 = gen(3, ["x", "y", "z"])  # x reappears: works again
+    assert auth.resolve(s, g3, T, "a__x").entry.exposed_name == "a__x"
+    auth.grant(s, ["a__z"], g3)
+    assert auth.resolve(s, g3, T, "a__z").entry.exposed_name == "a__z"
+
+
+def test_I9_unavailable_is_distinct_from_unknown_and_retryable() -> None:
+    auth = Authority()
+    s = auth.create("o", gen(1, ["x"]))
+    with pytest.raises(UnavailableNameError) as exc:
+        auth.resolve(s, gen(2, []), T, "a__x")
+    assert exc.value.retryable and exc.value.code == "currently_unavailable"
+    with pytest.raises(UnknownNameError) as unknown:
+        auth.resolve(s, gen(2, []), T, "a__y")
+    assert not unknown.value.retryable and unknown.value.code == "unknown_name"
+
+
+def test_I9_grant_policies_none_and_explicit() -> None:
+    auth = Authority()
+    g = gen(1, ["x", "y"])
+    none = auth.create("o", g, policy=GrantPolicy.NONE)
+    assert all(not v for v in auth.view(none, g).entries.values())
+    explicit = auth.create("o", g, policy=GrantPolicy.EXPLICIT, names=["a__y"])
+    assert [e.exposed_name for e in auth.view(explicit, g).entries[T]] == ["a__y"]
+
+
+def test_I9_grants_are_all_or_nothing_and_bounded() -> None:
+    auth = Authority(Bounds(names_per_grant=3, names_per_session=4))
+    g = gen(1, ["a", "b", "c", "d", "e"])
+    s = auth.create("o", g, policy=GrantPolicy.NONE)
+    with pytest.raises(GrantError, match="not in the current catalog: missing"):
+        auth.grant(s, ["a__a", "missing"], g)
+    assert dict(s.grants) == {}
+    auth.grant(s, ["a__a", "a__b", "a__c"], g)  # N = bound: accepted
+    with pytest.raises(GrantError, match="at most 3"):
+        auth.grant(s, ["a__a", "a__b", "a__c", "a__d"], g)  # N + 1 per grant
+    auth.grant(s, ["a__d"], g)  # 4 per session = bound
+    with pytest.raises(GrantError, match="at most 4 names"):
+        auth.grant(s, ["a__e"], g)  # N + 1 per session
+    assert len(s.grants) == 4
+
+
+@pytest.mark.parametrize("policy", list(DriftPolicy))
+def test_I10_drifted_definition_under_each_policy(policy: DriftPolicy) -> None:
+    auth = Authority(drift_policy=policy)
+    s = auth.create("o", gen(1, ["x"]))
+    drifted = gen(2, ["x"], version="rug pull")
+    before = auth.view(s, gen(1, ["x"]))
+    if policy is DriftPolicy.QUARANTINE:
+        with pytest.raises(QuarantinedNameError):
+            auth.resolve(s, drifted, T, "a__x")
+        assert auth.view(s, drifted).entries[T] == ()
+    else:
+        resolved = auth.resolve(s, drifted, T, "a__x")
+        assert resolved.drifted is (policy is DriftPolicy.FLAG)
+        assert auth.view(s, drifted).drifted == ({"tool:a__x"} if policy is DriftPolicy.FLAG else set())
+    changed = auth.view(s, drifted).changed_kinds(before)
+    assert changed == {T}  # the definition a client sees changed (or vanished): it must re-list
+    auth.grant(s, ["a__x"], drifted)  # re-granting accepts the new definition
+    assert auth.resolve(s, drifted, T, "a__x").drifted is False
+
+
+def test_I9_view_digest_changes_only_with_the_sessions_view() -> None:
+    auth = Authority()
+    s = auth.create("o", gen(1, ["x"]))
+    v1 = auth.view(s, gen(1, ["x"]))
+    v2 = auth.view(s, gen(2, ["x", "new"]))  # upstream added a name the session was not granted
+    assert v2.changed_kinds(v1) == set()
+    v3 = auth.view(s, gen(3, []))
+    assert v3.changed_kinds(v2) == {T}
