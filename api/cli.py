@@ -12,6 +12,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-reconciler", description="An MCP gateway built like a reconciler.")
     parser.add_argument("--log-level", default="WARNING", help="operator log level (default: WARNING)")
     sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the MCP endpoint over streamable HTTP (no --config: the bundled demo)")
+    serve.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
+    serve.add_argument("--host", help="listen address (default: the config's, else 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default: the config's, else 8765)")
+    stdio = sub.add_parser("stdio", help="serve one MCP session over stdin/stdout")
+    stdio.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
     sub.add_parser("demo", help="run the bundled engine demo (in-process MCP servers, no network)")
     rc = sub.add_parser("reconcile", help="run the engine headless on a config file, printing publications")
     rc.add_argument("--config", required=True)
@@ -23,7 +29,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # Logs go to stderr: on `stdio`, stdout carries the MCP protocol.
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
+    )
+    if args.command in ("serve", "stdio"):
+        import anyio
+
+        from api.server import BUNDLED_DEMO, run_serve, run_stdio
+
+        try:
+            if args.command == "serve":
+                return anyio.run(run_serve, args.config, args.host, args.port)
+            return anyio.run(run_stdio, args.config or BUNDLED_DEMO)
+        except KeyboardInterrupt:
+            return 130
+        except OSError as exc:
+            print(f"mcp-reconciler: {exc}", file=sys.stderr)
+            return 1
     if args.command == "demo":
         from api.demo import main as demo_main
 

@@ -15,6 +15,7 @@ Grants and refreshes of one session are serialized by that session's lock."""
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 import secrets
 import time
@@ -133,6 +134,7 @@ class Authority:
         self.bounds = bounds or Bounds()
         self.drift_policy = drift_policy
         self._sessions: dict[str, Session] = {}
+        self._by_token_hash: dict[str, Session] = {}
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -152,13 +154,25 @@ class Authority:
         elif policy is GrantPolicy.EXPLICIT:
             self._set_grants(session, self._validate(list(names), generation), generation)
         self._sessions[sid] = session
+        self._by_token_hash[hashlib.sha256(session.token.encode()).hexdigest()] = session
         return session
 
     def get(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
 
+    def by_token(self, token: str) -> Session | None:
+        """The session a bearer token authenticates. Looked up by the token's hash, then
+        compared in constant time, so timing reveals nothing about valid tokens."""
+        session = self._by_token_hash.get(hashlib.sha256(token.encode()).hexdigest())
+        if session is not None and secrets.compare_digest(session.token, token):
+            return session
+        return None
+
     def remove(self, session_id: str) -> Session | None:
-        return self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            self._by_token_hash.pop(hashlib.sha256(session.token.encode()).hexdigest(), None)
+        return session
 
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -64,6 +64,7 @@ class Catalog:
     tracked_files: int = 0
     warnings: tuple[str, ...] = ()
     config_error: str | None = None
+    by_source: Mapping[str, SourceState] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def stale_sources(self) -> tuple[str, ...]:
@@ -141,4 +142,5 @@ def merge(
         tracked_files=tracked_files,
         warnings=tuple(warnings),
         config_error=config_error,
+        by_source=MappingProxyType({s.source: s for s in states}),
     )

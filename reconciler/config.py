@@ -312,6 +312,9 @@ class GatewaySettings(_Frozen):
     retiring_max: int = Field(default=4, ge=1)
     operation_deadline_s: float = Field(default=300.0, gt=0)
     expose_control_tools: bool = False
+    grant_policy: Literal["current", "none"] = "current"
+    drift_policy: Literal["allow", "flag", "quarantine"] = "flag"
+    allowed_hosts: tuple[str, ...] = ()  # extra Host values accepted on /mcp (DNS-rebinding protection)
 
     def bounds(self, base: Bounds | None = None) -> Bounds:
         """``base`` (default: the design's defaults) with this file's overrides applied."""

@@ -48,7 +48,5 @@ class Generation:
         return self.catalog.routes[kind].get(name)
 
     def source_state(self, name: str) -> SourceState | None:
-        for state in self.catalog.sources:
-            if state.source == name:
-                return state
-        return None
+        """O(1): the state of source ``name`` in this generation."""
+        return self.catalog.by_source.get(name)

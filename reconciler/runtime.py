@@ -39,6 +39,19 @@ log = logging.getLogger("mcp_reconciler.runtime")
 CONNECTION_CLOSE_TIMEOUT_S = 10.0
 
 
+_RUNTIMES: weakref.WeakSet[Runtime] = weakref.WeakSet()
+
+
+def _observe_pins(_options: CallbackOptions) -> Iterable[Observation]:
+    return [Observation(live.pins, {"revision": live.revision}) for rt in list(_RUNTIMES) for live in rt.live()]
+
+
+# One instrument per process: the global meter keeps instruments and their callbacks forever.
+telemetry.meter.create_observable_gauge(
+    "reconciler.generation.pins", callbacks=[_observe_pins], description="Pins held per live generation"
+)
+
+
 class LiveState(enum.Enum):
     CURRENT = "current"
     RETIRING = "retiring"
@@ -171,11 +184,7 @@ class Runtime:
         self.forced_drains = 0
         self.deferred_publications = 0
         self.connections_closed = 0
-        telemetry.meter.create_observable_gauge(
-            "reconciler.generation.pins",
-            callbacks=[self._observe_pins],
-            description="Pins held per live generation",
-        )
+        _RUNTIMES.add(self)  # observed by the one module-level pins gauge (no strong reference)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -439,6 +448,3 @@ class Runtime:
                 log.exception("closing connection %s failed", conn.connection_id)
         if scope.cancelled_caught:
             log.warning("closing connection %s timed out", conn.connection_id)
-
-    def _observe_pins(self, _options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(live.pins, {"revision": live.revision}) for live in self.live()]

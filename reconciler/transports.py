@@ -111,7 +111,13 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
                 async with streamable_http_client(str(t["url"]), http_client=http) as (read, write):
                     yield ObservedReadStream(read, on_end), write
         else:
-            async with sse_client(str(t["url"]), headers=_headers(t)) as (read, write):
+            timeouts = t.get("timeouts") or {}
+            async with sse_client(
+                str(t["url"]),
+                headers=_headers(t),
+                timeout=float(timeouts.get("connect_s", 10.0)),
+                sse_read_timeout=float(timeouts.get("call_s", 300.0)),
+            ) as (read, write):
                 yield ObservedReadStream(read, on_end), write
 
     return connect()

@@ -24,6 +24,7 @@ import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, MCPError
 from mcp.client.subscriptions import SubscriptionLost
+from mcp.shared.dispatcher import ProgressFnT
 from pydantic import BaseModel
 
 from reconciler import telemetry
@@ -152,11 +153,20 @@ class UpstreamConnection:
         self._stop.set()
         await self._done.wait()
 
-    async def send(self, request: Any, result_type: type[R], timeout_s: float | None = None) -> R:
-        """Send a raw request on this connection (no client-side caching or validation)."""
+    async def send(
+        self,
+        request: Any,
+        result_type: type[R],
+        timeout_s: float | None = None,
+        progress_callback: ProgressFnT | None = None,
+    ) -> R:
+        """Send a raw request on this connection (no client-side caching or output-schema
+        validation: a gateway passes results through). Cancelling the caller cancels upstream."""
         client = self.client
         try:
-            return await client.session.send_request(request, result_type, request_read_timeout_seconds=timeout_s)
+            return await client.session.send_request(
+                request, result_type, request_read_timeout_seconds=timeout_s, progress_callback=progress_callback
+            )
         except MCPError:
             raise
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:

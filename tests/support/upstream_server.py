@@ -1,6 +1,6 @@
-"""A runnable real MCP upstream for integration tests (stdio or streamable HTTP).
+"""A runnable real MCP upstream for integration tests (stdio, streamable HTTP or legacy SSE).
 
-    python -m tests.support.upstream_server --transport stdio|http [--port N]
+    python -m tests.support.upstream_server --transport stdio|http|sse [--port N]
         [--tools a,b,c | --tools-file PATH] [--page-size N] [--pid-file PATH]
 
 Run it with the repository root as the working directory (or on ``PYTHONPATH``).
@@ -22,8 +22,15 @@ that rides the client's standalone GET stream); a 2026-07-28 client gets ``Tools
 events on its ``subscriptions/listen`` stream (``InMemorySubscriptionBus`` + ``ListenHandler``).
 The session advertises ``listChanged`` in both eras.
 
+Over ``--transport sse`` (the SDK's ``SseServerTransport``, the 2024-11-05-style HTTP+SSE
+transport) the server listens on 127.0.0.1:PORT: ``GET /sse`` opens a client's event stream (its
+first event names the POST endpoint), ``POST /messages/?session_id=...`` carries the client's
+messages. Each GET stream is one connection served by ``Server.run`` (both eras are answered on
+it; list_changed reaches a legacy client pushed on that same stream).
+
 Lists paginate with ``--page-size`` (cursor = offset). ``--pid-file`` is written atomically once
-the server is ready: for stdio just before serving, for HTTP once the port accepts connections.
+the server is ready: for stdio just before serving, for HTTP and SSE once the port accepts
+connections.
 """
 
 from __future__ import annotations
@@ -182,20 +189,23 @@ async def serve_stdio(upstream: UpstreamServer, pid_file: str | None) -> None:
         await upstream.server.run(read, write, upstream.server.create_initialization_options())
 
 
+def _loopback_security(port: int) -> Any:
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],
+        allowed_origins=[f"http://127.0.0.1:{port}", f"http://localhost:{port}"],
+    )
+
+
 def build_http_app(upstream: UpstreamServer, port: int) -> Any:
     from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-    from mcp.server.transport_security import TransportSecuritySettings
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
     manager = StreamableHTTPSessionManager(
-        app=upstream.server,
-        stateless=False,
-        security_settings=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],
-            allowed_origins=[f"http://127.0.0.1:{port}", f"http://localhost:{port}"],
-        ),
+        app=upstream.server, stateless=False, security_settings=_loopback_security(port)
     )
 
     @contextlib.asynccontextmanager
@@ -206,12 +216,39 @@ def build_http_app(upstream: UpstreamServer, port: int) -> Any:
     return Starlette(routes=[Mount("/mcp", app=StreamableHTTPASGIApp(manager))], lifespan=lifespan)
 
 
-async def serve_http(upstream: UpstreamServer, port: int, pid_file: str | None) -> None:
+SSE_PATH = "/sse"
+SSE_MESSAGES_PATH = "/messages/"
+
+
+def build_sse_app(upstream: UpstreamServer, port: int) -> Any:
+    """``GET /sse`` (event stream; one MCP connection each) + ``POST /messages/`` (client messages)."""
+    from mcp.server.sse import SseServerTransport
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Mount, Route
+
+    sse = SseServerTransport(SSE_MESSAGES_PATH, security_settings=_loopback_security(port))
+
+    async def handle_sse(request: Request) -> Response:
+        async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
+            await upstream.server.run(read, write, upstream.server.create_initialization_options())
+        return Response()  # the stream already answered; this only satisfies Starlette
+
+    return Starlette(
+        routes=[
+            Route(SSE_PATH, endpoint=handle_sse, methods=["GET"]),
+            Mount(SSE_MESSAGES_PATH, app=sse.handle_post_message),
+        ]
+    )
+
+
+async def serve_http(upstream: UpstreamServer, port: int, pid_file: str | None, transport: str = "http") -> None:
+    """Serve streamable HTTP (``transport="http"``) or SSE (``"sse"``) on 127.0.0.1:``port``."""
     import uvicorn
 
-    config = uvicorn.Config(
-        build_http_app(upstream, port), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
-    )
+    app = build_sse_app(upstream, port) if transport == "sse" else build_http_app(upstream, port)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
@@ -225,16 +262,16 @@ async def serve_http(upstream: UpstreamServer, port: int, pid_file: str | None) 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tests.support.upstream_server", description=__doc__.splitlines()[0])
-    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    p.add_argument("--port", type=int, default=0, help="HTTP port on 127.0.0.1 (required for http)")
+    p.add_argument("--transport", choices=("stdio", "http", "sse"), default="stdio")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (required for http and sse)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--tools", default="", help="comma-separated tool names")
     group.add_argument("--tools-file", help="JSON list of tool names, read once at spawn")
     p.add_argument("--page-size", type=int, default=100)
     p.add_argument("--pid-file")
     args = p.parse_args(argv)
-    if args.transport == "http" and not args.port:
-        p.error("--port is required with --transport http")
+    if args.transport in ("http", "sse") and not args.port:
+        p.error(f"--port is required with --transport {args.transport}")
     if args.page_size < 1:
         p.error("--page-size must be at least 1")
     return args
@@ -255,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.transport == "stdio":
         anyio.run(serve_stdio, upstream, args.pid_file)
     else:
-        anyio.run(serve_http, upstream, args.port, args.pid_file)
+        anyio.run(serve_http, upstream, args.port, args.pid_file, args.transport)
     return 0
 
 

@@ -297,3 +297,18 @@ async def test_I14_publish_after_exit_raises_closed_error() -> None:
         pass
     with pytest.raises(ReconcilerClosedError):
         rt.publish(catalog(state("a", ["x"], FakeConnection())))
+
+
+async def test_I14_closed_runtimes_are_not_kept_alive_by_telemetry() -> None:
+    import gc
+    import weakref
+
+    refs = []
+    for _ in range(3):
+        rt = Runtime()
+        async with rt:
+            rt.publish(catalog(state("a", ["x"], FakeConnection())))
+        refs.append(weakref.ref(rt))
+    del rt
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]

@@ -1,0 +1,71 @@
+"""Stable, sanitized client-facing errors (I12).
+
+Every engine error maps to one JSON-RPC error code and a short message that names revisions and
+exposed names only. Upstream error text, paths, hosts and ports go to the operator log."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mcp import MCPError
+
+from reconciler.authority import GrantError, QuarantinedNameError, UnavailableNameError, UnknownNameError
+from reconciler.errors import (
+    GenerationDrainedError,
+    ReconcilerClosedError,
+    ReconcilerError,
+    RevisionUnavailableError,
+    SourceReadError,
+)
+from reconciler.pins import OperationDeadlineError
+
+log = logging.getLogger("mcp_reconciler.frontdoor")
+
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+#: JSON-RPC codes per engine error code. Stable: clients may branch on them.
+CODES: dict[str, int] = {
+    UnknownNameError.code: INVALID_PARAMS,  # like an MCP server's own "unknown tool"
+    GrantError.code: INVALID_PARAMS,
+    UnavailableNameError.code: -32010,
+    QuarantinedNameError.code: -32011,
+    RevisionUnavailableError.code: -32012,
+    GenerationDrainedError.code: -32013,
+    OperationDeadlineError.code: -32014,
+    "upstream_unavailable": -32015,
+    "upstream_error": -32016,
+    ReconcilerClosedError.code: -32017,
+}
+
+
+class UpstreamUnavailable(ReconcilerError):
+    code = "upstream_unavailable"
+    retryable = True
+
+    def __init__(self) -> None:
+        super().__init__("upstream unavailable; retry later")
+
+
+def to_mcp_error(exc: BaseException, *, revision: int | None = None) -> MCPError:
+    """The client-facing form of ``exc``. Never includes upstream text."""
+    data: dict[str, Any] = {}
+    if revision is not None:
+        data["revision"] = revision
+    if isinstance(exc, MCPError):
+        # An upstream protocol error: its message is upstream text (I12) — log it, answer generically.
+        log.warning("upstream error %s: %s", exc.error.code, exc.error.message)
+        data.update(code="upstream_error", retryable=False, upstream_code=exc.error.code)
+        return MCPError(CODES["upstream_error"], "the upstream server returned an error", data)
+    if isinstance(exc, SourceReadError):
+        data.update(code="upstream_unavailable", retryable=True)
+        return MCPError(CODES["upstream_unavailable"], "upstream unavailable; retry later", data)
+    if isinstance(exc, ReconcilerError):
+        data.update(code=exc.code, retryable=exc.retryable)
+        if isinstance(exc, RevisionUnavailableError) and exc.current is not None:
+            data["current_revision"] = exc.current
+        return MCPError(CODES.get(exc.code, INTERNAL_ERROR), str(exc), data)
+    log.exception("internal error while serving a request", exc_info=exc)
+    data.update(code="internal_error", retryable=False)
+    return MCPError(INTERNAL_ERROR, "internal error", data)

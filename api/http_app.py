@@ -1,0 +1,73 @@
+"""The HTTP surface: ``/mcp`` (streamable HTTP, both protocol eras), ``/healthz``, ``/readyz``.
+
+DNS-rebinding protection is on: only loopback Host/Origin values are accepted unless the
+operator lists more. ``json_response`` stays off, or progress and new-era cancellation would be
+lost (SDK behaviour)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
+
+from api.event_store import PerSessionEventStoreManager
+from api.frontdoor import FrontDoor
+
+LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+def build_app(
+    front: FrontDoor,
+    *,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    session_idle_timeout_s: float = 1800.0,
+    extra_routes: Sequence[BaseRoute] = (),
+) -> Starlette:
+    manager = PerSessionEventStoreManager(
+        app=front.server,
+        json_response=False,
+        stateless=False,
+        session_idle_timeout=session_idle_timeout_s,
+        security_settings=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[*LOOPBACK_HOSTS, *allowed_hosts],
+            allowed_origins=[*LOOPBACK_ORIGINS, *allowed_origins],
+        ),
+    )
+    front.manager = manager
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        rec = front.rec
+        desired = rec.last_desired
+        ready = rec.runtime.current is not None and (desired is None or desired.config_error is None)
+        body: dict[str, Any] = {"ready": ready, "revision": rec.runtime.current_revision}
+        if desired is not None and desired.config_error is not None:
+            body["reason"] = "config_invalid"
+        elif rec.runtime.current is None:
+            body["reason"] = "no_generation_published"
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    routes: list[BaseRoute] = [
+        Route("/mcp", endpoint=StreamableHTTPASGIApp(manager)),
+        Route("/healthz", endpoint=healthz, methods=["GET"]),
+        Route("/readyz", endpoint=readyz, methods=["GET"]),
+        *extra_routes,
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -1,0 +1,135 @@
+"""Running the gateway: the engine on a config file plus the MCP front door over streamable
+HTTP (``serve``) or stdio (``stdio``). Everything started here is owned by one task group and
+stopped exactly once (I14); the process never restarts itself (I15)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import uvicorn
+from mcp.server.stdio import stdio_server
+
+from api.frontdoor import FrontDoor
+from api.http_app import build_app
+from reconciler.authority import Authority, DriftPolicy, GrantPolicy
+from reconciler.gateway import Gateway
+
+log = logging.getLogger("mcp_reconciler.server")
+
+BUNDLED_DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo" / "gateway.yaml"
+
+
+@dataclass
+class Served:
+    gateway: Gateway
+    front: FrontDoor
+    url: str
+    port: int
+
+
+def _front(gw: Gateway, transport: str) -> FrontDoor:
+    settings = gw.desired.settings
+    authority = Authority(gw.rec.bounds, drift_policy=DriftPolicy(settings.drift_policy if settings else "flag"))
+
+    async def refresh() -> int | None:
+        return (await gw.refresh()).revision
+
+    return FrontDoor(
+        gw.rec,
+        authority,
+        grant_policy=GrantPolicy(settings.grant_policy if settings else "current"),
+        expose_control_tools=bool(settings and settings.expose_control_tools),
+        status=gw.status,
+        refresh=refresh,
+        transport=transport,  # type: ignore[arg-type]
+    )
+
+
+@contextlib.asynccontextmanager
+async def serve_http(
+    config_path: str | Path,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    watch_interval_s: float = 1.0,
+) -> AsyncIterator[Served]:
+    """Start the gateway on ``config_path`` and serve it; leaving the block stops it all.
+    ``port=0`` binds an ephemeral port (tests)."""
+    async with Gateway(config_path, watch_interval_s=watch_interval_s) as gw:
+        settings = gw.desired.settings
+        bind_host = host or (settings.host if settings else "127.0.0.1")
+        bind_port = port if port is not None else (settings.port if settings else 8765)
+        front = _front(gw, "http")
+        app = build_app(front, allowed_hosts=settings.allowed_hosts if settings else ())
+        sock = socket.socket(socket.AF_INET6 if ":" in bind_host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((bind_host, bind_port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(f"cannot listen on {bind_host}:{bind_port}: {exc.strerror}; choose another --port") from exc
+        actual_port = sock.getsockname()[1]
+        server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=3, access_log=False)
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(front.run)
+
+                async def serve() -> None:
+                    try:
+                        await server.serve([sock])
+                    finally:
+                        tg.cancel_scope.cancel()  # uvicorn stopped (signal or should_exit): stop the rest
+
+                tg.start_soon(serve)
+                with anyio.fail_after(30):
+                    while not server.started:  # noqa: ASYNC110 - uvicorn exposes no started event
+                        await anyio.sleep(0.01)
+                try:
+                    yield Served(gw, front, f"http://{bind_host}:{actual_port}/mcp", actual_port)
+                finally:
+                    server.should_exit = True
+        finally:
+            sock.close()
+
+
+async def run_serve(config_path: str | Path | None, host: str | None, port: int | None) -> int:
+    path = Path(config_path) if config_path else BUNDLED_DEMO
+    async with serve_http(path, host=host, port=port) as served:
+        live = served.gateway.rec.runtime.current
+        tools = sorted(live.generation.tools) if live is not None else []
+        print(f"mcp-reconciler serving {path}", flush=True)
+        print(f"  MCP endpoint: {served.url}   (both protocol eras)", flush=True)
+        print(f"  health: {served.url.removesuffix('/mcp')}/healthz  readiness: /readyz", flush=True)
+        print(f"  revision {served.gateway.rec.runtime.current_revision}: {len(tools)} tools {tools}", flush=True)
+        print("  SIGHUP reloads the config; Ctrl-C stops.", flush=True)
+
+        def on_publish(new: object, old: object) -> None:
+            print(f"  published revision {served.gateway.rec.runtime.current_revision}", flush=True)
+
+        served.gateway.rec.runtime.add_listener(on_publish)
+        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            async for _ in signals:
+                out = await served.gateway.refresh(["config"])
+                print(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}", flush=True)
+    return 0
+
+
+async def run_stdio(config_path: str | Path) -> int:
+    """One downstream session over this process's stdin/stdout (logs go to stderr)."""
+    async with Gateway(config_path) as gw:
+        front = _front(gw, "stdio")
+        async with anyio.create_task_group() as tg:
+            await tg.start(front.run)
+            async with stdio_server() as (read, write):
+                await front.server.run(read, write, front.server.create_initialization_options())
+            tg.cancel_scope.cancel()
+    return 0
