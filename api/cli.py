@@ -16,6 +16,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
     serve.add_argument("--host", help="listen address (default: the config's, else 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default: the config's, else 8765)")
+    serve.add_argument(
+        "--insecure-no-auth", action="store_true", help="DEMOS ONLY: accept every control-API request as operator"
+    )
     stdio = sub.add_parser("stdio", help="serve one MCP session over stdin/stdout")
     stdio.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
     sub.add_parser("demo", help="run the bundled engine demo (in-process MCP servers, no network)")
@@ -40,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             if args.command == "serve":
-                return anyio.run(run_serve, args.config, args.host, args.port)
+                return anyio.run(run_serve, args.config, args.host, args.port, args.insecure_no_auth)
             return anyio.run(run_stdio, args.config or BUNDLED_DEMO)
         except KeyboardInterrupt:
             return 130

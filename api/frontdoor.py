@@ -141,6 +141,10 @@ class FrontDoor:
         finally:
             self._remove_listener()
 
+    def touch(self) -> None:
+        """Re-evaluate every session's view now (after grants change outside a publication)."""
+        self._wake.set()
+
     def _any_pending(self) -> bool:
         return any(b.pending for b in self.bindings.values())
 
@@ -373,7 +377,7 @@ class FrontDoor:
             if not isinstance(conn, UpstreamConnection) or not conn.alive:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
             progress: ProgressFnT | None = None
-            if meta and meta.get("progressToken") is not None:
+            if _progress_token(meta) is not None:
 
                 async def progress(progress: float, total: float | None, message: str | None) -> None:
                     await ctx.session.report_progress(progress, total, message)
@@ -458,15 +462,27 @@ class FrontDoor:
         return await handler(ctx, params)
 
 
+#: The SDK hands request ``_meta`` to handlers with the progress token under its Python name
+#: (``progress_token``); the wire name is accepted too, for callers that build ``_meta`` by hand.
+_PROGRESS_KEYS = ("progress_token", "progressToken")
+
+
+def _progress_token(meta: Mapping[str, Any] | None) -> Any:
+    if not meta:
+        return None
+    return next((meta[k] for k in _PROGRESS_KEYS if meta.get(k) is not None), None)
+
+
 def _forwardable(meta: Mapping[str, Any] | None) -> Any:
-    """Request ``_meta`` safe to pass upstream: no progress token (the session adds its own),
-    no protocol keys, no gateway keys."""
+    """Request ``_meta`` safe to pass upstream: no progress token (the upstream session mints
+    its own; forwarding the downstream's would route the upstream's progress to whichever
+    request on the shared upstream connection has that id), no protocol keys, no gateway keys."""
     if not meta:
         return None
     out = {
         k: v
         for k, v in dict(meta).items()
-        if k != "progressToken" and not k.startswith(_SPEC_META_PREFIX) and not k.startswith("io.mcp-reconciler/")
+        if k not in _PROGRESS_KEYS and not k.startswith(_SPEC_META_PREFIX) and not k.startswith("io.mcp-reconciler/")
     }
     return out or None
 

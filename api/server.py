@@ -16,10 +16,14 @@ import anyio
 import uvicorn
 from mcp.server.stdio import stdio_server
 
+from api.auth import Authenticator
+from api.control import Control
+from api.control import routes as control_routes
 from api.frontdoor import FrontDoor
 from api.http_app import build_app
 from reconciler.authority import Authority, DriftPolicy, GrantPolicy
 from reconciler.gateway import Gateway
+from reconciler.holds import HoldRegistry
 
 log = logging.getLogger("mcp_reconciler.server")
 
@@ -32,6 +36,11 @@ class Served:
     front: FrontDoor
     url: str
     port: int
+    control: Control | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.url.removesuffix("/mcp")
 
 
 def _front(gw: Gateway, transport: str) -> FrontDoor:
@@ -59,6 +68,8 @@ async def serve_http(
     host: str | None = None,
     port: int | None = None,
     watch_interval_s: float = 1.0,
+    authenticator: Authenticator | None = None,
+    insecure_no_auth: bool = False,
 ) -> AsyncIterator[Served]:
     """Start the gateway on ``config_path`` and serve it; leaving the block stops it all.
     ``port=0`` binds an ephemeral port (tests)."""
@@ -67,7 +78,19 @@ async def serve_http(
         bind_host = host or (settings.host if settings else "127.0.0.1")
         bind_port = port if port is not None else (settings.port if settings else 8765)
         front = _front(gw, "http")
-        app = build_app(front, allowed_hosts=settings.allowed_hosts if settings else ())
+        auth = authenticator or Authenticator.from_env(insecure_no_auth=insecure_no_auth)
+        if auth.insecure_no_auth:
+            log.warning("INSECURE: --insecure-no-auth is set: every control-API request acts as operator. Demos only.")
+        elif not auth.configured:
+            log.warning(
+                "no control-API tokens configured (MCP_RECONCILER_OPERATOR_TOKENS / MCP_RECONCILER_OWNER_TOKENS): "
+                "every /v1 request will answer 401"
+            )
+        holds = HoldRegistry(gw.rec.runtime)
+        control = Control(gw, front, holds, auth)
+        app = build_app(
+            front, allowed_hosts=settings.allowed_hosts if settings else (), extra_routes=control_routes(control)
+        )
         sock = socket.socket(socket.AF_INET6 if ":" in bind_host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -82,6 +105,7 @@ async def serve_http(
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(front.run)
+                await tg.start(holds.run)
 
                 async def serve() -> None:
                     try:
@@ -94,21 +118,25 @@ async def serve_http(
                     while not server.started:  # noqa: ASYNC110 - uvicorn exposes no started event
                         await anyio.sleep(0.01)
                 try:
-                    yield Served(gw, front, f"http://{bind_host}:{actual_port}/mcp", actual_port)
+                    yield Served(gw, front, f"http://{bind_host}:{actual_port}/mcp", actual_port, control)
                 finally:
                     server.should_exit = True
         finally:
             sock.close()
 
 
-async def run_serve(config_path: str | Path | None, host: str | None, port: int | None) -> int:
+async def run_serve(
+    config_path: str | Path | None, host: str | None, port: int | None, insecure_no_auth: bool = False
+) -> int:
     path = Path(config_path) if config_path else BUNDLED_DEMO
-    async with serve_http(path, host=host, port=port) as served:
+    async with serve_http(path, host=host, port=port, insecure_no_auth=insecure_no_auth) as served:
         live = served.gateway.rec.runtime.current
         tools = sorted(live.generation.tools) if live is not None else []
         print(f"mcp-reconciler serving {path}", flush=True)
         print(f"  MCP endpoint: {served.url}   (both protocol eras)", flush=True)
-        print(f"  health: {served.url.removesuffix('/mcp')}/healthz  readiness: /readyz", flush=True)
+        print(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz", flush=True)
+        if insecure_no_auth:
+            print("  WARNING: --insecure-no-auth: the control API accepts every request as operator", flush=True)
         print(f"  revision {served.gateway.rec.runtime.current_revision}: {len(tools)} tools {tools}", flush=True)
         print("  SIGHUP reloads the config; Ctrl-C stops.", flush=True)
 

@@ -73,6 +73,7 @@ class LiveGeneration:
         "_runtime",
         "_state",
         "drain_deadline",
+        "hold_until",
         "generation",
         "revision",
         "superseded_at",
@@ -89,6 +90,7 @@ class LiveGeneration:
         self._forced = False
         self._idle_waiter: anyio.Event | None = None
         self.drain_deadline: float | None = None  # anyio clock
+        self.hold_until: float = float("-inf")  # anyio clock: revision holds extend the drain deadline
         self.superseded_at: float | None = None  # wall clock
 
     @property
@@ -356,9 +358,14 @@ class Runtime:
     async def _retire(self, live: LiveGeneration) -> None:
         """Wait for the generation to drain, or force it at its deadline (I5)."""
         assert live.drain_deadline is not None
-        with anyio.move_on_after(max(0.0, live.drain_deadline - anyio.current_time())):
-            await live._closed_event.wait()
-        if live.state is not LiveState.CLOSED and not self._closing:
+        while True:
+            # A revision hold (bounded TTL) may extend the deadline while we wait.
+            deadline = max(live.drain_deadline, live.hold_until)
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                await live._closed_event.wait()
+            if live.is_closed or self._closing or anyio.current_time() >= max(live.drain_deadline, live.hold_until):
+                break
+        if not live.is_closed and not self._closing:
             live._forced = True
             self.forced_drains += 1
             telemetry.forced_drains.add(1)

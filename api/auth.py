@@ -1,0 +1,70 @@
+"""Bearer-token authentication and roles for the control API.
+
+Roles: ``operator`` (everything) and ``owner`` (only the sessions it created: another owner's
+session answers 404, never 403, so ids do not leak). Tokens come from the environment:
+``MCP_RECONCILER_OPERATOR_TOKENS`` (comma-separated) and ``MCP_RECONCILER_OWNER_TOKENS``
+(``owner=token`` pairs, comma-separated). Tokens are compared in constant time and never
+logged. ``--insecure-no-auth`` makes every request an operator (local demos only, loudly)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    role: Literal["operator", "owner"]
+    name: str
+
+
+class Authenticator:
+    def __init__(
+        self,
+        operator_tokens: list[str] | tuple[str, ...] = (),
+        owner_tokens: Mapping[str, str] | None = None,
+        *,
+        insecure_no_auth: bool = False,
+    ) -> None:
+        self.insecure_no_auth = insecure_no_auth
+        # Keyed by a digest so lookups never compare raw tokens in variable time.
+        self._by_digest: dict[bytes, tuple[str, Principal]] = {}
+        for i, token in enumerate(t for t in operator_tokens if t):
+            self._by_digest[_digest(token)] = (token, Principal("operator", f"operator{i + 1}"))
+        for owner, token in (owner_tokens or {}).items():
+            if token:
+                self._by_digest[_digest(token)] = (token, Principal("owner", owner))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, insecure_no_auth: bool = False) -> Authenticator:
+        env = os.environ if environ is None else environ
+        operators = [t.strip() for t in env.get("MCP_RECONCILER_OPERATOR_TOKENS", "").split(",") if t.strip()]
+        owners: dict[str, str] = {}
+        for pair in env.get("MCP_RECONCILER_OWNER_TOKENS", "").split(","):
+            name, sep, token = pair.partition("=")
+            if sep and name.strip() and token.strip():
+                owners[name.strip()] = token.strip()
+        return cls(operators, owners, insecure_no_auth=insecure_no_auth)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self._by_digest)
+
+    def authenticate(self, authorization: str | None) -> Principal | None:
+        if self.insecure_no_auth:
+            return Principal("operator", "insecure-no-auth")
+        if not authorization or not authorization.lower().startswith("bearer "):
+            return None
+        token = authorization[7:].strip()
+        found = self._by_digest.get(_digest(token))
+        if found is None or not hmac.compare_digest(found[0].encode(), token.encode()):
+            return None
+        return found[1]
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()

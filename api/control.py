@@ -1,0 +1,416 @@
+"""The control API: JSON over HTTP under ``/v1`` (operators and session owners).
+
+Every route is declared once in ``ROUTES`` with its models, which also generates the OpenAPI
+document (``api/openapi.py``). Errors are ``{"error": {"code", "message"}}`` and sanitized (I12)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from api import wire
+from api.auth import Authenticator, Principal
+from api.frontdoor import FrontDoor
+from reconciler.authority import GrantError, GrantPolicy, Session
+from reconciler.errors import ReconcilerError, RevisionUnavailableError
+from reconciler.gateway import Gateway
+from reconciler.holds import HoldError, HoldLimitError, HoldRegistry
+from reconciler.runtime import LiveGeneration
+from reconciler.workqueue import ALL
+
+log = logging.getLogger("mcp_reconciler.control")
+
+MAX_BODY_BYTES = 256 * 1024
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse(wire.dump(wire.ErrorOut(error=wire.ErrorBody(code=code, message=message))), status_code=status)
+
+
+@dataclass
+class Control:
+    gateway: Gateway
+    front: FrontDoor
+    holds: HoldRegistry
+    auth: Authenticator
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def principal(self, request: Request) -> Principal:
+        principal = self.auth.authenticate(request.headers.get("authorization"))
+        if principal is None:
+            raise ApiError(401, "unauthenticated", "a valid bearer token is required (Authorization: Bearer …)")
+        return principal
+
+    @staticmethod
+    def operator_only(principal: Principal) -> None:
+        if principal.role != "operator":
+            raise ApiError(403, "forbidden", "this endpoint needs the operator role")
+
+    async def body(self, request: Request, model: type[BaseModel], *, optional: bool = False) -> Any:
+        raw = await request.body()
+        if len(raw) > MAX_BODY_BYTES:
+            raise ApiError(413, "body_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+        if not raw.strip():
+            if optional:
+                return model()
+            raise ApiError(400, "invalid_body", "a JSON body is required")
+        try:
+            return model.model_validate_json(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            raise ApiError(422, "invalid_body", f"{where}: {first['msg']}") from None
+
+    def session_for(self, principal: Principal, session_id: str) -> Session:
+        session = self.front.authority.get(session_id)
+        if session is None or (principal.role == "owner" and session.owner != principal.name):
+            raise ApiError(404, "not_found", "no such session")  # another owner's session is "not found"
+        return session
+
+    @staticmethod
+    def int_param(request: Request, name: str) -> int:
+        raw = request.path_params.get(name) if name in request.path_params else request.query_params.get(name)
+        try:
+            return int(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ApiError(400, "invalid_parameter", f"{name} must be an integer") from None
+
+    def session_out(self, session: Session, cls: type[wire.SessionOut] = wire.SessionOut, **extra: Any) -> Any:
+        names = sorted(k.partition(":")[2] for k in session.grants)
+        return cls(
+            id=session.id,
+            owner=session.owner,
+            created_at=session.created_at,
+            pinned_revision=session.pinned_revision,
+            granted=len(names),
+            names=names[:1000],
+            drifted=sorted(k.partition(":")[2] for k in session.drift_seen),
+            **extra,
+        )
+
+    async def status_model(self) -> wire.StatusOut:
+        raw = await self.gateway.status()
+        now = anyio.current_time()
+        deadlines = {live.revision: live.drain_deadline for live in self.gateway.rec.runtime.retiring}
+        for r in raw["retiring"]:
+            d = deadlines.get(r["revision"])
+            r["drain_deadline_in_s"] = round(d - now, 3) if d is not None else None
+        raw["holds"] = len(self.holds.list())
+        raw["sessions"] = len(self.front.authority.sessions())
+        return wire.StatusOut.model_validate(raw)
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    async def get_status(self, request: Request) -> Response:
+        self.principal(request)
+        return JSONResponse(wire.dump(await self.status_model()))
+
+    async def post_refresh(self, request: Request) -> Response:
+        self.operator_only(self.principal(request))
+        body: wire.RefreshIn = await self.body(request, wire.RefreshIn, optional=True)
+        keys = body.sources or [ALL]
+        if body.sources:
+            known = {s.name for s in (self.gateway.desired.last_good.specs if self.gateway.desired.last_good else ())}
+            unknown = [s for s in body.sources if s not in known]
+            if unknown:
+                raise ApiError(404, "unknown_source", f"no such source: {', '.join(unknown[:5])}")
+        await self.gateway.check_inputs()
+        ticket = self.gateway.rec.queue.request(keys)
+        if not body.wait:
+            accepted = wire.RefreshAccepted(ticket=ticket.seq, revision=self.gateway.rec.runtime.current_revision)
+            return JSONResponse(wire.dump(accepted), status_code=202)
+        try:
+            with anyio.fail_after(body.timeout_s):
+                outcome = await ticket.wait()
+        except TimeoutError:
+            raise ApiError(504, "refresh_timeout", f"no reconcile cycle finished within {body.timeout_s:g} s") from None
+        out = wire.RefreshOut(
+            revision=outcome.revision,
+            changed=outcome.changed,
+            cycle=outcome.seq,
+            cycle_status=outcome.status,
+            error=outcome.error,
+            status=await self.status_model(),
+        )
+        return JSONResponse(wire.dump(out))
+
+    async def get_generations(self, request: Request) -> Response:
+        self.principal(request)
+        runtime = self.gateway.rec.runtime
+        gens = []
+        for live in runtime.live():
+            g = live.generation
+            gens.append(
+                wire.GenerationOut(
+                    revision=g.revision,
+                    digest=g.digest,
+                    built_at=g.built_at,
+                    published_at=g.published_at,
+                    state="current" if live is runtime.current else "retiring",
+                    pins=live.pins,
+                    entries=g.catalog.entry_count,
+                    stale_sources=list(g.catalog.stale_sources),
+                )
+            )
+        out = wire.GenerationsOut(
+            current=runtime.current_revision, generations=gens, pending_publication=runtime.pending is not None
+        )
+        return JSONResponse(wire.dump(out))
+
+    async def get_catalog(self, request: Request) -> Response:
+        self.principal(request)
+        runtime = self.gateway.rec.runtime
+        live: LiveGeneration | None
+        if "revision" in request.query_params:
+            try:
+                live = runtime.get(self.int_param(request, "revision"))
+            except RevisionUnavailableError as exc:
+                raise ApiError(404, exc.code, str(exc)) from None
+        else:
+            live = runtime.current
+            if live is None:
+                raise ApiError(503, "starting", "no generation is published yet")
+        g = live.generation
+        entries = [
+            wire.EntryOut(
+                kind=e.kind.value, name=e.exposed_name, upstream_name=e.upstream_name, source=e.source, digest=e.digest
+            )
+            for table in g.routes.values()
+            for e in table.values()
+        ]
+        return JSONResponse(wire.dump(wire.CatalogOut(revision=g.revision, digest=g.digest, entries=entries)))
+
+    async def get_sources(self, request: Request) -> Response:
+        self.principal(request)
+        status = await self.status_model()
+        return JSONResponse([wire.dump(s) for s in status.sources])
+
+    async def get_source(self, request: Request) -> Response:
+        self.principal(request)
+        name = request.path_params["name"]
+        for s in (await self.status_model()).sources:
+            if s.name == name:
+                return JSONResponse(wire.dump(s))
+        raise ApiError(404, "unknown_source", "no such source")
+
+    async def post_session(self, request: Request) -> Response:
+        principal = self.principal(request)
+        body: wire.SessionIn = await self.body(request, wire.SessionIn, optional=True)
+        if principal.role == "owner":
+            owner = principal.name
+        else:
+            owner = body.owner or principal.name
+        runtime = self.gateway.rec.runtime
+        try:
+            live = runtime.get(body.revision) if body.revision is not None else runtime.current
+        except RevisionUnavailableError as exc:
+            raise ApiError(409, exc.code, str(exc)) from None
+        gen = live.generation if live is not None else None
+        try:
+            session = self.front.authority.create(owner, gen, policy=GrantPolicy(body.grant_policy), names=body.names)
+        except GrantError as exc:
+            raise ApiError(422, exc.code, str(exc)) from None
+        session.pinned_revision = body.revision
+        out = self.session_out(session, wire.SessionCreated, token=session.token)
+        return JSONResponse(wire.dump(out), status_code=201)
+
+    async def get_sessions(self, request: Request) -> Response:
+        principal = self.principal(request)
+        sessions = [
+            s for s in self.front.authority.sessions() if principal.role == "operator" or s.owner == principal.name
+        ]
+        return JSONResponse(wire.dump(wire.SessionsOut(sessions=[self.session_out(s) for s in sessions])))
+
+    async def get_session(self, request: Request) -> Response:
+        session = self.session_for(self.principal(request), request.path_params["id"])
+        return JSONResponse(wire.dump(self.session_out(session)))
+
+    async def delete_session(self, request: Request) -> Response:
+        session = self.session_for(self.principal(request), request.path_params["id"])
+        self.front.authority.remove(session.id)
+        return Response(status_code=204)
+
+    async def post_session_refresh(self, request: Request) -> Response:
+        session = self.session_for(self.principal(request), request.path_params["id"])
+        # Lock first, then reconcile: two refreshes of one session never interleave.
+        async with session.lock:
+            outcome = await self.gateway.refresh([ALL], timeout_s=self.gateway.rec.bounds.cycle_timeout_s + 5)
+            live = self.gateway.rec.runtime.current
+            if live is None:
+                raise ApiError(503, "starting", "no generation is published yet")
+            added = self.front.authority.grant_all_visible(session, live.generation)
+        self.front.touch()
+        out = wire.SessionRefreshOut(revision=outcome.revision, added=sorted(k.partition(":")[2] for k in added))
+        return JSONResponse(wire.dump(out))
+
+    async def post_grants(self, request: Request) -> Response:
+        session = self.session_for(self.principal(request), request.path_params["id"])
+        body: wire.GrantsIn = await self.body(request, wire.GrantsIn)
+        async with session.lock:
+            live = self.gateway.rec.runtime.current
+            if live is None:
+                raise ApiError(503, "starting", "no generation is published yet")
+            try:
+                added = self.front.authority.grant(session, body.names, live.generation)
+            except GrantError as exc:
+                raise ApiError(422, exc.code, str(exc)) from None
+        self.front.touch()
+        out = wire.GrantsOut(revision=live.revision, added=sorted(k.partition(":")[2] for k in added))
+        return JSONResponse(wire.dump(out))
+
+    async def post_hold(self, request: Request) -> Response:
+        principal = self.principal(request)
+        revision = self.int_param(request, "n")
+        body: wire.HoldIn = await self.body(request, wire.HoldIn, optional=True)
+        try:
+            info = self.holds.create(revision, body.ttl_s, owner=principal.name)
+        except RevisionUnavailableError as exc:
+            raise ApiError(404, exc.code, str(exc)) from None
+        except HoldLimitError as exc:
+            raise ApiError(429, exc.code, str(exc)) from None
+        except HoldError as exc:
+            raise ApiError(422, exc.code, str(exc)) from None
+        out = wire.HoldOut(
+            id=info.id, revision=info.revision, owner=info.owner, created_at=info.created_at, expires_at=info.expires_at
+        )
+        return JSONResponse(wire.dump(out), status_code=201)
+
+    async def delete_hold(self, request: Request) -> Response:
+        principal = self.principal(request)
+        info = self.holds.get(request.path_params["id"])
+        if info is None or (principal.role == "owner" and info.owner != principal.name):
+            raise ApiError(404, "not_found", "no such hold")
+        self.holds.release(info.id)
+        return Response(status_code=204)
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    method: str
+    path: str
+    handler: str
+    summary: str
+    request: type[BaseModel] | None = None
+    responses: tuple[tuple[int, type[BaseModel] | None], ...] = ()
+    list_of: bool = False
+    auth: bool = True
+
+
+ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec(
+        "GET",
+        "/v1/status",
+        "get_status",
+        "Provenance: revision, freshness, sources, warnings (I11)",
+        responses=((200, wire.StatusOut),),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/refresh",
+        "post_refresh",
+        "Reconcile now; answered by a cycle that started after the request",
+        request=wire.RefreshIn,
+        responses=((200, wire.RefreshOut), (202, wire.RefreshAccepted)),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/generations",
+        "get_generations",
+        "Live generations (current and retiring)",
+        responses=((200, wire.GenerationsOut),),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/catalog",
+        "get_catalog",
+        "Entries of a live revision (query: revision)",
+        responses=((200, wire.CatalogOut),),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/sources",
+        "get_sources",
+        "Every source's live state",
+        responses=((200, wire.SourceOut),),
+        list_of=True,
+    ),
+    RouteSpec("GET", "/v1/sources/{name}", "get_source", "One source's live state", responses=((200, wire.SourceOut),)),
+    RouteSpec(
+        "POST",
+        "/v1/sessions",
+        "post_session",
+        "Create an agent session (returns its MCP bearer token once)",
+        request=wire.SessionIn,
+        responses=((201, wire.SessionCreated),),
+    ),
+    RouteSpec(
+        "GET", "/v1/sessions", "get_sessions", "Sessions visible to the caller", responses=((200, wire.SessionsOut),)
+    ),
+    RouteSpec("GET", "/v1/sessions/{id}", "get_session", "One session", responses=((200, wire.SessionOut),)),
+    RouteSpec("DELETE", "/v1/sessions/{id}", "delete_session", "End a session", responses=((204, None),)),
+    RouteSpec(
+        "POST",
+        "/v1/sessions/{id}/refresh",
+        "post_session_refresh",
+        "Reconcile, then grant the session every name now visible",
+        responses=((200, wire.SessionRefreshOut),),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/sessions/{id}/grants",
+        "post_grants",
+        "Grant names to a session (all or nothing)",
+        request=wire.GrantsIn,
+        responses=((200, wire.GrantsOut),),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/revisions/{n}/holds",
+        "post_hold",
+        "Keep a revision live for a run (bounded TTL)",
+        request=wire.HoldIn,
+        responses=((201, wire.HoldOut),),
+    ),
+    RouteSpec("DELETE", "/v1/holds/{id}", "delete_hold", "Release a revision hold", responses=((204, None),)),
+)
+
+
+def routes(control: Control) -> list[Route]:
+    out: list[Route] = []
+    for spec in ROUTES:
+        handler: Callable[[Request], Awaitable[Response]] = getattr(control, spec.handler)
+        out.append(Route(spec.path, endpoint=_wrap(handler), methods=[spec.method]))
+    return out
+
+
+def _wrap(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return _error(exc.status, exc.code, exc.message)
+        except ReconcilerError as exc:
+            return _error(503 if exc.retryable else 409, exc.code, str(exc))
+        except json.JSONDecodeError:
+            return _error(400, "invalid_body", "the body is not valid JSON")
+        except Exception:
+            log.exception("control API request failed: %s %s", request.method, request.url.path)
+            return _error(500, "internal_error", "internal error; see the operator log")
+
+    return endpoint

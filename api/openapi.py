@@ -1,0 +1,106 @@
+"""Generates the control API's OpenAPI document from ``api/control.py``'s route table and the
+wire models. ``python -m api.openapi > api/openapi.json`` refreshes the committed copy; a test
+fails when the two differ (API compatibility check)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from api import wire
+from api.control import ROUTES
+
+VERSION = "0.1.0"
+_ERRORS = {401: "unauthenticated", 403: "forbidden (operator only)", 404: "not found", 422: "invalid request"}
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def document() -> dict[str, Any]:
+    models: set[type[BaseModel]] = {wire.ErrorOut, wire.HealthOut, wire.ReadyOut}
+    for spec in ROUTES:
+        if spec.request is not None:
+            models.add(spec.request)
+        models.update(m for _, m in spec.responses if m is not None)
+    ordered = sorted(models, key=lambda m: m.__name__)
+    _, schemas = models_json_schema(
+        [(m, "serialization") for m in ordered], ref_template="#/components/schemas/{model}"
+    )
+    paths: dict[str, dict[str, Any]] = {
+        "/healthz": {
+            "get": {
+                "summary": "Process is up",
+                "operationId": "healthz",
+                "security": [],
+                "responses": {"200": {"description": "ok", "content": _json(_ref(wire.HealthOut))}},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "summary": "A generation is published and the config is valid",
+                "operationId": "readyz",
+                "security": [],
+                "responses": {
+                    "200": {"description": "ready", "content": _json(_ref(wire.ReadyOut))},
+                    "503": {"description": "not ready", "content": _json(_ref(wire.ReadyOut))},
+                },
+            }
+        },
+    }
+    for spec in ROUTES:
+        op: dict[str, Any] = {"summary": spec.summary, "operationId": spec.handler}
+        params = [
+            {
+                "name": name,
+                "in": "path",
+                "required": True,
+                "schema": {"type": "integer"} if name == "n" else {"type": "string"},
+            }
+            for name in re.findall(r"{(\w+)}", spec.path)
+        ]
+        if spec.handler == "get_catalog":
+            params.append({"name": "revision", "in": "query", "required": False, "schema": {"type": "integer"}})
+        if params:
+            op["parameters"] = params
+        if spec.request is not None:
+            op["requestBody"] = {"required": False, "content": _json(_ref(spec.request))}
+        responses: dict[str, Any] = {}
+        for status, model in spec.responses:
+            if model is None:
+                responses[str(status)] = {"description": "no content"}
+            else:
+                schema: dict[str, Any] = {"type": "array", "items": _ref(model)} if spec.list_of else _ref(model)
+                responses[str(status)] = {"description": "ok", "content": _json(schema)}
+        for status, what in _ERRORS.items():
+            responses.setdefault(str(status), {"description": what, "content": _json(_ref(wire.ErrorOut))})
+        op["responses"] = responses
+        paths.setdefault(spec.path, {})[spec.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "mcp-reconciler control API", "version": VERSION},
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "schemas": schemas.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def render() -> str:
+    return json.dumps(document(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

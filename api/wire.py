@@ -1,0 +1,196 @@
+"""Wire models of the control API (JSON under ``/v1``). The OpenAPI document is generated
+from these and the route table in ``api/control.py`` (``api/openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(_Model):
+    code: str
+    message: str
+
+
+class ErrorOut(_Model):
+    error: ErrorBody
+
+
+class SourceOut(_Model):
+    name: str
+    state: str = Field(description="ready | stale | failed | connecting")
+    entries: int
+    last_ok_at: float | None = None
+    last_error: str | None = Field(default=None, description="sanitized reason")
+    last_error_at: float | None = None
+    consecutive_failures: int = 0
+    next_attempt_at: float | None = Field(default=None, description="throttled reconnect time (I8)")
+    diagnostics: int = 0
+
+
+class DiagnosticOut(_Model):
+    code: str
+    source: str | None = None
+    name: str | None = None
+    message: str
+
+
+class RetiringOut(_Model):
+    revision: int
+    pins: int
+    operations: int
+    superseded_at: float | None = None
+    drain_deadline_in_s: float | None = None
+
+
+class CycleOut(_Model):
+    seq: int
+    status: str
+    finished_at: float
+    error: str | None = None
+
+
+class StatusOut(_Model):
+    state: Literal["starting", "ready", "degraded", "error"]
+    revision: int | None
+    digest: str | None
+    built_at: float | None
+    published_at: float | None
+    age_s: float | None
+    reconciling: bool
+    dirty: list[str]
+    reload_mode: str | None
+    tracked_files: int
+    warnings: list[str]
+    config_error: str | None
+    stale_sources: list[str]
+    sources: list[SourceOut]
+    entries: int
+    diagnostics: list[DiagnosticOut]
+    retiring: list[RetiringOut]
+    pending_publication: bool
+    last_cycle: CycleOut | None
+    inputs_changed_since_build: list[str] | None = None
+    holds: int = 0
+    sessions: int = 0
+
+
+class RefreshIn(_Model):
+    sources: list[str] | None = Field(default=None, max_length=128, description="default: every source")
+    wait: bool = True
+    timeout_s: float = Field(default=30.0, gt=0, le=300)
+
+
+class RefreshOut(_Model):
+    revision: int | None
+    changed: bool
+    cycle: int
+    cycle_status: Literal["published", "unchanged", "deferred", "failed"]
+    error: str | None = None
+    status: StatusOut
+
+
+class RefreshAccepted(_Model):
+    ticket: int = Field(description="the cycle that will answer this request")
+    revision: int | None
+
+
+class GenerationOut(_Model):
+    revision: int
+    digest: str
+    built_at: float
+    published_at: float
+    state: Literal["current", "retiring"]
+    pins: int
+    entries: int
+    stale_sources: list[str]
+
+
+class GenerationsOut(_Model):
+    current: int | None
+    generations: list[GenerationOut]
+    pending_publication: bool
+
+
+class EntryOut(_Model):
+    kind: Literal["tool", "resource", "resource_template", "prompt"]
+    name: str
+    upstream_name: str
+    source: str
+    digest: str
+
+
+class CatalogOut(_Model):
+    revision: int
+    digest: str
+    entries: list[EntryOut]
+
+
+class SessionIn(_Model):
+    owner: str | None = Field(default=None, max_length=128, description="operators only; owners get their own")
+    grant_policy: Literal["current", "none", "explicit"] = "current"
+    names: list[str] = Field(default_factory=list, max_length=1024)
+    revision: int | None = Field(default=None, description="pin the session to this live revision")
+
+
+class SessionOut(_Model):
+    id: str
+    owner: str
+    created_at: float
+    pinned_revision: int | None
+    granted: int
+    names: list[str]
+    drifted: list[str]
+
+
+class SessionCreated(SessionOut):
+    token: str = Field(description="bearer token for this session's MCP requests; shown once")
+
+
+class SessionsOut(_Model):
+    sessions: list[SessionOut]
+
+
+class SessionRefreshOut(_Model):
+    revision: int | None
+    added: list[str]
+
+
+class GrantsIn(_Model):
+    names: list[str] = Field(min_length=1, max_length=1024)
+
+
+class GrantsOut(_Model):
+    revision: int
+    added: list[str]
+
+
+class HoldIn(_Model):
+    ttl_s: float = Field(default=600.0, gt=0, le=3600)
+
+
+class HoldOut(_Model):
+    id: str
+    revision: int
+    owner: str
+    created_at: float
+    expires_at: float
+
+
+class HealthOut(_Model):
+    status: str
+
+
+class ReadyOut(_Model):
+    ready: bool
+    revision: int | None
+    reason: str | None = None
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(mode="json")

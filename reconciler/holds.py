@@ -1,0 +1,112 @@
+"""Revision holds: a bounded, expiring pin that keeps one generation callable for a run
+(an SDK client pinning a revision across many requests).
+
+Bounds: at most ``max_holds`` holds, each at most ``max_ttl_s``. A held superseded generation
+stays open until the hold expires or is released — its drain deadline is extended to the hold's
+expiry, never beyond ``max_ttl_s`` — then retires as usual (I5)."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from dataclasses import dataclass
+
+import anyio
+
+from reconciler.errors import ReconcilerError
+from reconciler.pins import Pin
+from reconciler.runtime import Runtime
+
+
+class HoldError(ReconcilerError):
+    code = "invalid_hold"
+
+
+class HoldLimitError(ReconcilerError):
+    code = "too_many_holds"
+    retryable = True
+
+
+@dataclass(frozen=True, slots=True)
+class HoldInfo:
+    id: str
+    revision: int
+    owner: str
+    created_at: float  # wall clock
+    expires_at: float  # wall clock
+
+
+class _Hold:
+    __slots__ = ("deadline", "info", "pin")
+
+    def __init__(self, info: HoldInfo, pin: Pin, deadline: float) -> None:
+        self.info = info
+        self.pin = pin
+        self.deadline = deadline  # anyio clock
+
+
+_ids = itertools.count(1)
+
+
+class HoldRegistry:
+    def __init__(self, runtime: Runtime, *, max_holds: int = 64, max_ttl_s: float = 3600.0) -> None:
+        self.runtime = runtime
+        self.max_holds = max_holds
+        self.max_ttl_s = max_ttl_s
+        self._holds: dict[str, _Hold] = {}
+        self._wake = anyio.Event()
+
+    def create(self, revision: int, ttl_s: float, *, owner: str = "operator") -> HoldInfo:
+        if not (0 < ttl_s <= self.max_ttl_s):
+            raise HoldError(f"ttl_s must be > 0 and at most {self.max_ttl_s:g} seconds")
+        if len(self._holds) >= self.max_holds:
+            raise HoldLimitError(f"at most {self.max_holds} revision holds may exist; release one first")
+        live = self.runtime.get(revision)  # RevisionUnavailableError if not live
+        pin = live.pin()
+        now_wall, now = time.time(), anyio.current_time()
+        info = HoldInfo(
+            id=f"h{next(_ids)}-{secrets.token_hex(4)}",
+            revision=revision,
+            owner=owner,
+            created_at=now_wall,
+            expires_at=now_wall + ttl_s,
+        )
+        self._holds[info.id] = _Hold(info, pin, now + ttl_s)
+        live.hold_until = max(live.hold_until, now + ttl_s)
+        self._wake.set()
+        return info
+
+    def release(self, hold_id: str) -> HoldInfo | None:
+        hold = self._holds.pop(hold_id, None)
+        if hold is None:
+            return None
+        hold.pin.release()
+        return hold.info
+
+    def get(self, hold_id: str) -> HoldInfo | None:
+        hold = self._holds.get(hold_id)
+        return hold.info if hold is not None else None
+
+    def list(self) -> list[HoldInfo]:
+        return [h.info for h in self._holds.values()]
+
+    def release_all(self) -> None:
+        for hold_id in list(self._holds):
+            self.release(hold_id)
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Expire holds at their deadlines. Run in the owner's task group."""
+        task_status.started()
+        try:
+            while True:
+                now = anyio.current_time()
+                for hold_id, hold in list(self._holds.items()):
+                    if hold.deadline <= now:
+                        self.release(hold_id)
+                nxt = min((h.deadline for h in self._holds.values()), default=float("inf"))
+                with anyio.move_on_after(max(0.0, nxt - anyio.current_time())):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
+        finally:
+            self.release_all()
