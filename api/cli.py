@@ -22,6 +22,20 @@ def build_parser() -> argparse.ArgumentParser:
     stdio = sub.add_parser("stdio", help="serve one MCP session over stdin/stdout")
     stdio.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
     sub.add_parser("demo", help="run the bundled engine demo (in-process MCP servers, no network)")
+    from api.operator_cli import add_common
+
+    for name, text in (
+        ("status", "provenance: revision, freshness, sources (exit 0 ready, 4 not ready)"),
+        ("sources", "every source's live state"),
+        ("generations", "live generations (current and retiring)"),
+        ("sessions", "agent sessions"),
+    ):
+        add_common(sub.add_parser(name, help=text))
+    refresh = sub.add_parser("refresh", help="reconcile now and print the resulting revision")
+    add_common(refresh)
+    refresh.add_argument("--source", help="only this source")
+    refresh.add_argument("--no-wait", action="store_true", help="return once the request is queued (202)")
+    refresh.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cycle (default 30)")
     rc = sub.add_parser("reconcile", help="run the engine headless on a config file, printing publications")
     rc.add_argument("--config", required=True)
     rc.add_argument("--once", action="store_true", help="print the first generation's status and exit")
@@ -50,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:
             print(f"mcp-reconciler: {exc}", file=sys.stderr)
             return 1
+    if args.command in ("status", "sources", "generations", "sessions", "refresh"):
+        from api.operator_cli import run as operator_run
+
+        return operator_run(args)
     if args.command == "demo":
         from api.demo import main as demo_main
 

@@ -1,3 +1,34 @@
-"""Python client for mcp-reconciler (control API client and revision-pinned MCP sessions).
+"""Python client for mcp-reconciler: the control API (async and sync) and revision-pinned MCP runs."""
 
-Not implemented yet: see the open issue "Control API, auth, Python SDK with revision pinning"."""
+from sdk.client import PinnedRun, ReconcilerClient
+from sdk.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    ReconcilerAPIError,
+    RefreshTimeout,
+    ServerError,
+    TooManyRequests,
+    Unauthenticated,
+    Unavailable,
+    Unreachable,
+)
+from sdk.sync import SyncReconcilerClient
+
+__all__ = [
+    "Conflict",
+    "Forbidden",
+    "InvalidRequest",
+    "NotFound",
+    "PinnedRun",
+    "ReconcilerAPIError",
+    "ReconcilerClient",
+    "RefreshTimeout",
+    "ServerError",
+    "SyncReconcilerClient",
+    "TooManyRequests",
+    "Unauthenticated",
+    "Unavailable",
+    "Unreachable",
+]

@@ -1,0 +1,175 @@
+"""Operator commands of the CLI (``status``, ``refresh``, ``sources``, ``generations``,
+``sessions``): human tables by default, ``--json`` for scripts.
+
+Exit codes scripts can rely on: 0 success (``status``: the gateway is ready) · 1 the API
+answered an error (auth, not found, invalid) · 2 usage error · 3 gateway unreachable ·
+4 ``status``: not ready (starting, degraded or error) · 5 ``refresh``: the cycle failed or timed out."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+from pydantic import BaseModel
+
+from sdk.client import ReconcilerClient
+from sdk.errors import ReconcilerAPIError, RefreshTimeout, Unreachable
+
+EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_READY, EXIT_CYCLE = 0, 1, 2, 3, 4, 5
+DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+def add_common(parser: Any) -> None:
+    parser.add_argument("--url", default=os.environ.get("MCP_RECONCILER_URL", DEFAULT_URL), help="gateway base URL")
+    parser.add_argument(
+        "--token", default=os.environ.get("MCP_RECONCILER_TOKEN"), help="bearer token (env MCP_RECONCILER_TOKEN)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _ago(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    delta = max(0.0, time.time() - ts)
+    if delta < 120:
+        return f"{delta:.0f}s ago"
+    if delta < 7200:
+        return f"{delta / 60:.0f}m ago"
+    return f"{delta / 3600:.1f}h ago"
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    cells = [list(map(str, header))] + [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _emit_json(value: Any) -> None:
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    elif isinstance(value, list):
+        value = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
+    print(json.dumps(value, indent=2))
+
+
+async def _run(args: Any) -> int:
+    async with ReconcilerClient(args.url, args.token) as rc:
+        if args.command == "status":
+            st = await rc.status()
+            if args.json:
+                _emit_json(st)
+            else:
+                print(f"state       {st.state}")
+                print(f"revision    {st.revision}   built {_ago(st.built_at)}   digest {(st.digest or '-')[:12]}")
+                print(f"reloading   {st.reload_mode}, {st.tracked_files} tracked files, reconciling={st.reconciling}")
+                if st.config_error:
+                    print(f"CONFIG ERROR (last good config still serving):\n  {st.config_error}")
+                for w in st.warnings:
+                    print(f"warning     {w}")
+                print()
+                print(
+                    table(
+                        [
+                            (s.name, s.state, s.entries, _ago(s.last_ok_at), s.last_error, _ago(s.next_attempt_at))
+                            for s in st.sources
+                        ],
+                        ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "NEXT ATTEMPT"),
+                    )
+                )
+                if st.retiring:
+                    print()
+                    print(table([(r.revision, r.pins, r.operations) for r in st.retiring], ("RETIRING", "PINS", "OPS")))
+            return EXIT_OK if st.state == "ready" else EXIT_NOT_READY
+        if args.command == "refresh":
+            sources = [args.source] if args.source else None
+            if not args.json and not args.no_wait and sys.stderr.isatty():
+                print("reconciling", end="", file=sys.stderr, flush=True)
+            async with anyio.create_task_group() as tg:
+                if not args.json and not args.no_wait:
+                    tg.start_soon(_progress_dots)
+                try:
+                    out = await rc.refresh(sources, wait=not args.no_wait, timeout_s=args.timeout)
+                finally:
+                    tg.cancel_scope.cancel()
+            if not args.json and not args.no_wait:
+                print(file=sys.stderr)
+            if args.json:
+                _emit_json(out)
+            elif hasattr(out, "ticket"):
+                print(f"accepted: cycle {out.ticket} will answer; current revision {out.revision}")
+            else:
+                change = "new revision" if out.changed else "no change"
+                print(f"cycle {out.cycle}: {out.cycle_status} — revision {out.revision} ({change})")
+                if out.error:
+                    print(f"error: {out.error}")
+            if getattr(out, "cycle_status", None) == "failed":
+                return EXIT_CYCLE
+            return EXIT_OK
+        if args.command == "sources":
+            sources = await rc.sources()
+            if args.json:
+                _emit_json(sources)
+            else:
+                print(
+                    table(
+                        [
+                            (s.name, s.state, s.entries, _ago(s.last_ok_at), s.last_error, s.diagnostics)
+                            for s in sources
+                        ],
+                        ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "DIAGNOSTICS"),
+                    )
+                )
+            return EXIT_OK
+        if args.command == "generations":
+            gens = await rc.generations()
+            if args.json:
+                _emit_json(gens)
+            else:
+                rows = [
+                    (g.revision, g.state, g.pins, g.entries, _ago(g.built_at), g.digest[:12]) for g in gens.generations
+                ]
+                print(table(rows, ("REVISION", "STATE", "PINS", "ENTRIES", "BUILT", "DIGEST")))
+                if gens.pending_publication:
+                    print("a publication is deferred until a retiring generation drains")
+            return EXIT_OK
+        if args.command == "sessions":
+            sessions = await rc.sessions()
+            if args.json:
+                _emit_json(sessions)
+            else:
+                rows = [
+                    (s.id, s.owner, s.granted, s.pinned_revision, _ago(s.created_at), len(s.drifted)) for s in sessions
+                ]
+                print(table(rows, ("SESSION", "OWNER", "GRANTED", "PINNED", "CREATED", "DRIFTED")))
+            return EXIT_OK
+    return EXIT_USAGE
+
+
+async def _progress_dots() -> None:
+    if not sys.stderr.isatty():
+        return
+    while True:
+        await anyio.sleep(1.0)
+        print(".", end="", file=sys.stderr, flush=True)
+
+
+def run(args: Any) -> int:
+    try:
+        return anyio.run(_run, args)
+    except Unreachable as exc:
+        print(f"mcp-reconciler: {exc.message} (is `mcp-reconciler serve` running? set --url)", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except RefreshTimeout as exc:
+        print(f"mcp-reconciler: {exc.message}", file=sys.stderr)
+        return EXIT_CYCLE
+    except ReconcilerAPIError as exc:
+        hint = " (set --token or MCP_RECONCILER_TOKEN)" if exc.status == 401 else ""
+        print(f"mcp-reconciler: {exc.status} {exc.code}: {exc.message}{hint}", file=sys.stderr)
+        return EXIT_API

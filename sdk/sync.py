@@ -1,0 +1,73 @@
+"""A blocking facade over :class:`sdk.client.ReconcilerClient` for scripts and the CLI.
+
+Each call runs on a private event loop thread (an anyio blocking portal) owned by the client;
+``close()`` (or the ``with`` block) stops it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from api import wire
+from sdk.client import ReconcilerClient
+
+T = TypeVar("T")
+
+
+class SyncReconcilerClient:
+    def __init__(self, base_url: str = "http://127.0.0.1:8765", token: str | None = None, **kwargs: Any) -> None:
+        self._cm: AbstractContextManager[BlockingPortal] = start_blocking_portal()
+        self._portal = self._cm.__enter__()
+        self._client: ReconcilerClient = self._portal.call(lambda: _make(base_url, token, kwargs))
+
+    def __enter__(self) -> SyncReconcilerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._portal.call(self._client.aclose)
+        finally:
+            self._cm.__exit__(None, None, None)
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._portal.call(lambda: fn(*args, **kwargs))
+
+    def status(self) -> wire.StatusOut:
+        return self._call(self._client.status)  # type: ignore[no-any-return]
+
+    def refresh(self, sources: Sequence[str] | None = None, *, wait: bool = True, timeout_s: float = 30.0) -> Any:
+        return self._call(self._client.refresh, sources, wait=wait, timeout_s=timeout_s)
+
+    def generations(self) -> wire.GenerationsOut:
+        return self._call(self._client.generations)  # type: ignore[no-any-return]
+
+    def catalog(self, revision: int | None = None) -> wire.CatalogOut:
+        return self._call(self._client.catalog, revision)  # type: ignore[no-any-return]
+
+    def sources(self) -> list[wire.SourceOut]:
+        return self._call(self._client.sources)  # type: ignore[no-any-return]
+
+    def sessions(self) -> list[wire.SessionOut]:
+        return self._call(self._client.sessions)  # type: ignore[no-any-return]
+
+    def create_session(self, **kwargs: Any) -> wire.SessionCreated:
+        return self._call(self._client.create_session, **kwargs)  # type: ignore[no-any-return]
+
+    def grant(self, session_id: str, names: Sequence[str]) -> wire.GrantsOut:
+        return self._call(self._client.grant, session_id, names)  # type: ignore[no-any-return]
+
+    def hold(self, revision: int, *, ttl_s: float = 600.0) -> wire.HoldOut:
+        return self._call(self._client.hold, revision, ttl_s=ttl_s)  # type: ignore[no-any-return]
+
+    def release_hold(self, hold_id: str) -> None:
+        self._call(self._client.release_hold, hold_id)
+
+
+async def _make(base_url: str, token: str | None, kwargs: dict[str, Any]) -> ReconcilerClient:
+    return ReconcilerClient(base_url, token, **kwargs)
