@@ -144,10 +144,10 @@ async def _run(args: Any) -> int:
             if args.json:
                 _emit_json(sessions)
             else:
-                rows = [
+                session_rows: list[tuple[Any, ...]] = [
                     (s.id, s.owner, s.granted, s.pinned_revision, _ago(s.created_at), len(s.drifted)) for s in sessions
                 ]
-                print(table(rows, ("SESSION", "OWNER", "GRANTED", "PINNED", "CREATED", "DRIFTED")))
+                print(table(session_rows, ("SESSION", "OWNER", "GRANTED", "PINNED", "CREATED", "DRIFTED")))
             return EXIT_OK
     return EXIT_USAGE
 

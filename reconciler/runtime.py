@@ -73,8 +73,8 @@ class LiveGeneration:
         "_runtime",
         "_state",
         "drain_deadline",
-        "hold_until",
         "generation",
+        "hold_until",
         "revision",
         "superseded_at",
     )
