@@ -1,5 +1,5 @@
 # Two commands do all setup on a fresh machine:
-#   make run    -> installs into .venv (first time) and runs the bundled demo
+#   make run    -> installs into .venv (first time) and serves the bundled demo config on 127.0.0.1:8765
 #   make test   -> installs into .venv (first time), lints, type-checks and runs the tests
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -13,8 +13,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $@
 
+# The demo operator token is for this local demo only; set MCP_RECONCILER_OPERATOR_TOKENS to your own.
 run: $(VENV)/.installed
-	$(VENV)/bin/mcp-reconciler demo
+	MCP_RECONCILER_OPERATOR_TOKENS="$${MCP_RECONCILER_OPERATOR_TOKENS:-demo-operator-token}" \
+		$(VENV)/bin/mcp-reconciler serve
 
 test: lint typecheck pytest
 
