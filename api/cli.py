@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -11,6 +10,7 @@ from collections.abc import Sequence
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-reconciler", description="An MCP gateway built like a reconciler.")
     parser.add_argument("--log-level", default="WARNING", help="operator log level (default: WARNING)")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text", help="operator log format")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the MCP endpoint over streamable HTTP (no --config: the bundled demo)")
     serve.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
@@ -46,10 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # Logs go to stderr: on `stdio`, stdout carries the MCP protocol.
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
-    )
+    # Logs go to stderr (on `stdio`, stdout carries the MCP protocol), with secrets redacted.
+    from api.logs import configure
+
+    configure(args.log_level, args.log_format)
     if args.command in ("serve", "stdio"):
         import anyio
 
