@@ -46,9 +46,16 @@ def _observe_pins(_options: CallbackOptions) -> Iterable[Observation]:
     return [Observation(live.pins, {"revision": live.revision}) for rt in list(_RUNTIMES) for live in rt.live()]
 
 
+def _observe_pins_total(_options: CallbackOptions) -> Iterable[Observation]:
+    return [Observation(sum(rt.pins_total for rt in list(_RUNTIMES)))]
+
+
 # One instrument per process: the global meter keeps instruments and their callbacks forever.
 telemetry.meter.create_observable_gauge(
     "reconciler.generation.pins", callbacks=[_observe_pins], description="Pins held per live generation"
+)
+telemetry.meter.create_observable_counter(
+    "reconciler.pins", callbacks=[_observe_pins_total], description="Pins taken on generations (cumulative)"
 )
 
 
@@ -114,6 +121,7 @@ class LiveGeneration:
         if self._state is LiveState.CLOSED:
             raise RevisionUnavailableError(self.revision, self._runtime.current_revision)
         self._pins += 1
+        self._runtime.pins_total += 1  # a plain int on the hot path; exported by an observable counter
         return Pin(self)
 
     def operation(self, deadline_s: float | None = None) -> Operation:
@@ -184,6 +192,7 @@ class Runtime:
         self._closes_idle.set()
         self._slot_freed = anyio.Event()
         self.forced_drains = 0
+        self.pins_total = 0
         self.deferred_publications = 0
         self.connections_closed = 0
         _RUNTIMES.add(self)  # observed by the one module-level pins gauge (no strong reference)

@@ -29,6 +29,5 @@ candidates_discarded = meter.create_counter(
 forced_drains = meter.create_counter(
     "reconciler.drains.forced", description="Generations closed at their drain deadline with work left"
 )
-pins_taken = meter.create_counter("reconciler.pins", description="Pins taken on generations")
 source_reads = meter.create_counter("reconciler.source.reads", description="Source listings, by outcome")
 reconnects = meter.create_counter("reconciler.reconnects", description="Upstream reconnect attempts")
