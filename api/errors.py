@@ -11,6 +11,8 @@ from typing import Any
 from mcp import MCPError
 
 from reconciler.authority import GrantError, QuarantinedNameError, UnavailableNameError, UnknownNameError
+from reconciler.bounds import Bounds
+from reconciler.catalog import bounded
 from reconciler.errors import (
     GenerationDrainedError,
     ReconcilerClosedError,
@@ -21,6 +23,9 @@ from reconciler.errors import (
 from reconciler.pins import OperationDeadlineError
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
+
+#: Upstream text in operator logs is bounded like a diagnostic (I12).
+DIAGNOSTIC_BYTES = Bounds().diagnostic_bytes
 
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
@@ -55,7 +60,7 @@ def to_mcp_error(exc: BaseException, *, revision: int | None = None) -> MCPError
         data["revision"] = revision
     if isinstance(exc, MCPError):
         # An upstream protocol error: its message is upstream text (I12) — log it, answer generically.
-        log.warning("upstream error %s: %s", exc.error.code, exc.error.message)
+        log.warning("upstream error %s: %s", exc.error.code, bounded(str(exc.error.message), DIAGNOSTIC_BYTES))
         data.update(code="upstream_error", retryable=False, upstream_code=exc.error.code)
         return MCPError(CODES["upstream_error"], "the upstream server returned an error", data)
     if isinstance(exc, SourceReadError):

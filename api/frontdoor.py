@@ -38,6 +38,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from api.errors import UpstreamUnavailable, to_mcp_error
 from reconciler.authority import Authority, GrantPolicy, Session, View
 from reconciler.digest import thaw
+from reconciler.generation import Generation
 from reconciler.model import CatalogEntry, EntryKind
 from reconciler.reconcile import Reconciler
 from reconciler.runtime import LiveGeneration
@@ -49,6 +50,7 @@ REVISION_META = "io.mcp-reconciler/revision"
 DRIFT_META = "io.mcp-reconciler/drifted"
 REVISION_HEADER = "mcp-reconciler-revision"
 PAGE_SIZE = 1000
+PROGRESS_BACKLOG = 1024  # progress notifications buffered per forwarded call
 _SPEC_META_PREFIX = "io.modelcontextprotocol/"
 
 StatusFn = Callable[[], Awaitable[dict[str, Any]]]
@@ -179,7 +181,10 @@ class FrontDoor:
         else:
             bus = self._buses.get(binding.key)
             if bus is None:
-                return  # no listen stream yet: the next listen starts from a fresh list anyway
+                # No listen stream yet: the next listen starts from a fresh list anyway. Drop the
+                # pending kinds, or the notifier would re-poll this binding every tick forever.
+                binding.pending = set()
+                return
             if EntryKind.TOOL in kinds:
                 await bus.publish(ToolsListChanged())
             if kinds & {EntryKind.RESOURCE, EntryKind.RESOURCE_TEMPLATE}:
@@ -231,7 +236,7 @@ class FrontDoor:
             key = conn.session_id or conn.state.setdefault("gw.key", uuid.uuid4().hex)
             binding = self.bindings.get(key)
             if binding is None:
-                binding = self._bind("legacy", key, token)
+                binding = self._bind("legacy", key, token, self._header_generation(ctx))
                 binding.conn = conn
                 binding.http_session_id = conn.session_id
                 conn.exit_stack.callback(self._unbind, key)
@@ -242,12 +247,27 @@ class FrontDoor:
             binding = self._bind("modern", key, token)
         return binding
 
-    def _bind(self, era: Literal["legacy", "modern"], key: str, token: str | None) -> Binding:
+    def _header_generation(self, ctx: ServerRequestContext[Any]) -> Generation | None:
+        """The live generation a client's ``MCP-Reconciler-Revision`` header names, if any: a
+        connection that asks for a revision from its first request gets its grants from that
+        revision (policy ``current``: the names it can see when the session is created), not
+        from a newer current generation that may lack them."""
+        wanted = ctx.request.headers.get(REVISION_HEADER) if ctx.request is not None else None
+        if wanted is None:
+            return None
+        try:
+            return self.rec.runtime.get(int(wanted)).generation
+        except Exception:
+            return None  # not live or not a number: the request itself answers the error
+
+    def _bind(
+        self, era: Literal["legacy", "modern"], key: str, token: str | None, grants_from: Generation | None = None
+    ) -> Binding:
         live = self.rec.runtime.current
         gen = live.generation if live is not None else None
         session = self.authority.by_token(token) if token is not None else None
         if session is None:
-            session = self.authority.create(f"mcp:{key}", gen, policy=self.grant_policy)
+            session = self.authority.create(f"mcp:{key}", grants_from or gen, policy=self.grant_policy)
             owned = True
         else:
             owned = False
@@ -369,6 +389,7 @@ class FrontDoor:
     ) -> Any:
         binding = self._binding(ctx)
         live = self._generation(ctx, binding.session, meta)
+        conn: Any = None
         try:
             resolved = self.authority.resolve(binding.session, live.generation, kind, name)
             entry = resolved.entry
@@ -376,15 +397,17 @@ class FrontDoor:
             conn = state.connection if state is not None else None
             if not isinstance(conn, UpstreamConnection) or not conn.alive:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
-            progress: ProgressFnT | None = None
-            if _progress_token(meta) is not None:
-
-                async def progress(progress: float, total: float | None, message: str | None) -> None:
-                    await ctx.session.report_progress(progress, total, message)
-
+            request = build(entry, _forwardable(meta))
             async with live.operation(deadline_s=self.rec.bounds.operation_deadline_s):
-                result = await conn.send(build(entry, _forwardable(meta)), result_type, progress_callback=progress)
+                if _progress_token(meta) is None:
+                    result = await conn.send(request, result_type)
+                else:
+                    result = await _send_with_progress(conn, request, result_type, ctx)
         except MCPError as exc:
+            if _connection_lost(exc, conn):
+                # The SDK's own "Connection closed", not upstream text: the upstream died under the call.
+                log.info("upstream %s: connection lost during a call", getattr(conn, "source", "?"))
+                raise to_mcp_error(UpstreamUnavailable(), revision=live.revision) from None
             raise to_mcp_error(exc, revision=live.revision) from None
         except Exception as exc:
             raise to_mcp_error(exc, revision=live.revision) from None
@@ -460,6 +483,44 @@ class FrontDoor:
             bus = self._buses.setdefault(binding.key, InMemorySubscriptionBus())
             handler = self._listeners[binding.key] = ListenHandler(bus)
         return await handler(ctx, params)
+
+
+async def _send_with_progress(
+    conn: UpstreamConnection, request: Any, result_type: type[Any], ctx: ServerRequestContext[Any]
+) -> Any:
+    """Forward ``request`` and relay the upstream's progress to the caller, in order, all of it
+    before the result. The SDK runs each progress callback as its own task; they only enqueue
+    (synchronously, in arrival order) and one pump relays, drained before the result returns.
+    Progress arriving after the upstream's result has nowhere to go and is dropped, and so is
+    progress beyond a bounded backlog (an upstream flooding a slow client costs bounded memory;
+    what is relayed stays in order)."""
+    send, receive = anyio.create_memory_object_stream[tuple[float, float | None, str | None]](PROGRESS_BACKLOG)
+
+    async def enqueue(progress: float, total: float | None, message: str | None) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.WouldBlock):
+            send.send_nowait((progress, total, message))
+
+    async def pump() -> None:
+        async with receive:
+            async for progress, total, message in receive:
+                await ctx.session.report_progress(progress, total, message)
+
+    callback: ProgressFnT = enqueue
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump)
+        with send:  # closing it lets the pump drain and end
+            return await conn.send(request, result_type, progress_callback=callback)
+
+
+def _connection_lost(exc: MCPError, conn: Any) -> bool:
+    """Whether ``exc`` reports the upstream connection ending rather than an upstream answer."""
+    if isinstance(conn, UpstreamConnection) and not conn.alive:
+        return True
+    return (
+        exc.error.code == types.CONNECTION_CLOSED
+        and exc.error.message == "Connection closed"
+        and exc.error.data is None
+    )
 
 
 #: The SDK hands request ``_meta`` to handlers with the progress token under its Python name

@@ -11,10 +11,19 @@ arguments plus ``{"pid": ..., "snapshot": <tools at spawn>}``. Control tools are
 and callable beside the catalog:
 
 - ``block`` waits until the call is cancelled (to hold a call in flight); with argument
-  ``marker`` (a path) it first writes that file, so a test can tell the call is in flight;
+  ``marker`` (a path) it first writes that file, so a test can tell the call is in flight; with
+  ``release`` (a path) it returns (``{"released": true, ...}``) once that file exists; with
+  ``cancelled`` (a path) it writes that file when the call is cancelled (upstream observed the
+  downstream's cancellation);
 - ``crash`` ends the process at once (``os._exit(3)``);
 - ``flood`` sends ``n`` tools/list_changed announcements;
-- ``set_tools`` replaces the catalog with ``names`` (in memory) and announces list_changed.
+- ``set_tools`` replaces the catalog with ``names`` (in memory) and announces list_changed;
+  optional ``descriptions`` (name → text) overrides tool descriptions (a definition change);
+- ``progress`` reports ``n`` progress notifications (1..n of total n, message ``step i``), then
+  returns ``{"steps": n}`` (a no-op reporter when the caller sent no progress token);
+- ``fail_protocol`` raises an MCP protocol error (code -32000) whose message is ``text`` (plus
+  the server's pid and working directory: upstream detail a gateway must never forward);
+- ``fail_result`` returns a tool result with ``is_error=True`` whose content is ``text``.
 
 Announcements reach both protocol eras: a 2025-11-25 ("legacy") client gets
 ``notifications/tools/list_changed`` pushed on its session (``send_tool_list_changed``; on HTTP
@@ -46,23 +55,33 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-CONTROL_TOOLS = ("block", "crash", "flood", "set_tools")
+CONTROL_TOOLS = ("block", "crash", "flood", "set_tools", "progress", "fail_protocol", "fail_result")
 CRASH_EXIT_CODE = 3
 
 _CONTROL_SCHEMAS: dict[str, dict[str, Any]] = {
-    "block": {"type": "object", "properties": {"marker": {"type": "string"}}},
+    "block": {
+        "type": "object",
+        "properties": {"marker": {"type": "string"}, "release": {"type": "string"}, "cancelled": {"type": "string"}},
+    },
     "crash": {"type": "object"},
     "flood": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
     "set_tools": {
         "type": "object",
-        "properties": {"names": {"type": "array", "items": {"type": "string"}}},
+        "properties": {
+            "names": {"type": "array", "items": {"type": "string"}},
+            "descriptions": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
         "required": ["names"],
     },
+    "progress": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
+    "fail_protocol": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    "fail_result": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
 }
 
 
@@ -91,6 +110,7 @@ class UpstreamServer:
             raise ValueError("page size must be at least 1")
         self.snapshot = list(tools)  # what was loaded at spawn; never reloaded
         self.tools = list(tools)
+        self.descriptions: dict[str, str] = {}
         self.page_size = page_size
         self.bus = InMemorySubscriptionBus()
         # A flood must reach the client, not end its listen stream at the default backlog cap.
@@ -110,7 +130,7 @@ class UpstreamServer:
             return types.Tool(name=name, description=f"control tool {name}", input_schema=_CONTROL_SCHEMAS[name])
         return types.Tool(
             name=name,
-            description=f"echo tool {name}",
+            description=self.descriptions.get(name, f"echo tool {name}"),
             input_schema={"type": "object", "properties": {"x": {"type": "string"}}},
         )
 
@@ -146,9 +166,7 @@ class UpstreamServer:
         args = dict(params.arguments or {})
         name = params.name
         if name == "block":
-            if args.get("marker"):
-                write_pid_file(str(args["marker"]))
-            await anyio.sleep_forever()
+            return await _block(args)
         if name == "crash":
             os._exit(CRASH_EXIT_CODE)
         if name == "flood":
@@ -157,11 +175,39 @@ class UpstreamServer:
             return _text({"tool": name, "sent": n, "pid": os.getpid()})
         if name == "set_tools":
             self.tools = [str(t) for t in args.get("names", [])]
+            self.descriptions = {str(k): str(v) for k, v in (args.get("descriptions") or {}).items()}
             await self._announce(ctx)
             return _text({"tool": name, "tools": self.tools, "pid": os.getpid()})
+        if name == "progress":
+            n = int(args.get("n", 0))
+            for i in range(1, n + 1):
+                await ctx.session.report_progress(i, n, f"step {i}")
+            return _text({"tool": name, "steps": n, "pid": os.getpid()})
+        if name == "fail_protocol":
+            raise MCPError(-32000, f"{args.get('text', '')} (pid {os.getpid()}, cwd {os.getcwd()})")
+        if name == "fail_result":
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=str(args.get("text", "")))], is_error=True
+            )
         if name not in self.tools:
             return types.CallToolResult(content=[types.TextContent(type="text", text="unknown tool")], is_error=True)
         return _text({"tool": name, "args": args, "pid": os.getpid(), "snapshot": self.snapshot})
+
+
+async def _block(args: dict[str, Any]) -> types.CallToolResult:
+    """Hold the call in flight: until ``release`` exists (then return) or until cancelled (then
+    write ``cancelled``, if given, and let the cancellation propagate)."""
+    release = str(args["release"]) if args.get("release") else None
+    try:
+        if args.get("marker"):
+            write_pid_file(str(args["marker"]))
+        while release is None or not await anyio.Path(release).exists():
+            await anyio.sleep(0.02 if release is not None else 3600)
+    except anyio.get_cancelled_exc_class():
+        if args.get("cancelled"):
+            write_pid_file(str(args["cancelled"]))  # synchronous: no checkpoint, nothing to shield
+        raise
+    return _text({"tool": "block", "released": True, "pid": os.getpid()})
 
 
 def _text(payload: dict[str, Any]) -> types.CallToolResult:
