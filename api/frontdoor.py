@@ -36,6 +36,7 @@ from mcp.server.subscriptions import (
 from mcp.shared.dispatcher import ProgressFnT
 
 from api.errors import UpstreamUnavailable, to_mcp_error
+from reconciler import telemetry
 from reconciler.authority import Authority, GrantPolicy, Session, View
 from reconciler.digest import thaw
 from reconciler.generation import Generation
@@ -45,6 +46,9 @@ from reconciler.runtime import LiveGeneration
 from reconciler.upstream import UpstreamConnection
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
+_operation_duration = telemetry.meter.create_histogram(
+    "frontdoor.operation.duration", unit="s", description="Downstream operations (call/read/get), by kind and outcome"
+)
 
 REVISION_META = "io.mcp-reconciler/revision"
 DRIFT_META = "io.mcp-reconciler/drifted"
@@ -379,6 +383,36 @@ class FrontDoor:
     # -- operations --------------------------------------------------------------------------
 
     async def _forward(
+        self,
+        ctx: ServerRequestContext[Any],
+        kind: EntryKind,
+        name: str,
+        meta: Mapping[str, Any] | None,
+        build: Callable[[CatalogEntry, Any], Any],
+        result_type: type[Any],
+    ) -> Any:
+        """One operation, traced: a span per call and a duration histogram by kind and outcome."""
+        t0 = anyio.current_time()
+        outcome = "ok"
+        with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": kind.value}) as span:
+            try:
+                result = await self._forward_inner(ctx, kind, name, meta, build, result_type)
+                meta_out = result.meta or {}
+                span.set_attribute("revision", meta_out.get(REVISION_META, -1))
+                return result
+            except MCPError as exc:
+                outcome = (
+                    str((exc.error.data or {}).get("code", "error")) if isinstance(exc.error.data, dict) else "error"
+                )
+                span.set_attribute("error.code", outcome)
+                raise
+            except BaseException:
+                outcome = "cancelled"
+                raise
+            finally:
+                _operation_duration.record(anyio.current_time() - t0, {"kind": kind.value, "outcome": outcome})
+
+    async def _forward_inner(
         self,
         ctx: ServerRequestContext[Any],
         kind: EntryKind,
