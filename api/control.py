@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from starlette.routing import Route
 from api import wire
 from api.auth import Authenticator, Principal
 from api.frontdoor import FrontDoor
-from reconciler.authority import GrantError, GrantPolicy, Session
+from reconciler.authority import GrantError, GrantPolicy, Session, SessionLimitError
 from reconciler.errors import ReconcilerError, RevisionUnavailableError
 from reconciler.gateway import Gateway
 from reconciler.holds import HoldError, HoldLimitError, HoldRegistry
@@ -30,6 +31,7 @@ from reconciler.workqueue import ALL
 log = logging.getLogger("mcp_reconciler.control")
 
 MAX_BODY_BYTES = 256 * 1024
+_INT = re.compile(r"-?[0-9]{1,18}")
 
 
 class ApiError(Exception):
@@ -38,7 +40,12 @@ class ApiError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
+MAX_MESSAGE_CHARS = 512  # error messages may quote the request (names, field paths): bounded (I12)
+
+
 def _error(status: int, code: str, message: str) -> JSONResponse:
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 1] + "…"
     return JSONResponse(wire.dump(wire.ErrorOut(error=wire.ErrorBody(code=code, message=message))), status_code=status)
 
 
@@ -86,10 +93,10 @@ class Control:
     @staticmethod
     def int_param(request: Request, name: str) -> int:
         raw = request.path_params.get(name) if name in request.path_params else request.query_params.get(name)
-        try:
-            return int(raw)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise ApiError(400, "invalid_parameter", f"{name} must be an integer") from None
+        # Plain ASCII decimal only: int() would also take "1_0", " 1", "+1" or non-ASCII digits.
+        if not isinstance(raw, str) or _INT.fullmatch(raw) is None:
+            raise ApiError(400, "invalid_parameter", f"{name} must be an integer")
+        return int(raw)
 
     def session_out(self, session: Session, cls: type[wire.SessionOut] = wire.SessionOut, **extra: Any) -> Any:
         names = sorted(k.partition(":")[2] for k in session.grants)
@@ -226,6 +233,8 @@ class Control:
             session = self.front.authority.create(owner, gen, policy=GrantPolicy(body.grant_policy), names=body.names)
         except GrantError as exc:
             raise ApiError(422, exc.code, str(exc)) from None
+        except SessionLimitError as exc:
+            raise ApiError(429, exc.code, str(exc)) from None
         session.pinned_revision = body.revision
         out = self.session_out(session, wire.SessionCreated, token=session.token)
         return JSONResponse(wire.dump(out), status_code=201)
@@ -244,13 +253,18 @@ class Control:
     async def delete_session(self, request: Request) -> Response:
         session = self.session_for(self.principal(request), request.path_params["id"])
         self.front.authority.remove(session.id)
+        self.front.forget_session(session.id)
         return Response(status_code=204)
 
     async def post_session_refresh(self, request: Request) -> Response:
         session = self.session_for(self.principal(request), request.path_params["id"])
         # Lock first, then reconcile: two refreshes of one session never interleave.
         async with session.lock:
-            outcome = await self.gateway.refresh([ALL], timeout_s=self.gateway.rec.bounds.cycle_timeout_s + 5)
+            timeout_s = self.gateway.rec.bounds.cycle_timeout_s + 5
+            try:
+                outcome = await self.gateway.refresh([ALL], timeout_s=timeout_s)
+            except TimeoutError:
+                raise ApiError(504, "refresh_timeout", f"no reconcile cycle finished within {timeout_s:g} s") from None
             live = self.gateway.rec.runtime.current
             if live is None:
                 raise ApiError(503, "starting", "no generation is published yet")
@@ -279,7 +293,9 @@ class Control:
         revision = self.int_param(request, "n")
         body: wire.HoldIn = await self.body(request, wire.HoldIn, optional=True)
         try:
-            info = self.holds.create(revision, body.ttl_s, owner=principal.name)
+            info = self.holds.create(
+                revision, body.ttl_s, owner=principal.name, per_owner_limit=principal.role == "owner"
+            )
         except RevisionUnavailableError as exc:
             raise ApiError(404, exc.code, str(exc)) from None
         except HoldLimitError as exc:
@@ -396,7 +412,27 @@ def routes(control: Control) -> list[Route]:
     for spec in ROUTES:
         handler: Callable[[Request], Awaitable[Response]] = getattr(control, spec.handler)
         out.append(Route(spec.path, endpoint=_wrap(handler), methods=[spec.method]))
+    # Last: anything else under /v1 answers a JSON error too (never Starlette's plain-text 404/405,
+    # nor a slash redirect that would turn "DELETE /v1/sessions/" into a request on the collection).
+    out.append(Route("/v1/{rest:path}", endpoint=_unmatched(list(out)), methods=_ANY_METHOD))
     return out
+
+
+_ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+def _unmatched(known: list[Route]) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        allowed = sorted(
+            {m for route in known if route.path_regex.fullmatch(request.url.path) for m in route.methods or ()}
+        )
+        if allowed:
+            response = _error(405, "method_not_allowed", f"allowed methods: {', '.join(allowed)}")
+            response.headers["Allow"] = ", ".join(allowed)
+            return response
+        return _error(404, "no_such_endpoint", "no such control-API endpoint; see api/openapi.json")
+
+    return endpoint
 
 
 def _wrap(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:

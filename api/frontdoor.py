@@ -147,6 +147,16 @@ class FrontDoor:
         finally:
             self._remove_listener()
 
+    def forget_session(self, session_id: str) -> None:
+        """Drop every binding of a session that was deleted (its token no longer authenticates)."""
+        for key, binding in list(self.bindings.items()):
+            if binding.session.id == session_id:
+                del self.bindings[key]
+                self._buses.pop(key, None)
+                handler = self._listeners.pop(key, None)
+                if handler is not None:
+                    handler.close()
+
     def touch(self) -> None:
         """Re-evaluate every session's view now (after grants change outside a publication)."""
         self._wake.set()

@@ -16,7 +16,17 @@ from api import wire
 from api.control import ROUTES
 
 VERSION = "0.1.0"
-_ERRORS = {401: "unauthenticated", 403: "forbidden (operator only)", 404: "not found", 422: "invalid request"}
+_ERRORS = {
+    400: "invalid parameter or body",
+    401: "unauthenticated",
+    403: "forbidden (operator only)",
+    404: "not found",
+    422: "invalid request",
+}
+_DEFAULT_ERROR = (
+    "any other error, same shape: 409 conflict, 413 body too large, 429 too many holds, "
+    "503 unavailable (retryable), 504 refresh timeout, 500 internal"
+)
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:
@@ -70,7 +80,9 @@ def document() -> dict[str, Any]:
         if params:
             op["parameters"] = params
         if spec.request is not None:
-            op["requestBody"] = {"required": False, "content": _json(_ref(spec.request))}
+            # A body is required exactly when its model has a required field (no usable default).
+            required = any(f.is_required() for f in spec.request.model_fields.values())
+            op["requestBody"] = {"required": required, "content": _json(_ref(spec.request))}
         responses: dict[str, Any] = {}
         for status, model in spec.responses:
             if model is None:
@@ -80,6 +92,7 @@ def document() -> dict[str, Any]:
                 responses[str(status)] = {"description": "ok", "content": _json(schema)}
         for status, what in _ERRORS.items():
             responses.setdefault(str(status), {"description": what, "content": _json(_ref(wire.ErrorOut))})
+        responses["default"] = {"description": _DEFAULT_ERROR, "content": _json(_ref(wire.ErrorOut))}
         op["responses"] = responses
         paths.setdefault(spec.path, {})[spec.method.lower()] = op
     return {

@@ -89,17 +89,25 @@ async def _run(args: Any) -> int:
             return EXIT_OK if st.state == "ready" else EXIT_NOT_READY
         if args.command == "refresh":
             sources = [args.source] if args.source else None
-            if not args.json and not args.no_wait and sys.stderr.isatty():
+            progress = not args.json and not args.no_wait and sys.stderr.isatty()
+            if progress:
                 print("reconciling", end="", file=sys.stderr, flush=True)
+            failure: ReconcilerAPIError | None = None
             async with anyio.create_task_group() as tg:
-                if not args.json and not args.no_wait:
+                if progress:
                     tg.start_soon(_progress_dots)
                 try:
                     out = await rc.refresh(sources, wait=not args.no_wait, timeout_s=args.timeout)
+                except ReconcilerAPIError as exc:
+                    # Re-raised below, outside the task group: inside it would leave wrapped in an
+                    # exception group, which `run` does not map to an exit code.
+                    failure = exc
                 finally:
                     tg.cancel_scope.cancel()
-            if not args.json and not args.no_wait:
+            if progress:
                 print(file=sys.stderr)
+            if failure is not None:
+                raise failure
             if args.json:
                 _emit_json(out)
             elif hasattr(out, "ticket"):

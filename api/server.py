@@ -91,7 +91,11 @@ async def serve_http(
         app = build_app(
             front, allowed_hosts=settings.allowed_hosts if settings else (), extra_routes=control_routes(control)
         )
-        sock = socket.socket(socket.AF_INET6 if ":" in bind_host else socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
+        # listening socket's proto says TCP; with proto 0, Nagle + delayed ACK add ~40 ms per response.
+        sock = socket.socket(
+            socket.AF_INET6 if ":" in bind_host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+        )
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((bind_host, bind_port))

@@ -77,6 +77,11 @@ class GrantError(ReconcilerError):
     code = "invalid_grant"
 
 
+class SessionLimitError(ReconcilerError):
+    code = "too_many_sessions"
+    retryable = True
+
+
 def _noun(kind: EntryKind) -> str:
     return {"tool": "tool", "resource": "resource", "resource_template": "resource template", "prompt": "prompt"}[
         kind.value
@@ -147,6 +152,8 @@ class Authority:
         names: Iterable[str] = (),
         session_id: str | None = None,
     ) -> Session:
+        if len(self._sessions) >= self.bounds.sessions:
+            raise SessionLimitError(f"at most {self.bounds.sessions} sessions may exist; delete unused sessions")
         sid = session_id or f"s{next(_ids)}-{secrets.token_hex(6)}"
         session = Session(id=sid, owner=owner, created_at=time.time(), token=secrets.token_urlsafe(24))
         if policy is GrantPolicy.CURRENT and generation is not None:

@@ -23,6 +23,10 @@ class Bounds:
     diagnostic_bytes: int = 512
     names_per_grant: int = 1_024
     names_per_session: int = 16_384
+    sessions: int = 10_000
+    holds: int = 64
+    holds_per_owner: int = 8
+    hold_ttl_max_s: float = 3600.0
     operation_deadline_s: float = 300.0
     drain_grace_s: float = 5.0
     cycle_retry_max_s: float = 30.0

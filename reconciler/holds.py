@@ -50,18 +50,32 @@ _ids = itertools.count(1)
 
 
 class HoldRegistry:
-    def __init__(self, runtime: Runtime, *, max_holds: int = 64, max_ttl_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        max_holds: int | None = None,
+        max_ttl_s: float | None = None,
+        max_per_owner: int | None = None,
+    ) -> None:
         self.runtime = runtime
-        self.max_holds = max_holds
-        self.max_ttl_s = max_ttl_s
+        b = runtime.bounds
+        self.max_holds = max_holds if max_holds is not None else b.holds
+        self.max_ttl_s = max_ttl_s if max_ttl_s is not None else b.hold_ttl_max_s
+        # Per owner, so one owner cannot fill the retiring set and defer publications for everyone.
+        self.max_per_owner = max_per_owner if max_per_owner is not None else b.holds_per_owner
         self._holds: dict[str, _Hold] = {}
         self._wake = anyio.Event()
 
-    def create(self, revision: int, ttl_s: float, *, owner: str = "operator") -> HoldInfo:
+    def create(
+        self, revision: int, ttl_s: float, *, owner: str = "operator", per_owner_limit: bool = False
+    ) -> HoldInfo:
         if not (0 < ttl_s <= self.max_ttl_s):
             raise HoldError(f"ttl_s must be > 0 and at most {self.max_ttl_s:g} seconds")
         if len(self._holds) >= self.max_holds:
             raise HoldLimitError(f"at most {self.max_holds} revision holds may exist; release one first")
+        if per_owner_limit and sum(1 for h in self._holds.values() if h.info.owner == owner) >= self.max_per_owner:
+            raise HoldLimitError(f"an owner may keep at most {self.max_per_owner} revision holds; release one first")
         live = self.runtime.get(revision)  # RevisionUnavailableError if not live
         pin = live.pin()
         now_wall, now = time.time(), anyio.current_time()

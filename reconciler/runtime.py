@@ -368,11 +368,17 @@ class Runtime:
         """Wait for the generation to drain, or force it at its deadline (I5)."""
         assert live.drain_deadline is not None
         while True:
-            # A revision hold (bounded TTL) may extend the deadline while we wait.
-            deadline = max(live.drain_deadline, live.hold_until)
+            # A revision hold (bounded TTL) may extend the deadline while we wait; work started
+            # under a hold still gets the drain grace after it expires.
+            deadline = max(live.drain_deadline, live.hold_until + self.bounds.drain_grace_s)
             with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                 await live._closed_event.wait()
-            if live.is_closed or self._closing or anyio.current_time() >= max(live.drain_deadline, live.hold_until):
+            now = anyio.current_time()
+            if (
+                live.is_closed
+                or self._closing
+                or now >= max(live.drain_deadline, live.hold_until + self.bounds.drain_grace_s)
+            ):
                 break
         if not live.is_closed and not self._closing:
             live._forced = True

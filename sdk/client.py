@@ -14,17 +14,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import quote
 
 import anyio
 import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from pydantic import BaseModel
 
 from api import wire
-from sdk.errors import ReconcilerAPIError, Unreachable, error_for
+from sdk.errors import NotFound, ReconcilerAPIError, Unreachable, error_for
+
+if TYPE_CHECKING:  # the MCP client is imported when a pinned run starts: the CLI starts faster
+    from mcp import Client
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -101,12 +102,21 @@ class ReconcilerClient:
 
     # -- endpoints ---------------------------------------------------------------------------
 
+    async def _probe(self, path: str) -> httpx2.Response:
+        try:
+            return await self._http.get(path)
+        except httpx2.TransportError as exc:
+            raise Unreachable(0, "unreachable", f"cannot reach {self.base_url}: {type(exc).__name__}") from None
+
     async def healthz(self) -> bool:
-        response = await self._http.get("/healthz")
-        return response.status_code == 200
+        """Whether the process answers ``/healthz``; :class:`Unreachable` if it cannot be reached."""
+        return (await self._probe("/healthz")).status_code == 200
 
     async def readyz(self) -> wire.ReadyOut:
-        response = await self._http.get("/readyz")
+        """``/readyz`` (200 ready, 503 not ready: both answer a :class:`wire.ReadyOut`)."""
+        response = await self._probe("/readyz")
+        if response.status_code not in (200, 503):
+            raise _error(response)
         return wire.ReadyOut.model_validate(response.json())
 
     async def status(self) -> wire.StatusOut:
@@ -132,7 +142,7 @@ class ReconcilerClient:
         return [wire.SourceOut.model_validate(s) for s in response.json()]
 
     async def source(self, name: str) -> wire.SourceOut:
-        return await self._get(f"/v1/sources/{name}", wire.SourceOut)
+        return await self._get(f"/v1/sources/{_seg(name)}", wire.SourceOut)
 
     async def create_session(
         self,
@@ -150,17 +160,17 @@ class ReconcilerClient:
         return (await self._get("/v1/sessions", wire.SessionsOut)).sessions
 
     async def session(self, session_id: str) -> wire.SessionOut:
-        return await self._get(f"/v1/sessions/{session_id}", wire.SessionOut)
+        return await self._get(f"/v1/sessions/{_seg(session_id)}", wire.SessionOut)
 
     async def delete_session(self, session_id: str) -> None:
-        await self._request("DELETE", f"/v1/sessions/{session_id}")
+        await self._request("DELETE", f"/v1/sessions/{_seg(session_id)}")
 
     async def refresh_session(self, session_id: str) -> wire.SessionRefreshOut:
-        response = await self._request("POST", f"/v1/sessions/{session_id}/refresh", request_timeout_s=60)
+        response = await self._request("POST", f"/v1/sessions/{_seg(session_id)}/refresh", request_timeout_s=60)
         return wire.SessionRefreshOut.model_validate(response.json())
 
     async def grant(self, session_id: str, names: Sequence[str]) -> wire.GrantsOut:
-        response = await self._request("POST", f"/v1/sessions/{session_id}/grants", json={"names": list(names)})
+        response = await self._request("POST", f"/v1/sessions/{_seg(session_id)}/grants", json={"names": list(names)})
         return wire.GrantsOut.model_validate(response.json())
 
     async def hold(self, revision: int, *, ttl_s: float = 600.0) -> wire.HoldOut:
@@ -168,9 +178,25 @@ class ReconcilerClient:
         return wire.HoldOut.model_validate(response.json())
 
     async def release_hold(self, hold_id: str) -> None:
-        await self._request("DELETE", f"/v1/holds/{hold_id}")
+        await self._request("DELETE", f"/v1/holds/{_seg(hold_id)}")
 
     # -- revision-pinned MCP runs --------------------------------------------------------------
+
+    async def _hold_for_run(self, revision: int | None, ttl_s: float) -> wire.HoldOut:
+        """Hold ``revision``, or the current one: a publication between reading the current
+        revision and holding it may retire it (404), so that case re-reads and retries (bounded)."""
+        if revision is not None:
+            return await self.hold(revision, ttl_s=ttl_s)
+        for attempt in range(3):
+            current = (await self.status()).revision
+            if current is None:
+                raise error_for(503, "starting", "the gateway has not published a generation yet")
+            try:
+                return await self.hold(current, ttl_s=ttl_s)
+            except NotFound:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     @contextlib.asynccontextmanager
     async def pinned(
@@ -184,29 +210,58 @@ class ReconcilerClient:
         """Hold ``revision`` (default: the current one) for the run and yield an MCP client whose
         every request carries it, so the whole run sees one consistent catalog even while the
         gateway publishes newer revisions. The hold is released on exit, whatever happened."""
-        if revision is None:
-            revision = (await self.status()).revision
-            if revision is None:
-                raise error_for(503, "starting", "the gateway has not published a generation yet")
-        hold = await self.hold(revision, ttl_s=ttl_s)
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        hold = await self._hold_for_run(revision, ttl_s)
+        revision = hold.revision
+        raised: BaseException | None = None
         try:
             headers = {REVISION_HEADER: str(revision)}
             if session_token:
                 headers["Authorization"] = f"Bearer {session_token}"
             http = create_mcp_http_client(headers=headers)
             async with http, Client(streamable_http_client(f"{self.base_url}/mcp", http_client=http), mode=mode) as mcp:
-                yield PinnedRun(mcp=mcp, revision=revision, hold=hold)
+                try:
+                    yield PinnedRun(mcp=mcp, revision=revision, hold=hold)
+                except BaseException as exc:
+                    raised = exc
+                    raise
+        except BaseExceptionGroup as group:
+            # The MCP client's task groups wrap the body's own exception in exception groups;
+            # give the caller back exactly what its code raised.
+            if raised is not None and _only(group, raised):
+                cause, context, suppress = raised.__cause__, raised.__context__, raised.__suppress_context__
+                try:
+                    raise raised  # the body's exception, with its own cause and context
+                finally:
+                    raised.__cause__, raised.__context__ = cause, context
+                    raised.__suppress_context__ = suppress
+            raise
         finally:
             with anyio.CancelScope(shield=True), contextlib.suppress(ReconcilerAPIError):
                 await self.release_hold(hold.id)
 
 
+def _only(group: BaseExceptionGroup[BaseException], exc: BaseException) -> bool:
+    """Whether ``group`` (nested) holds nothing but ``exc``."""
+    return all(_only(e, exc) if isinstance(e, BaseExceptionGroup) else e is exc for e in group.exceptions)
+
+
+def _seg(value: str) -> str:
+    """One URL path segment: ids and names are quoted, so ``/``, ``?`` or ``#`` in them cannot
+    address another endpoint."""
+    return quote(str(value), safe="")
+
+
 def _error(response: httpx2.Response) -> ReconcilerAPIError:
+    fallback = response.reason_phrase or f"HTTP {response.status_code}"
     try:
         body = response.json()
-        err = body.get("error", {}) if isinstance(body, dict) else {}
-        return error_for(
-            response.status_code, str(err.get("code", "")), str(err.get("message", response.reason_phrase))
-        )
     except ValueError:
-        return error_for(response.status_code, "", response.reason_phrase or f"HTTP {response.status_code}")
+        return error_for(response.status_code, "", fallback)
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):  # not our error shape (a proxy, a load balancer)
+        return error_for(response.status_code, "", fallback)
+    return error_for(response.status_code, str(err.get("code", "")), str(err.get("message", fallback)))

@@ -21,7 +21,11 @@ class SyncReconcilerClient:
     def __init__(self, base_url: str = "http://127.0.0.1:8765", token: str | None = None, **kwargs: Any) -> None:
         self._cm: AbstractContextManager[BlockingPortal] = start_blocking_portal()
         self._portal = self._cm.__enter__()
-        self._client: ReconcilerClient = self._portal.call(lambda: _make(base_url, token, kwargs))
+        try:
+            self._client: ReconcilerClient = self._portal.call(lambda: _make(base_url, token, kwargs))
+        except BaseException:
+            self._cm.__exit__(None, None, None)  # don't leak the portal's thread
+            raise
 
     def __enter__(self) -> SyncReconcilerClient:
         return self
@@ -38,6 +42,12 @@ class SyncReconcilerClient:
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self._portal.call(lambda: fn(*args, **kwargs))
 
+    def healthz(self) -> bool:
+        return self._call(self._client.healthz)  # type: ignore[no-any-return]
+
+    def readyz(self) -> wire.ReadyOut:
+        return self._call(self._client.readyz)  # type: ignore[no-any-return]
+
     def status(self) -> wire.StatusOut:
         return self._call(self._client.status)  # type: ignore[no-any-return]
 
@@ -53,8 +63,20 @@ class SyncReconcilerClient:
     def sources(self) -> list[wire.SourceOut]:
         return self._call(self._client.sources)  # type: ignore[no-any-return]
 
+    def source(self, name: str) -> wire.SourceOut:
+        return self._call(self._client.source, name)  # type: ignore[no-any-return]
+
     def sessions(self) -> list[wire.SessionOut]:
         return self._call(self._client.sessions)  # type: ignore[no-any-return]
+
+    def session(self, session_id: str) -> wire.SessionOut:
+        return self._call(self._client.session, session_id)  # type: ignore[no-any-return]
+
+    def delete_session(self, session_id: str) -> None:
+        self._call(self._client.delete_session, session_id)
+
+    def refresh_session(self, session_id: str) -> wire.SessionRefreshOut:
+        return self._call(self._client.refresh_session, session_id)  # type: ignore[no-any-return]
 
     def create_session(self, **kwargs: Any) -> wire.SessionCreated:
         return self._call(self._client.create_session, **kwargs)  # type: ignore[no-any-return]

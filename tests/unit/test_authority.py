@@ -108,3 +108,14 @@ def test_I9_view_digest_changes_only_with_the_sessions_view() -> None:
     assert v2.changed_kinds(v1) == set()
     v3 = auth.view(s, gen(3, []))
     assert v3.changed_kinds(v2) == {T}
+
+
+def test_session_count_is_bounded_at_n_and_n_plus_1() -> None:
+    from reconciler.authority import SessionLimitError
+
+    auth = Authority(Bounds(sessions=3))
+    g = gen(1, ["x"])
+    for _ in range(3):
+        auth.create("o", g)  # N sessions: accepted
+    with pytest.raises(SessionLimitError):
+        auth.create("o", g)  # N + 1: refused

@@ -1,0 +1,219 @@
+"""Fixtures and helpers for control-API tests: a real gateway on 127.0.0.1 (``serve_http`` with
+``port=0``) driven through the SDK (``ReconcilerClient`` / ``SyncReconcilerClient``).
+
+Upstreams are ``tests.support.upstream_server`` processes over stdio, spawned by the gateway
+(``cwd`` = the repository root so ``-m tests.support.upstream_server`` imports). Configs live in
+``tmp_path`` with ``gateway: {cooldown_s: 0.05}`` for speed.
+
+``no_leaked_children`` (autouse, imported from the integration suite) asserts that no child
+process of the test process outlives a test (I14). Every wait is bounded (``anyio.fail_after``);
+polling is used only for engine state outside the test's control flow."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from api.auth import Authenticator
+from api.server import Served, serve_http
+from reconciler.generation import Generation
+from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
+    REPO_ROOT,
+    SERVER_MODULE,
+    no_leaked_children,
+)
+
+WAIT = 20.0  # bound on any single wait in this directory
+
+OPERATOR_TOKEN = "op-token-0123456789abcdef"
+OWNER_TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"}
+ALICE, BOB = OWNER_TOKENS["alice"], OWNER_TOKENS["bob"]
+ALL_TOKENS = (OPERATOR_TOKEN, *OWNER_TOKENS.values())
+
+REVISION_META = "io.mcp-reconciler/revision"
+
+
+def authenticator() -> Authenticator:
+    return Authenticator([OPERATOR_TOKEN], dict(OWNER_TOKENS))
+
+
+# -- configs --------------------------------------------------------------------------------------
+
+
+def upstream_source(name: str = "up", *tools: str) -> dict[str, Any]:
+    """A stdio source running the test upstream with ``tools`` (``command: python`` is the
+    gateway's own interpreter)."""
+    return {
+        "name": name,
+        "stdio": {
+            "command": "python",
+            "args": ["-m", SERVER_MODULE, "--tools", ",".join(tools)],
+            "cwd": str(REPO_ROOT),
+        },
+    }
+
+
+def write_config(
+    tmp: Path,
+    *,
+    sources: Sequence[dict[str, Any]] | None = None,
+    gateway: dict[str, Any] | None = None,
+    name: str = "gateway.yaml",
+) -> Path:
+    """A gateway config (JSON is YAML); default: one upstream ``up`` with tools a, b."""
+    if sources is None:
+        sources = [upstream_source("up", "a", "b")]
+    cfg = tmp / name
+    cfg.write_text(json.dumps({"gateway": {"cooldown_s": 0.05, **(gateway or {})}, "sources": list(sources)}))
+    backdate(cfg)
+    return cfg
+
+
+_ticks = itertools.count()
+
+
+def backdate(path: Path) -> None:
+    """Move ``path``'s mtime out of the freshness tracker's racy window (2 s), to a value no
+    earlier call used: the edit is seen exactly once, instead of the file counting as "maybe
+    changed" (dirty) on every stat sweep for two seconds, which would add reload cycles."""
+    past = time.time_ns() - 60_000_000_000 + next(_ticks) * 1_000_000
+    os.utime(path, ns=(past, past))
+
+
+@asynccontextmanager
+async def served_gateway(cfg: Path, **kw: Any) -> AsyncIterator[Served]:
+    """The gateway on 127.0.0.1:<ephemeral> with the test tokens (unless ``authenticator`` is given)."""
+    kw.setdefault("authenticator", authenticator())
+    async with serve_http(cfg, host="127.0.0.1", port=0, watch_interval_s=0.1, **kw) as served:
+        yield served
+
+
+# -- MCP clients ----------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def mcp_client(
+    served: Served,
+    *,
+    mode: str = "auto",
+    headers: dict[str, str] | None = None,
+    message_handler: Any = None,
+) -> AsyncIterator[Client]:
+    """A downstream MCP client on the served front door with extra HTTP ``headers``."""
+    async with create_mcp_http_client(headers=headers or {}) as http:
+        async with Client(
+            streamable_http_client(served.url, http_client=http), mode=mode, message_handler=message_handler
+        ) as client:
+            yield client
+
+
+class Changes:
+    """A ``message_handler`` counting ``tools/list_changed`` so a test can wait for one."""
+
+    def __init__(self) -> None:
+        self.tools = 0
+        self._event = anyio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.tools += 1
+            event, self._event = self._event, anyio.Event()
+            event.set()
+
+    async def wait_tools(self, count: int, timeout_s: float = WAIT) -> None:
+        with anyio.fail_after(timeout_s):
+            while self.tools < count:
+                await self._event.wait()
+
+
+async def tool_names(client: Client, **kw: Any) -> set[str]:
+    names: set[str] = set()
+    cursor: str | None = None
+    while True:
+        page = await client.list_tools(cursor=cursor, cache_mode="bypass", **kw)
+        names |= {t.name for t in page.tools}
+        cursor = page.next_cursor
+        if cursor is None:
+            return names
+
+
+def revision_of(result: Any) -> int:
+    rev = (result.meta or {}).get(REVISION_META)
+    assert isinstance(rev, int), result
+    return rev
+
+
+async def call_error(client: Client, name: str, args: dict[str, Any] | None = None, **kw: Any) -> MCPError:
+    try:
+        result = await client.call_tool(name, args or {}, **kw)
+    except MCPError as exc:
+        return exc
+    raise AssertionError(f"{name} succeeded: {result}")
+
+
+# -- the engine, observed -------------------------------------------------------------------------
+
+
+class Publications:
+    """Waits (bounded, without sleeping) for a published generation matching a predicate."""
+
+    def __init__(self, served: Served) -> None:
+        self._runtime = served.gateway.rec.runtime
+        self._event = anyio.Event()
+        self._remove = self._runtime.add_listener(self._on_publish)
+
+    def _on_publish(self, new: Generation, _previous: Generation | None) -> None:
+        event, self._event = self._event, anyio.Event()
+        event.set()
+
+    @property
+    def revision(self) -> int:
+        rev = self._runtime.current_revision
+        assert rev is not None
+        return rev
+
+    async def wait_for(self, predicate: Callable[[Generation], bool], timeout_s: float = WAIT) -> Generation:
+        with anyio.fail_after(timeout_s):
+            while True:
+                event = self._event
+                live = self._runtime.current
+                if live is not None and predicate(live.generation):
+                    return live.generation
+                await event.wait()
+
+    async def wait_above(self, revision: int, timeout_s: float = WAIT) -> Generation:
+        return await self.wait_for(lambda g: g.revision > revision, timeout_s)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout_s: float = WAIT, what: str = "condition") -> None:
+    """Bounded polling for engine state the test does not drive (retirement, pins)."""
+    try:
+        with anyio.fail_after(timeout_s):
+            while not predicate():
+                await anyio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}") from None
+
+
+def assert_error_shape(body: Any, *, forbidden: Sequence[str] = ALL_TOKENS) -> None:
+    """``{"error": {"code": str, "message": str}}`` and nothing else; no token text (I12)."""
+    assert isinstance(body, dict) and set(body) == {"error"}, body
+    err = body["error"]
+    assert isinstance(err, dict) and set(err) == {"code", "message"}, body
+    assert isinstance(err["code"], str) and err["code"], body
+    assert isinstance(err["message"], str) and err["message"], body
+    text = json.dumps(body)
+    for secret in forbidden:
+        assert secret not in text, f"error body leaks a token: {body}"

@@ -1,0 +1,178 @@
+"""Revision holds over the control API and the SDK's ``pinned()`` runs: a held revision stays
+callable while newer ones publish (I4, bounded by the hold's TTL — I5), then retires; a call
+pinned to it afterwards is refused with -32012 naming the current revision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from reconciler.errors import RevisionUnavailableError
+from reconciler.runtime import LiveState
+from sdk import NotFound, ReconcilerClient
+from sdk.client import REVISION_HEADER
+from tests.api.conftest import (
+    OPERATOR_TOKEN,
+    WAIT,
+    Publications,
+    call_error,
+    mcp_client,
+    revision_of,
+    served_gateway,
+    tool_names,
+    wait_until,
+    write_config,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def _is_live(served: object, revision: int) -> bool:
+    try:
+        served.gateway.rec.runtime.get(revision)  # type: ignore[attr-defined]
+    except RevisionUnavailableError:
+        return False
+    return True
+
+
+async def test_hold_keeps_a_revision_callable_until_it_expires(tmp_path: Path) -> None:
+    async with served_gateway(write_config(tmp_path)) as served:
+        pubs = Publications(served)
+        runtime = served.gateway.rec.runtime
+        async with ReconcilerClient(served.base_url, OPERATOR_TOKEN) as rc, mcp_client(served) as mcp:
+            n = pubs.revision
+            long_hold = await rc.hold(n, ttl_s=600)
+
+            # Two newer publications (the upstream changes its tools; list_changed → new revisions).
+            await mcp.call_tool("up__set_tools", {"names": ["a", "b", "c"]})
+            await pubs.wait_for(lambda g: "up__c" in g.tools)
+            await mcp.call_tool("up__set_tools", {"names": ["a", "b", "c", "d"]})
+            latest = (await pubs.wait_for(lambda g: "up__d" in g.tools)).revision
+            assert latest >= n + 2
+
+            # N is superseded but held: retiring, pinned by the hold, listed by the API.
+            live = runtime.get(n)
+            assert live.state is LiveState.RETIRING and live.pins == 1
+            gens = await rc.generations()
+            states = {g.revision: (g.state, g.pins) for g in gens.generations}
+            assert states[n] == ("retiring", 1) and states[latest][0] == "current"
+            st = await rc.status()
+            assert st.holds == 1 and n in {r.revision for r in st.retiring}
+            old_catalog = await rc.catalog(revision=n)
+            assert old_catalog.revision == n and "up__c" not in {e.name for e in old_catalog.entries}
+
+            # Still callable, by header and by _meta.
+            async with mcp_client(served, headers={REVISION_HEADER: str(n)}) as pinned:
+                res = await pinned.call_tool("up__a", {"x": "held"})
+                assert revision_of(res) == n and not res.is_error
+                assert "up__c" not in await tool_names(pinned)
+            res = await mcp.call_tool("up__a", {"x": "meta"}, meta={"io.mcp-reconciler/revision": n})
+            assert revision_of(res) == n
+
+            # Expiry: a short hold takes over, the long one is released; N stays live until the
+            # short one expires (its pin alone keeps N open), then retires at once.
+            short = await rc.hold(n, ttl_s=0.5)
+            await rc.release_hold(long_hold.id)
+            assert _is_live(served, n) and runtime.get(n).pins == 1
+            t0 = anyio.current_time()
+            await wait_until(lambda: not _is_live(served, n), timeout_s=WAIT, what=f"revision {n} to retire")
+            assert anyio.current_time() - t0 > 0.3  # the hold, not the release, kept it open
+            assert (await rc.status()).holds == 0
+            with pytest.raises(NotFound):
+                await rc.release_hold(short.id)  # expired holds are gone
+            with pytest.raises(NotFound):
+                await rc.catalog(revision=n)
+            with pytest.raises(NotFound):
+                await rc.hold(n)  # a retired revision cannot be held again
+
+            # A call pinned to N now: -32012, naming the current revision.
+            current = runtime.current_revision
+            async with mcp_client(served, headers={REVISION_HEADER: str(n)}) as pinned:
+                err = await call_error(pinned, "up__a")
+            assert err.code == -32012
+            assert f"the current revision is {current}" in err.message
+            err = await call_error(mcp, "up__a", meta={"io.mcp-reconciler/revision": n})
+            assert err.code == -32012 and str(current) in err.message
+
+
+async def test_release_retires_a_held_revision_at_once(tmp_path: Path) -> None:
+    async with served_gateway(write_config(tmp_path)) as served:
+        pubs = Publications(served)
+        async with ReconcilerClient(served.base_url, OPERATOR_TOKEN) as rc, mcp_client(served) as mcp:
+            n = pubs.revision
+            hold = await rc.hold(n, ttl_s=600)
+            await mcp.call_tool("up__set_tools", {"names": ["a"]})
+            await pubs.wait_above(n)
+            assert _is_live(served, n)
+            await rc.release_hold(hold.id)
+            await wait_until(lambda: not _is_live(served, n), what=f"revision {n} to retire")
+            assert [g.revision for g in (await rc.generations()).generations] == [pubs.revision]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_pinned_run_sees_one_revision(mode: str, tmp_path: Path) -> None:
+    async with served_gateway(write_config(tmp_path)) as served:
+        pubs = Publications(served)
+        async with ReconcilerClient(served.base_url, OPERATOR_TOKEN) as rc:
+            n = pubs.revision
+            async with rc.pinned(mode=mode) as run:
+                assert run.revision == n and run.hold.revision == n
+                assert (await rc.status()).holds == 1
+                before = await tool_names(run.mcp)
+                assert {"up__a", "up__b"} <= before
+
+                # The gateway publishes a new revision mid-run (the upstream adds a tool).
+                res = await run.mcp.call_tool("up__set_tools", {"names": ["a", "b", "c"]})
+                assert revision_of(res) == n
+                newer = (await pubs.wait_for(lambda g: "up__c" in g.tools)).revision
+                assert newer > n
+
+                # The run still sees revision n, consistently.
+                page = await run.mcp.list_tools(cache_mode="bypass")
+                assert revision_of(page) == n
+                assert await tool_names(run.mcp) == before
+                res = await run.mcp.call_tool("up__a", {"x": "run"})
+                assert revision_of(res) == n and not res.is_error
+                assert _is_live(served, n)
+
+            # The hold is released on exit; n retires.
+            assert (await rc.status()).holds == 0
+            await wait_until(lambda: not _is_live(served, n), what=f"revision {n} to retire")
+
+
+async def test_pinned_releases_the_hold_when_the_body_raises(tmp_path: Path) -> None:
+    async with served_gateway(write_config(tmp_path)) as served:
+        async with ReconcilerClient(served.base_url, OPERATOR_TOKEN) as rc:
+            cause = KeyError("why")
+            with pytest.raises(RuntimeError, match="agent failed") as raised:
+                async with rc.pinned() as run:
+                    assert (await rc.status()).holds == 1
+                    await run.mcp.call_tool("up__a", {})
+                    raise RuntimeError("agent failed") from cause
+            # The caller gets its own exception back (not wrapped in the MCP client's exception
+            # groups), with its cause intact.
+            assert type(raised.value) is RuntimeError and raised.value.__cause__ is cause
+            assert (await rc.status()).holds == 0
+
+            # Cancelled from outside: released too.
+            entered = anyio.Event()
+
+            async def run_forever() -> None:
+                async with rc.pinned(mode="legacy"):
+                    entered.set()
+                    await anyio.sleep_forever()
+
+            with anyio.fail_after(WAIT):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(run_forever)
+                    await entered.wait()
+                    tg.cancel_scope.cancel()
+            assert (await rc.status()).holds == 0
+
+            # Pinning a revision that is not live fails before anything is held.
+            with pytest.raises(NotFound):
+                async with rc.pinned(revision=10_000):
+                    raise AssertionError("unreachable")
+            assert (await rc.status()).holds == 0
