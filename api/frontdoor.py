@@ -129,6 +129,9 @@ class FrontDoor:
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
             on_subscriptions_listen=self._listen,
+            # O(1) schema lookup for the SDK's per-call header check in the 2026 era; without it
+            # the SDK runs our whole tools/list (O(granted names)) before every call.
+            get_tool_input_schema=self._tool_input_schema,
         )
         self.server.middleware.append(self._middleware)
         self._remove_listener = rec.runtime.add_listener(lambda new, old: self._wake.set())
@@ -156,6 +159,14 @@ class FrontDoor:
                 handler = self._listeners.pop(key, None)
                 if handler is not None:
                     handler.close()
+
+    def _tool_input_schema(self, name: str) -> Mapping[str, Any] | None:
+        live = self.rec.runtime.current
+        entry = live.generation.tools.get(name) if live is not None else None
+        if entry is None:
+            return None
+        schema = entry.definition.get("inputSchema")
+        return thaw(schema) if schema is not None else None
 
     def touch(self) -> None:
         """Re-evaluate every session's view now (after grants change outside a publication)."""
