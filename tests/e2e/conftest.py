@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,6 @@ from mcp import Client, MCPError, StdioServerParameters
 
 from api.frontdoor import REVISION_META, Binding
 from api.server import Served
-from reconciler.generation import Generation
 from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
     REPO_ROOT,
     SERVER_MODULE,
@@ -177,35 +176,7 @@ def payload(result: types.CallToolResult) -> dict[str, Any]:
 # -- the engine, observed -------------------------------------------------------------------------
 
 
-class Publications:
-    """Waits (bounded, without sleeping) for a published generation matching a predicate."""
-
-    def __init__(self, served: Served) -> None:
-        self._runtime = served.gateway.rec.runtime
-        self._event = anyio.Event()
-        self._remove = self._runtime.add_listener(self._on_publish)
-
-    def _on_publish(self, new: Generation, _previous: Generation | None) -> None:
-        event, self._event = self._event, anyio.Event()
-        event.set()
-
-    @property
-    def revision(self) -> int:
-        rev = self._runtime.current_revision
-        assert rev is not None
-        return rev
-
-    async def wait_for(self, predicate: Callable[[Generation], bool], timeout_s: float = WAIT) -> Generation:
-        with anyio.fail_after(timeout_s):
-            while True:
-                event = self._event
-                live = self._runtime.current
-                if live is not None and predicate(live.generation):
-                    return live.generation
-                await event.wait()
-
-    async def wait_above(self, revision: int, timeout_s: float = WAIT) -> Generation:
-        return await self.wait_for(lambda g: g.revision > revision, timeout_s)
+from tests.support.observe import Publications as Publications  # noqa: E402  (shared with tests/api)
 
 
 async def binding_of(served: Served, era: str, *, exclude: Sequence[Binding] = ()) -> Binding:
