@@ -39,6 +39,7 @@ from api.errors import UpstreamUnavailable, to_mcp_error
 from reconciler import telemetry
 from reconciler.authority import Authority, GrantPolicy, Session, View
 from reconciler.digest import thaw
+from reconciler.errors import ReconcilerClosedError
 from reconciler.generation import Generation
 from reconciler.model import CatalogEntry, EntryKind
 from reconciler.reconcile import Reconciler
@@ -328,6 +329,8 @@ class FrontDoor:
                 return runtime.get(revision)
             except Exception as exc:
                 raise to_mcp_error(exc) from None
+        if runtime.closed:
+            raise to_mcp_error(ReconcilerClosedError())
         live = runtime.current
         if live is None:
             raise MCPError(

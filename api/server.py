@@ -124,6 +124,10 @@ async def serve_http(
                 try:
                     yield Served(gw, front, f"http://{bind_host}:{actual_port}/mcp", actual_port, control)
                 finally:
+                    # Close the engine while HTTP is still up, so calls in flight end with the
+                    # sanitized "shutting down" error instead of a dropped stream (I12, I14).
+                    with anyio.CancelScope(shield=True):
+                        await gw.rec.aclose()
                     server.should_exit = True
         finally:
             sock.close()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from reconciler.errors import GenerationDrainedError, ReconcilerError
+from reconciler.errors import GenerationDrainedError, ReconcilerClosedError, ReconcilerError
 
 if TYPE_CHECKING:
     from reconciler.runtime import LiveGeneration
@@ -63,7 +63,7 @@ class Operation:
     :class:`GenerationDrainedError`; if ``deadline_s`` passes, it raises
     :class:`OperationDeadlineError`. Other exceptions and outer cancellations propagate."""
 
-    __slots__ = ("_deadline_s", "_drained", "_live", "_pin", "_scope")
+    __slots__ = ("_closing", "_deadline_s", "_drained", "_live", "_pin", "_scope")
 
     def __init__(self, live: LiveGeneration, deadline_s: float | None) -> None:
         self._live = live
@@ -71,6 +71,7 @@ class Operation:
         self._pin: Pin | None = None
         self._scope: anyio.CancelScope | None = None
         self._drained = False
+        self._closing = False
 
     @property
     def live(self) -> LiveGeneration:
@@ -80,8 +81,9 @@ class Operation:
     def revision(self) -> int:
         return self._live.revision
 
-    def _force_cancel(self) -> None:
+    def _force_cancel(self, *, closing: bool = False) -> None:
         self._drained = True
+        self._closing = closing
         if self._scope is not None:
             self._scope.cancel()
 
@@ -103,6 +105,8 @@ class Operation:
         finally:
             self._pin.release()
         if swallowed and self._scope.cancelled_caught:
+            if self._drained and self._closing:
+                raise ReconcilerClosedError()
             if self._drained:
                 raise GenerationDrainedError(self._live.revision)
             raise OperationDeadlineError(self._deadline_s or 0.0)

@@ -231,7 +231,7 @@ class Runtime:
             lives = self.live()
             for live in lives:
                 for op in list(live._operations):
-                    op._force_cancel()
+                    op._force_cancel(closing=True)
             with anyio.move_on_after(self.bounds.drain_grace_s):
                 for live in lives:
                     await live.wait_operations_done()

@@ -20,7 +20,6 @@ import httpx2
 from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from reconciler.model import SourceSpec
 
@@ -107,7 +106,10 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
         elif kind == "http":
             timeouts = t.get("timeouts") or {}
             timeout = httpx2.Timeout(float(timeouts.get("connect_s", 10.0)), read=float(timeouts.get("call_s", 300.0)))
-            async with create_mcp_http_client(headers=_headers(t), timeout=timeout) as http:
+            # An explicit pool: httpx2's default of 100 connections (one held by the listen stream)
+            # would make the 100th concurrent call wait silently for a free connection.
+            limits = httpx2.Limits(max_connections=int(t.get("max_connections", 1024)), max_keepalive_connections=64)
+            async with httpx2.AsyncClient(headers=_headers(t), timeout=timeout, limits=limits) as http:
                 async with streamable_http_client(str(t["url"]), http_client=http) as (read, write):
                     yield ObservedReadStream(read, on_end), write
         else:

@@ -226,7 +226,7 @@ class OpRecord:
     release: anyio.Event | None = None
     scope: anyio.CancelScope | None = None
     running: bool = True  # model: the operation still holds its pin
-    expected: str | None = None  # model: "ok" | "cancelled" | "drained"
+    expected: str | None = None  # model: "ok" | "cancelled" | "drained" | "closed"
     outcome: str | None = None  # what the operation's task observed
     drained_revision: int | None = None
     saw_closed_connection: bool = False
@@ -478,6 +478,8 @@ class RuntimeMachine(RuleBasedStateMachine):
             except GenerationDrainedError as exc:
                 op.outcome = "drained"
                 op.drained_revision = exc.revision
+            except ReconcilerClosedError:
+                op.outcome = "closed"
             except Exception as exc:  # reported by the I4 invariant, not by the task group
                 op.outcome = f"unexpected {type(exc).__name__}: {exc}"
         if scope.cancelled_caught:
@@ -533,7 +535,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.closed = True
         for op in self._running():
             op.running = False
-            op.expected = "drained"
+            op.expected = "closed"  # shutdown says so, not "drained" (which asks to retry)
         for rec in self.gens.values():
             rec.state = LiveState.CLOSED
         self.current = None
@@ -543,7 +545,7 @@ class RuntimeMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.steps >= 12 and self.closes < 2)  # most of a run happens before close
     @rule(mode=st.sampled_from(["once", "twice", "concurrently"]))
     def close(self, mode: str) -> None:
-        """aclose: idempotent, concurrent-safe; running operations get GenerationDrainedError."""
+        """aclose: idempotent, concurrent-safe; running operations get ReconcilerClosedError."""
         event(f"close {mode}{' (again)' if self.closed else ''}")
         self.closes += 1
         self._model_aclose()
