@@ -11,6 +11,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-reconciler", description="An MCP gateway built like a reconciler.")
     parser.add_argument("--log-level", default="WARNING", help="operator log level (default: WARNING)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text", help="operator log format")
+    parser.add_argument(
+        "--otel-console",
+        action="store_true",
+        help="export OpenTelemetry spans and metrics (every 10 s and at exit) to stderr; "
+        "needs the SDK: pip install 'mcp-reconciler[otel]'",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the MCP endpoint over streamable HTTP (no --config: the bundled demo)")
     serve.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
@@ -50,6 +56,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     from api.logs import configure
 
     configure(args.log_level, args.log_format)
+    shutdown_otel = None
+    if args.otel_console:
+        # Before any engine module is imported (they create their tracer/meter at import time;
+        # the API's proxies would delegate anyway, this keeps it independent of that).
+        from api.otel import OtelUnavailableError, configure_console
+
+        try:
+            shutdown_otel = configure_console()
+        except OtelUnavailableError as exc:
+            print(f"mcp-reconciler: {exc}", file=sys.stderr)
+            return 2
+    try:
+        return _dispatch(args)
+    finally:
+        if shutdown_otel is not None:
+            shutdown_otel()  # last metric export, before the interpreter tears down
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("serve", "stdio"):
         import anyio
 

@@ -1,7 +1,7 @@
 """Front-door benchmark: what the gateway adds to a tool call, against the same upstream called
 directly, measured in the same run over the same transport.
 
-Run from the repo root:  python bench/bench_frontdoor.py [--quick] [--json PATH]
+Run from the repo root:  python bench/bench_frontdoor.py [--quick] [--only-list-scale] [--json PATH]
 
 Set-up. One real upstream (``tests.support.upstream_server --tools echo``) runs as a subprocess
 over streamable HTTP on 127.0.0.1. The gateway runs in this process (``api.server.serve_http``
@@ -34,6 +34,23 @@ box is shared, so a ratio's two sides see the same background load.
    diagnostic (TCP_NODELAY), a confirmation run of the diagnosis (in-process shims only, no
    file changed), and suggestions. Before it, the bench waits out the upstream HTTP client's
    keep-alive expiry (5 s) after section 2's bursts, so the profile shows the steady state.
+5. Catalog scale (issue 6): ``tools/list`` per session with 1,000 downstream sessions open. A
+   second gateway (fresh, in this process) on 10 HTTP sources that all point at one upstream
+   serving 93 catalog tools + its 7 control tools: 1,000 tools, exactly one gateway page, so a
+   complete listing is one ``tools/list`` request. The driver opens 1,000 real legacy
+   (2025-11-25) streamable-HTTP SDK clients to it, in concurrent batches of 50, each a gateway
+   session (a front-door binding + an Authority session granted all 1,000 names, policy
+   ``current``) with its GET stream open, all held open while measuring (each client has its own
+   httpx2 client, built with ``verify=False``: plain http on loopback, and the default SSL context
+   costs ~20 ms of CPU per client). Sequential
+   ``tools/list`` calls are timed client-side in three phases: (a) 1 session open, repeated
+   calls on it; (b) 1,000 open, the first call of each of a sample of 150 sessions spread evenly
+   over them (what a new agent session pays); (c) the same 150 sessions again. Also the gateway
+   process's CPU per call, full (gen-2) GC pauses in the gateway and the client process (and the
+   p99 of the calls that no full collection overlapped), the gateway's RSS growth per session,
+   and ``Authority.view`` in process for one of the sessions.
+   ``--only-list-scale`` runs only this section. No target is set: the figures are informational
+   (no MET/MISSED is claimed).
 
 Benchmarks print figures; they never assert (DESIGN.md "Layout")."""
 
@@ -85,6 +102,15 @@ class Plan:
         self.hot_iters_info = 5_000 if quick else 20_000
         self.profile_calls = 60 if quick else 200
         self.rounds = 3  # interleaved rounds per comparison (calls/rounds calls per block)
+        # 5. catalog scale: sessions held open, sessions sampled, baseline listings, batch size
+        self.list_sessions = 200 if quick else 1_000
+        self.list_sample = 50 if quick else 150
+        self.list_baseline = 30 if quick else 60
+        self.list_batch = 50
+        self.list_sources = 10
+        # catalog tools per source: + the upstream's 7 control tools = 100 per source, 1,000 in all,
+        # exactly one gateway page (PAGE_SIZE 1,000): one listing = one tools/list request
+        self.list_tools = 93
 
 
 # =================================================================================================
@@ -187,6 +213,122 @@ async def _driver_run(clients: list[Any], tool: str, calls: int | None, duration
     }
 
 
+async def _driver_list_scale(spec: dict[str, Any], stdin: Any) -> None:
+    """Section 5, client side. Opens one legacy HTTP client to ``spec["url"]``, says ready, then
+    serves ``{"open": total, "batch": b}`` (open more clients, ``b`` at a time, until ``total``
+    are open; each client lives in its own task until close) and ``{"list": n, "spread": bool,
+    "passes": p}`` (``p`` sequential passes over ``n`` sessions: session 0 only, or ``n``
+    sessions spread evenly over all open ones; each visit is one complete listing, every page,
+    each request timed) until ``{"close": true}``."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    url = spec["url"]
+    # Each session gets its own HTTP client (its own connections, like separate agents), built
+    # with verify=False: the URL is plain http on loopback, and the default SSL context costs
+    # ~20 ms of CPU per client to build, which would dominate opening 1,000 sessions.
+    timeout = httpx2.Timeout(30.0, read=300.0)  # the SDK's defaults (create_mcp_http_client)
+    clients: list[Any] = []
+    errors: list[str] = []
+    stop = anyio.Event()
+
+    async def hold(ready: anyio.Event) -> None:
+        try:
+            async with (
+                httpx2.AsyncClient(timeout=timeout, verify=False) as http,
+                Client(streamable_http_client(url, http_client=http), mode="legacy", cache=None) as c,
+            ):
+                clients.append(c)
+                ready.set()
+                await stop.wait()
+        except Exception as exc:  # counted and reported, never hidden
+            if not stop.is_set():
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+        finally:
+            ready.set()
+
+    async def open_until(total: int, batch: int) -> dict[str, Any]:
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        before = len(clients)
+        while len(clients) < total and len(errors) < 20:
+            events = [anyio.Event() for _ in range(min(batch, total - len(clients)))]
+            for ev in events:
+                tg.start_soon(hold, ev)
+            for ev in events:
+                await ev.wait()
+        return {"open": len(clients), "opened": len(clients) - before, "elapsed_s": time.perf_counter() - t0,
+                "driver_cpu_s": time.process_time() - cpu0, "errors": len(errors),
+                "error_samples": sorted(set(errors))[:3]}  # fmt: skip
+
+    async def listings(n: int, spread: bool, passes: int) -> dict[str, Any]:
+        picks = [(i * len(clients)) // n for i in range(n)] if spread else [0] * n
+        req: list[list[float]] = [[] for _ in range(passes)]
+        full: list[list[float]] = [[] for _ in range(passes)]
+        pages = tools = 0
+        windows: list[tuple[float, float]] = []  # (start, end) of each request, perf_counter (CLOCK_MONOTONIC)
+        gc_pauses: list[tuple[float, float]] = []  # full (gen-2) collections in this (client) process
+        gc_t0 = 0.0
+
+        def on_gc(phase: str, info: dict[str, Any]) -> None:
+            nonlocal gc_t0
+            if info.get("generation") == 2:
+                if phase == "start":
+                    gc_t0 = time.perf_counter()
+                else:
+                    gc_pauses.append((gc_t0, time.perf_counter()))
+
+        gc.callbacks.append(on_gc)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        try:
+            for p in range(passes):
+                for idx in picks:
+                    c = clients[idx]
+                    s0 = time.perf_counter()
+                    cursor: str | None = None
+                    pages = tools = 0
+                    while True:
+                        s = time.perf_counter()
+                        page = await c.list_tools(cursor=cursor)
+                        e = time.perf_counter()
+                        req[p].append((e - s) * 1000)
+                        windows.append((s, e))
+                        pages += 1
+                        tools += len(page.tools)
+                        cursor = page.next_cursor
+                        if not cursor:
+                            break
+                    full[p].append((time.perf_counter() - s0) * 1000)
+        finally:
+            gc.callbacks.remove(on_gc)
+        return {"req_ms": req, "listing_ms": full, "pages": pages, "tools": tools, "sessions": len(set(picks)),
+                "open": len(clients), "elapsed_s": time.perf_counter() - t0,
+                "driver_cpu_s": time.process_time() - cpu0, "driver_gc2": gc_pauses,
+                "windows": windows}  # fmt: skip
+
+    async with anyio.create_task_group() as tg:
+        first = await open_until(1, 1)
+        if not clients:
+            stop.set()
+            _emit({"error": f"could not open a session: {first['error_samples']}"})
+        else:
+            _emit({"ready": True, **first})
+            while True:
+                line = await stdin.readline()
+                if not line:
+                    break
+                cmd = json.loads(line)
+                if cmd.get("close"):
+                    break
+                if "open" in cmd:
+                    _emit(await open_until(int(cmd["open"]), int(cmd.get("batch", 50))))
+                elif "list" in cmd:
+                    _emit(await listings(int(cmd["list"]), bool(cmd.get("spread")), int(cmd.get("passes", 1))))
+            t_close = time.perf_counter()
+            stop.set()
+    _emit({"closed": True, "close_s": time.perf_counter() - t_close if clients else 0.0, "errors": len(errors)})
+
+
 async def _driver_main() -> None:
     stdin = anyio.wrap_file(sys.stdin)
     while True:
@@ -194,7 +336,11 @@ async def _driver_main() -> None:
         if not line:
             return
         try:
-            await _driver_session(json.loads(line), stdin)
+            spec = json.loads(line)
+            if "list_scale" in spec:
+                await _driver_list_scale(spec["list_scale"], stdin)
+            else:
+                await _driver_session(spec, stdin)
         except BaseException as exc:  # an ExceptionGroup from a client context, say
             if isinstance(exc, KeyboardInterrupt | SystemExit | anyio.get_cancelled_exc_class()):
                 raise
@@ -224,12 +370,12 @@ def proc_cpu_s(pid: int) -> float:
 
 
 @contextlib.asynccontextmanager
-async def http_upstream(tmp: Path) -> AsyncIterator[tuple[str, int]]:
-    """The echo upstream over streamable HTTP on 127.0.0.1; killed and reaped on exit."""
+async def http_upstream(tmp: Path, tools: str = ECHO) -> AsyncIterator[tuple[str, int]]:
+    """The echo upstream (or ``tools``) over streamable HTTP on 127.0.0.1; killed and reaped on exit."""
     port = free_port()
     pid_file = tmp / f"up-{port}.pid"
     proc = await anyio.open_process(
-        [sys.executable, "-m", SERVER_MODULE, "--transport", "http", "--port", str(port), "--tools", ECHO,
+        [sys.executable, "-m", SERVER_MODULE, "--transport", "http", "--port", str(port), "--tools", tools,
          "--pid-file", str(pid_file)],
         cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=None, stderr=None,
     )  # fmt: skip
@@ -1110,6 +1256,7 @@ async def amain(plan: Plan) -> dict[str, Any]:
                 out["confirm"] = await confirm_check(plan, drv, cfg, up_url, up_port, lat, nagle_suspect)
             out["max_bg_cores"] = drv.max_bg_cores
             findings(out, missed, nagle_suspect)
+        out["list_scale"] = await bench_list_scale(plan, tmp)
     out["total_s"] = time.perf_counter() - t_all
     print(f"\ntotal {out['total_s']:.1f} s")
     return out
@@ -1318,12 +1465,270 @@ def findings(out: dict[str, Any], missed: list[str], nagle_suspect: bool) -> Non
         )
 
 
+# =================================================================================================
+# 5. catalog scale: tools/list per session with 1,000 sessions open
+# =================================================================================================
+
+
+def write_list_config(tmp: Path, upstream_url: str, n_sources: int) -> Path:
+    """``n_sources`` HTTP sources (``l0`` ...) on the same upstream: each its own upstream session."""
+    path = tmp / "list-scale.yaml"
+    lines = ["sources:"]
+    for i in range(n_sources):
+        lines.append(f"  - name: l{i}\n    http: {{url: {json.dumps(upstream_url)}}}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm", encoding="ascii") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def _list_cmd(drv: Driver, cmd: dict[str, Any], timeout_s: float = 240.0) -> dict[str, Any]:
+    """One list-scale driver command; adds this (gateway) process's CPU and other processes'
+    CPU (``bg``) over exactly its window."""
+    gc_pauses: list[tuple[float, float]] = []  # full (gen-2) collections in this (gateway) process
+    gc_t0 = 0.0
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        nonlocal gc_t0
+        if info.get("generation") == 2:
+            if phase == "start":
+                gc_t0 = time.perf_counter()
+            else:
+                gc_pauses.append((gc_t0, time.perf_counter()))
+
+    sys0, tree0 = cpu_snapshot()
+    gc.callbacks.append(on_gc)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    try:
+        await drv._send(cmd)
+        res = await drv._recv(timeout_s)
+    finally:
+        gc.callbacks.remove(on_gc)
+    res["gw_gc2"] = gc_pauses
+    res["gw_cpu_s"] = time.process_time() - cpu0
+    res["window_s"] = time.perf_counter() - t0
+    sys1, tree1 = cpu_snapshot()
+    res["bg_cores"] = max(0.0, (sys1 - sys0) - (tree1 - tree0)) / max(res["window_s"], 1e-9)
+    drv.max_bg_cores = max(drv.max_bg_cores, res["bg_cores"])
+    if "error" in res:
+        raise RuntimeError(f"driver: {res['error']}")
+    return res
+
+
+def _list_row(label: str, res: dict[str, Any], p: int) -> dict[str, Any]:
+    req, full = res["req_ms"][p], res["listing_ms"][p]
+    listings = max(1, len(full)) * max(1, len(res["listing_ms"]))  # CPU covers every pass of the command
+    gw_pauses, c_pauses = res.get("gw_gc2", []), res.get("driver_gc2", [])
+    gw_gc = [(e - s) * 1000 for s, e in gw_pauses]
+    c_gc = [(e - s) * 1000 for s, e in c_pauses]
+    # Requests during which either process ran a full collection (perf_counter is CLOCK_MONOTONIC,
+    # one clock for both processes): the tail with and without them.
+    pauses = [*gw_pauses, *c_pauses]
+    hit = [any(ps < we and pe > ws for ps, pe in pauses) for ws, we in res.get("windows", [])]
+    clean = [x for x, h in zip(req, hit, strict=False) if not h] if len(hit) == len(req) else req
+    row = {
+        "phase": label,
+        "sessions_open": res["open"],
+        "sessions_sampled": res["sessions"],
+        "listings": len(full),
+        "requests": len(req),
+        "pages_per_listing": res["pages"],
+        "tools_per_listing": res["tools"],
+        "request_ms": summary(req),
+        "listing_ms": summary(full),
+        "gw_cpu_ms_per_listing": res["gw_cpu_s"] * 1000 / listings,
+        "client_cpu_ms_per_listing": res["driver_cpu_s"] * 1000 / listings,
+        "gateway_gen2_gc_ms": gw_gc,
+        "client_gen2_gc_ms": c_gc,
+        "requests_during_full_gc": sum(hit),
+        "request_ms_without_full_gc": summary(clean) if clean else None,
+        "bg_cores": res["bg_cores"],
+    }
+    r, f = row["request_ms"], row["listing_ms"]
+    print(
+        f"  {label:<36} {row['requests']:>4} {r['median']:>7.2f} {r['p99']:>7.2f} {r['max']:>7.2f} "
+        + (f"{f['median']:>7.2f} {f['p99']:>7.2f} " if res["pages"] > 1 else "")
+        + (f"{row['request_ms_without_full_gc']['p99']:>7.2f} " if clean else f"{'-':>7} ")
+        + f"{sum(hit):>3} "
+        + f"{row['gw_cpu_ms_per_listing']:>6.2f} {row['client_cpu_ms_per_listing']:>6.2f} "
+        f"{len(gw_gc):>3}/{max(gw_gc, default=0):<5.0f} {len(c_gc):>3}/{max(c_gc, default=0):<5.0f} "
+        f"{row['bg_cores']:>5.2f}",
+        flush=True,
+    )
+    return row
+
+
+async def bench_list_scale(plan: Plan, tmp: Path) -> dict[str, Any]:
+    from api.frontdoor import PAGE_SIZE
+    from reconciler.model import EntryKind
+
+    n_sessions, sample = plan.list_sessions, plan.list_sample
+    tools = ",".join(f"t{i:03d}" for i in range(plan.list_tools))
+    print(
+        f"\n5. Catalog scale (issue 6): tools/list per session with {n_sessions:,} sessions open on one gateway "
+        f"(a fresh gateway in this process)"
+    )
+    out: dict[str, Any] = {"sessions_target": n_sessions, "sample": sample, "batch": plan.list_batch}
+    t_section = time.perf_counter()
+    async with http_upstream(tmp, tools) as (up_url, up_pid), Driver.start(up_pid) as drv:
+        cfg = write_list_config(tmp, up_url, plan.list_sources)
+        async with gateway(cfg) as served:
+            runtime, front = served.gateway.rec.runtime, served.front
+            expected = plan.list_sources * plan.list_tools
+            with anyio.fail_after(WAIT_S):  # every source listed (the first cycle reads them all)
+                while True:
+                    live = runtime.current
+                    n_catalog = sum(1 for e in live.generation.tools.values() if e.upstream_name.startswith("t")) if (
+                        live is not None) else 0  # fmt: skip
+                    if n_catalog >= expected:
+                        break
+                    await anyio.sleep(0.05)
+            gen = runtime.current.generation
+            total_tools = len(gen.tools)
+            out["catalog"] = {"sources": plan.list_sources, "catalog_tools": n_catalog, "tools": total_tools,
+                              "revision": gen.revision}  # fmt: skip
+            print(
+                f"   catalog: {plan.list_sources} HTTP sources on one upstream serving {plan.list_tools} tools + its "
+                f"control tools = {total_tools:,} tools (revision {gen.revision}); gateway tools/list page = "
+                f"{PAGE_SIZE:,} tools"
+            )
+            print(
+                f"   sessions: real legacy (2025-11-25) streamable-HTTP SDK Clients in one driver process, opened in "
+                f"concurrent batches of {plan.list_batch}\n   (own httpx2 client each, verify=False: plain http), "
+                f"each a gateway session (binding + Authority session "
+                f"granted every name, policy current) with its GET stream open; all held open while measuring"
+            )
+            gc.collect()
+            rss0 = _rss_bytes()
+            await drv._send({"list_scale": {"url": served.url}})
+            first = await drv._recv()
+            if "error" in first:
+                raise RuntimeError(f"driver: {first['error']}")
+            try:
+                print(
+                    "   sequential tools/list calls, client-side wall time in ms (a listing = every page; here "
+                    "one page);\n   GCd = calls during which the gateway or the client process ran a full (gen-2) "
+                    "collection; p99-GC = p99 of the other calls;\n   gwCPU / cCPU = gateway / client process CPU ms "
+                    "per listing; gwGC / cGC = full collections in the gateway / client\n   process during the phase "
+                    "(count/max ms); bg = other processes' CPU, cores"
+                )
+                multi = (total_tools + (PAGE_SIZE - 1)) // PAGE_SIZE > 1
+                print(
+                    f"  {'phase':<36} {'n':>4} {'median':>7} {'p99':>7} {'max':>7} "
+                    + (f"{'lst med':>7} {'lst p99':>7} " if multi else "")
+                    + f"{'p99-GC':>7} {'GCd':>3} "
+                    + f"{'gwCPU':>6} {'cCPU':>6} {'gwGC':>9} {'cGC':>9} {'bg':>5}"
+                )
+                rows: dict[str, Any] = {}
+                base = await _list_cmd(drv, {"list": plan.list_baseline + 5, "spread": False, "passes": 1})
+                for key in ("req_ms", "listing_ms"):  # the first 5 listings are warm-up
+                    base[key][0] = base[key][0][5 * base["pages"] :] if key == "req_ms" else base[key][0][5:]
+                rows["one_session"] = _list_row("1 session open, repeat listings", base, 0)
+
+                opened = await _list_cmd(drv, {"open": n_sessions, "batch": plan.list_batch}, timeout_s=600)
+                # A binding is made when the gateway handles the client's notifications/initialized,
+                # which may land just after the client's open returned: wait (bounded) for all.
+                with anyio.move_on_after(10):
+                    while sum(1 for b in front.bindings.values() if b.era == "legacy") < opened["open"]:
+                        await anyio.sleep(0.05)
+                gc.collect()
+                rss1 = _rss_bytes()
+                legacy_bindings = [b for b in front.bindings.values() if b.era == "legacy"]
+                out["open"] = {
+                    "sessions_open": opened["open"],
+                    "elapsed_s": opened["elapsed_s"],
+                    "ms_per_session": opened["elapsed_s"] * 1000 / max(1, opened["opened"]),
+                    "gw_cpu_ms_per_session": opened["gw_cpu_s"] * 1000 / max(1, opened["opened"]),
+                    "client_cpu_ms_per_session": opened["driver_cpu_s"] * 1000 / max(1, opened["opened"]),
+                    "errors": opened["errors"],
+                    "error_samples": opened["error_samples"],
+                    "gateway_bindings": len(legacy_bindings),
+                    "authority_sessions": len(front.authority.sessions()),
+                    "gateway_rss_before": rss0,
+                    "gateway_rss_after": rss1,
+                    "gateway_rss_per_session": (rss1 - rss0) / max(1, opened["open"]),
+                    "bg_cores": opened["bg_cores"],
+                }
+                o = out["open"]
+                cmd = {"list": min(sample, opened["open"]), "spread": True, "passes": 1}
+                res = await _list_cmd(drv, cmd)
+                rows["first_listing"] = _list_row(f"{o['sessions_open']:,} open, first listing/session", res, 0)
+                res = await _list_cmd(drv, cmd)  # the same sessions again
+                rows["repeat_listing"] = _list_row(f"{o['sessions_open']:,} open, repeat listing", res, 0)
+                out["rows"] = rows
+
+                # In process: the gateway's per-request view for one of the open sessions.
+                view_ms = float("nan")
+                grants = 0
+                if legacy_bindings:
+                    session = legacy_bindings[len(legacy_bindings) // 2].session
+                    grants = len(session.grants)
+                    gen = runtime.current.generation
+                    reps = 50 if plan.quick else 200
+                    t = time.perf_counter_ns()
+                    for _ in range(reps):
+                        view = front.authority.view(session, gen)
+                    view_ms = (time.perf_counter_ns() - t) / reps / 1e6
+                    assert len(view.entries[EntryKind.TOOL]) == total_tools
+                out["view_ms"] = view_ms
+                out["view_grants"] = grants
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await drv._send({"close": True})
+                    closed = await drv._recv(timeout_s=120)
+            out["close_s"] = closed.get("close_s")
+            out["bindings_after_close"] = len(front.bindings)
+
+    o, r1, rf, rr = out["open"], rows["one_session"], rows["first_listing"], rows["repeat_listing"]
+    out["ratio_repeat_over_one_session"] = rr["listing_ms"]["median"] / r1["listing_ms"]["median"]
+    out["total_s"] = time.perf_counter() - t_section
+    print(
+        f"   opened {o['sessions_open']:,} sessions in {o['elapsed_s']:.1f} s ({o['ms_per_session']:.1f} ms each, "
+        f"CPU each: gateway {o['gw_cpu_ms_per_session']:.2f} ms, client {o['client_cpu_ms_per_session']:.2f} ms; "
+        f"bg {o['bg_cores']:.2f}); errors {o['errors']}" + (f" {o['error_samples']}" if o["errors"] else "")
+    )
+    print(
+        f"   gateway holds {o['gateway_bindings']:,} legacy bindings / {o['authority_sessions']:,} Authority sessions; "
+        f"RSS of the gateway process {o['gateway_rss_before'] / 2**20:.1f} -> {o['gateway_rss_after'] / 2**20:.1f} MiB "
+        f"({o['gateway_rss_per_session'] / 1024:.1f} KiB per session)"
+    )
+    print(
+        f"   each listing: {rf['pages_per_listing']} tools/list request(s), {rf['tools_per_listing']:,} tools; "
+        f"repeat listing with {o['sessions_open']:,} open / with 1 open: "
+        f"{out['ratio_repeat_over_one_session']:.2f}x (median)"
+    )
+    print(
+        f"   in process: Authority.view for one of those sessions ({out['view_grants']:,} grants) "
+        f"{out['view_ms']:.2f} ms per tools/list request (sorts and digests every grant: O(grants), "
+        f"not O(sessions))"
+    )
+    print(
+        f"   closed all sessions in {out['close_s'] or 0:.1f} s; bindings left {out['bindings_after_close']}; "
+        f"section {out['total_s']:.1f} s; informational, no target"
+    )
+    return out
+
+
+async def amain_list_scale(plan: Plan) -> dict[str, Any]:
+    """``--only-list-scale``: section 5 alone."""
+    t_all = time.perf_counter()
+    out: dict[str, Any] = {"environment": environment(), "quick": plan.quick, "only_list_scale": True}
+    with tempfile.TemporaryDirectory() as tmp_s:
+        out["list_scale"] = await bench_list_scale(plan, Path(tmp_s))
+    out["total_s"] = time.perf_counter() - t_all
+    print(f"\ntotal {out['total_s']:.1f} s")
+    return out
+
+
 def main() -> int:
     if "--driver" in sys.argv:
         anyio.run(_driver_main)
         return 0
     plan = Plan("--quick" in sys.argv)
-    out = anyio.run(amain, plan)
+    out = anyio.run(amain_list_scale if "--only-list-scale" in sys.argv else amain, plan)
     path = json_out_path(sys.argv)
     if path:
         dump_json(path, json.loads(json.dumps(out, default=str)))
