@@ -42,6 +42,7 @@ from reconciler.digest import thaw
 from reconciler.errors import ReconcilerClosedError
 from reconciler.generation import Generation
 from reconciler.model import CatalogEntry, EntryKind
+from reconciler.pins import OperationDeadlineError
 from reconciler.reconcile import Reconciler
 from reconciler.runtime import LiveGeneration
 from reconciler.upstream import UpstreamConnection
@@ -457,11 +458,16 @@ class FrontDoor:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
             request = build(entry, _forwardable(meta))
             async with live.operation(deadline_s=self.rec.bounds.operation_deadline_s):
+                call_s = _call_timeout(conn)
                 if _progress_token(meta) is None:
-                    result = await conn.send(request, result_type)
+                    result = await conn.send(request, result_type, timeout_s=call_s)
                 else:
-                    result = await _send_with_progress(conn, request, result_type, ctx)
+                    result = await _send_with_progress(conn, request, result_type, ctx, call_s)
         except MCPError as exc:
+            if exc.error.code == types.REQUEST_TIMEOUT:
+                # The source's own call timeout (``timeouts.call_s``) ran out; the SDK already
+                # cancelled the upstream request.
+                raise to_mcp_error(OperationDeadlineError(_call_timeout(conn) or 0.0), revision=live.revision) from None
             if _connection_lost(exc, conn):
                 # The SDK's own "Connection closed", not upstream text: the upstream died under the call.
                 log.info("upstream %s: connection lost during a call", getattr(conn, "source", "?"))
@@ -543,8 +549,19 @@ class FrontDoor:
         return await handler(ctx, params)
 
 
+def _call_timeout(conn: Any) -> float | None:
+    """The source's per-call timeout (``timeouts.call_s`` in its config), if any."""
+    timeouts = conn.spec.transport.get("timeouts") if isinstance(conn, UpstreamConnection) else None
+    value = timeouts.get("call_s") if timeouts else None
+    return float(value) if value is not None else None
+
+
 async def _send_with_progress(
-    conn: UpstreamConnection, request: Any, result_type: type[Any], ctx: ServerRequestContext[Any]
+    conn: UpstreamConnection,
+    request: Any,
+    result_type: type[Any],
+    ctx: ServerRequestContext[Any],
+    timeout_s: float | None = None,
 ) -> Any:
     """Forward ``request`` and relay the upstream's progress to the caller, in order, all of it
     before the result. The SDK runs each progress callback as its own task; they only enqueue
@@ -567,7 +584,7 @@ async def _send_with_progress(
     async with anyio.create_task_group() as tg:
         tg.start_soon(pump)
         with send:  # closing it lets the pump drain and end
-            return await conn.send(request, result_type, progress_callback=callback)
+            return await conn.send(request, result_type, timeout_s=timeout_s, progress_callback=callback)
 
 
 def _connection_lost(exc: MCPError, conn: Any) -> bool:

@@ -26,6 +26,7 @@ from tests.e2e.conftest import (
     revision_of,
     text_of,
     tool_names,
+    upstream_source,
     wait_for_file,
     write_config,
 )
@@ -176,3 +177,19 @@ async def test_control_tools_opt_in(mode: str, tmp_path: Path) -> None:
         names = await tool_names(client)
         assert not names & {"gateway_status", "gateway_refresh"}
         assert (await call_error(client, "gateway_status")).code == -32602
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_source_call_timeout_ends_the_call_and_cancels_upstream(mode: str, tmp_path: Path) -> None:
+    marker, cancelled = tmp_path / "in-flight", tmp_path / "cancelled"
+    source = upstream_source("up", "--tools", "a")
+    source["timeouts"] = {"call_s": 0.5}
+    cfg = write_config(tmp_path, sources=[source])
+    async with serve_http(cfg, port=0) as served, downstream(served.url, mode) as (client, _changes):
+        with anyio.fail_after(WAIT):
+            err = await call_error(client, "up__block", {"marker": str(marker), "cancelled": str(cancelled)})
+        assert err.error.code == -32014, err.error  # deadline exceeded, sanitized
+        assert "0.5 s" in err.error.message
+        assert int(await wait_for_file(cancelled)) > 0  # the upstream's handler was cancelled
+        await no_pins(served)
+        assert payload(await client.call_tool("up__a", {}))["tool"] == "a"
