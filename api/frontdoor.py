@@ -38,7 +38,6 @@ from mcp.shared.dispatcher import ProgressFnT
 from api.errors import UpstreamUnavailable, to_mcp_error
 from reconciler import telemetry
 from reconciler.authority import Authority, GrantPolicy, Session, View
-from reconciler.digest import thaw
 from reconciler.errors import ReconcilerClosedError
 from reconciler.generation import Generation
 from reconciler.model import CatalogEntry, EntryKind
@@ -167,8 +166,11 @@ class FrontDoor:
         entry = live.generation.tools.get(name) if live is not None else None
         if entry is None:
             return None
-        schema = entry.definition.get("inputSchema")
-        return thaw(schema) if schema is not None else None
+        key = ("schema", entry.exposed_name, entry.digest)
+        cached = self._tool_cache.get(key)
+        if cached is None:
+            cached = self._tool_cache[key] = json.loads(entry.raw).get("inputSchema") or {}
+        return cached or None
 
     def touch(self) -> None:
         """Re-evaluate every session's view now (after grants change outside a publication)."""
@@ -355,7 +357,7 @@ class FrontDoor:
         key = (entry.kind.value, entry.exposed_name, entry.digest + (":d" if drifted else ""))
         cached = self._tool_cache.get(key)
         if cached is None:
-            data = thaw(entry.definition)
+            data = json.loads(entry.raw)
             data[name_field] = entry.exposed_name
             if drifted:
                 data["_meta"] = {**(data.get("_meta") or {}), DRIFT_META: True}

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from reconciler.bounds import Bounds
-from reconciler.digest import canonical_json, digest_bytes, digest_parts, freeze
+from reconciler.digest import canonical_json, digest_bytes, digest_parts
 from reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState, SourceStatus
 
 EXPOSED_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -45,7 +45,7 @@ def make_entry(spec: SourceSpec, kind: EntryKind, upstream_name: str, definition
         exposed_name=exposed_name_for(spec, kind, upstream_name),
         upstream_name=upstream_name,
         source=spec.name,
-        definition=freeze(dict(definition)),
+        raw=raw if "_meta" not in definition else canonical_json(definition),
         digest=digest_bytes(raw),
         size=len(raw),
     )
