@@ -79,6 +79,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         import anyio
 
         from api.server import BUNDLED_DEMO, run_serve, run_stdio
+        from reconciler.config import ConfigError
 
         try:
             if args.command == "serve":
@@ -86,6 +87,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             return anyio.run(run_stdio, args.config or BUNDLED_DEMO)
         except KeyboardInterrupt:
             return 130
+        except ConfigError as exc:
+            print(str(exc), file=sys.stderr)
+            print(
+                "mcp-reconciler: the config is invalid; fix it (check with `mcp-reconciler check-config FILE`)",
+                file=sys.stderr,
+            )
+            return 1
         except OSError as exc:
             print(f"mcp-reconciler: {exc}", file=sys.stderr)
             return 1

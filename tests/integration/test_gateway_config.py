@@ -129,3 +129,21 @@ def test_bundled_demo_config_is_valid() -> None:
     from api.check_config import run
 
     assert run(os.fspath(REPO / "examples/demo/gateway.yaml")) == 0
+
+
+def test_serve_on_an_invalid_config_exits_1_with_file_and_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text("sources:\n  - name: x\n    http: {}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "api.cli", "serve", "--config", str(cfg), "--port", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "gateway.yaml:3: sources[0].http.url" in proc.stderr
+    assert "Traceback" not in proc.stderr
