@@ -84,6 +84,7 @@ class Binding:
     session: Session
     era: Literal["legacy", "modern"]
     key: str
+    owned: bool = False  # the session was created for this binding (not a control-API session)
     conn: Any = None  # legacy: the SDK's per-connection object (pushes ride on it)
     http_session_id: str | None = None
     last_view: View | None = None
@@ -295,21 +296,17 @@ class FrontDoor:
         live = self.rec.runtime.current
         gen = live.generation if live is not None else None
         session = self.authority.by_token(token) if token is not None else None
+        owned = session is None  # created for this connection: it ends with the connection
         if session is None:
             session = self.authority.create(f"mcp:{key}", grants_from or gen, policy=self.grant_policy)
-            owned = True
-        else:
-            owned = False
-        binding = Binding(session=session, era=era, key=key)
+        binding = Binding(session=session, era=era, key=key, owned=owned)
         binding.last_view = self.authority.view(session, gen) if gen is not None else None
-        if owned:
-            binding.__dict__["owned"] = True
         self.bindings[key] = binding
         return binding
 
     def _unbind(self, key: str) -> None:
         binding = self.bindings.pop(key, None)
-        if binding is not None and binding.__dict__.get("owned"):
+        if binding is not None and binding.owned:
             self.authority.remove(binding.session.id)
 
     def _generation(

@@ -260,7 +260,7 @@ class Authority:
                 raise QuarantinedNameError(kind, name)
             if self.drift_policy is DriftPolicy.ALLOW:
                 drifted = False
-            else:
+            elif key not in session.drift_seen:  # the hot path only pays on the first drifted call
                 session.drift_seen = session.drift_seen | {key}
         return Resolved(entry, drifted)
 

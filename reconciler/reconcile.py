@@ -292,7 +292,7 @@ class Reconciler:
                     completed.append(state)
                     telemetry.source_reads.add(1, {"outcome": "ok"})
                     self.health.ok(spec.name, self._wall(), entries=len(state.entries))
-                except (SourceReadError, TimeoutError, Exception) as exc:
+                except Exception as exc:  # SourceReadError, TimeoutError, or anything a reader raised
                     reason, detail = _read_failure_reason(exc)
                     telemetry.source_reads.add(1, {"outcome": "error"})
                     log.warning("source %s: %s %s", spec.name, reason, detail)

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp import Client, MCPError
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -148,22 +148,12 @@ async def tool_names(client: Client, **kw: Any) -> set[str]:
             return names
 
 
-def revision_of(result: Any) -> int:
-    rev = (result.meta or {}).get(REVISION_META)
-    assert isinstance(rev, int), result
-    return rev
 
 
-async def call_error(client: Client, name: str, args: dict[str, Any] | None = None, **kw: Any) -> MCPError:
-    try:
-        result = await client.call_tool(name, args or {}, **kw)
-    except MCPError as exc:
-        return exc
-    raise AssertionError(f"{name} succeeded: {result}")
-
+from tests.support.calls import call_error as call_error  # noqa: E402  (shared)
+from tests.support.calls import revision_of as revision_of  # noqa: E402
 
 # -- the engine, observed -------------------------------------------------------------------------
-
 from tests.support.observe import Publications as Publications  # noqa: E402  (shared with tests/e2e)
 
 

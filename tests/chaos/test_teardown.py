@@ -68,9 +68,13 @@ async def _wait_files(paths: list[Path], timeout_s: float = WAIT) -> None:
             await anyio.sleep(0.02)
 
 
-def _slow_start_source(name: str, pid_file: Path, delay_s: float) -> dict[str, Any]:
-    """A stdio source that takes ``delay_s`` before it speaks MCP (slow to connect)."""
-    cmd = f"sleep {delay_s}; exec {sys.executable} -m {SERVER_MODULE} --tools l1 --pid-file {pid_file}"
+def _slow_start_source(name: str, pid_file: Path, started: Path, go: Path) -> dict[str, Any]:
+    """A stdio source that signals ``started`` as soon as the gateway spawns it, then speaks MCP
+    only once the test creates ``go`` (a connect held open on the test's signal, not a timer)."""
+    cmd = (
+        f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done; "
+        f"exec {sys.executable} -m {SERVER_MODULE} --tools l1 --pid-file {pid_file}"
+    )
     return {"name": name, "stdio": {"command": "/bin/sh", "args": ["-c", cmd], "cwd": str(REPO_ROOT)}}
 
 
@@ -111,17 +115,20 @@ async def test_I14_close_during_cycle_calls_and_twice_concurrently(
 
             if scenario == "during_cycle":
                 # A cycle that re-lists 247 pages and connects a source that is slow to start.
-                late = json.dumps(_slow_start_source("late", late_pid, 1.0))
+                started, go = tmp_path / "late.started", tmp_path / "late.go"
+                late = json.dumps(_slow_start_source("late", late_pid, started, go))
                 cfg.write_text(cfg.read_text().replace('"sources": [', f'"sources": [{late}, '))
                 rec.trigger("all")
                 with anyio.fail_after(WAIT):
                     while not rec.reconciling:
                         await anyio.sleep(0.005)
-                await anyio.sleep(0.3)  # well inside the cycle: the late source is still starting
+                await _wait_files([started])  # the cycle is connecting "late", which waits for `go`
                 assert rec.reconciling
                 seq_in_flight = rec.queue.started
                 t_close = time.monotonic()
                 stop.set()
+                await anyio.lowlevel.checkpoint()  # let the close start while the cycle is still held
+                go.touch()  # close waits for the cycle in flight; let it finish
             else:
                 names = [("up__block" if i % 2 == 0 else "web__block") for i in range(10)]
                 markers = [tmp_path / f"in-flight-{i}" for i in range(len(names))]

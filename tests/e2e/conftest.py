@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp import Client, MCPError, StdioServerParameters
+from mcp import Client, StdioServerParameters
 
 from api.frontdoor import REVISION_META, Binding
 from api.server import Served
@@ -147,19 +147,10 @@ async def tool_names(client: Client) -> set[str]:
     return {t.name for t in (await all_tools(client))[0]}
 
 
-def revision_of(result: Any) -> int:
-    rev = (result.meta or {}).get(REVISION_META)
-    assert isinstance(rev, int), result
-    return rev
 
 
-async def call_error(client: Client, name: str, args: dict[str, Any] | None = None, **kw: Any) -> MCPError:
-    """The MCPError a call fails with (fails the test if the call succeeds)."""
-    try:
-        result = await client.call_tool(name, args or {}, **kw)
-    except MCPError as exc:
-        return exc
-    raise AssertionError(f"{name} succeeded: {result}")
+from tests.support.calls import call_error as call_error  # noqa: E402  (shared)
+from tests.support.calls import revision_of as revision_of  # noqa: E402
 
 
 def text_of(result: types.CallToolResult) -> str:

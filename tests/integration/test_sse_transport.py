@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from reconciler.model import SourceSpec, SourceStatus
 from reconciler.reconcile import Reconciler
 from reconciler.upstream import UpstreamConnection, UpstreamReader, UpstreamUnavailableError
 from tests.integration.conftest import REPO_ROOT, HttpUpstreams, server_argv, wait_for_file
+from tests.support.observe import Publications
 from tests.support.upstream_server import CONTROL_TOOLS
 
 pytestmark = pytest.mark.anyio
@@ -69,30 +70,6 @@ def sse_upstreams(tmp_path: Path) -> Iterator[SseUpstreams]:
 
 def sse_spec(name: str, port: int) -> SourceSpec:
     return SourceSpec(name=name, transport={"kind": "sse", "url": f"http://127.0.0.1:{port}/sse"})
-
-
-class Publications:
-    """Records publications; :meth:`wait_for` waits (bounded, no sleeping) for a matching one."""
-
-    def __init__(self, rec: Reconciler) -> None:
-        self._rec = rec
-        self.generations: list[Generation] = []
-        self._event = anyio.Event()
-        rec.runtime.add_listener(self._on_publish)
-
-    def _on_publish(self, new: Generation, _previous: Generation | None) -> None:
-        self.generations.append(new)
-        event, self._event = self._event, anyio.Event()
-        event.set()
-
-    async def wait_for(self, predicate: Callable[[Generation], bool], timeout_s: float = WAIT) -> Generation:
-        with anyio.fail_after(timeout_s):
-            while True:
-                event = self._event
-                live = self._rec.runtime.current
-                if live is not None and predicate(live.generation):
-                    return live.generation
-                await event.wait()
 
 
 @asynccontextmanager

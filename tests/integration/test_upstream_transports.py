@@ -14,7 +14,7 @@ import math
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from tests.integration.conftest import (
     stdio_spec,
     wait_for_file,
 )
+from tests.support.observe import Publications
 from tests.support.upstream_server import CONTROL_TOOLS
 
 pytestmark = pytest.mark.anyio
@@ -49,31 +50,6 @@ CONTROL = {f"up__{c}" for c in CONTROL_TOOLS}
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-class Publications:
-    """Records every publication; :meth:`wait_for` waits (bounded) for a generation matching a
-    predicate — the current one or a later one — without sleeping."""
-
-    def __init__(self, rec: Reconciler) -> None:
-        self._rec = rec
-        self.generations: list[Generation] = []
-        self._event = anyio.Event()
-        rec.runtime.add_listener(self._on_publish)
-
-    def _on_publish(self, new: Generation, _previous: Generation | None) -> None:
-        self.generations.append(new)
-        event, self._event = self._event, anyio.Event()
-        event.set()
-
-    async def wait_for(self, predicate: Callable[[Generation], bool], timeout_s: float = WAIT) -> Generation:
-        with anyio.fail_after(timeout_s):
-            while True:
-                event = self._event
-                live = self._rec.runtime.current
-                if live is not None and predicate(live.generation):
-                    return live.generation
-                await event.wait()
 
 
 @asynccontextmanager

@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 
-from api.server import Served
 from reconciler.generation import Generation
+from reconciler.reconcile import Reconciler
+from reconciler.runtime import Runtime
 
 WAIT = 20.0
 
 
-class Publications:
-    """Waits (bounded, without sleeping) for a published generation matching a predicate."""
+def _runtime(target: Any) -> Runtime:
+    if isinstance(target, Runtime):
+        return target
+    if isinstance(target, Reconciler):
+        return target.runtime
+    return target.gateway.rec.runtime  # api.server.Served (not imported: the engine suites stay edge-free)
 
-    def __init__(self, served: Served) -> None:
-        self._runtime = served.gateway.rec.runtime
+
+class Publications:
+    """Records every publication of a runtime (given a ``Runtime``, a ``Reconciler`` or a
+    ``Served`` gateway); :meth:`wait_for` waits (bounded, without sleeping) for a generation
+    matching a predicate — the current one or a later one."""
+
+    def __init__(self, target: Any) -> None:
+        self._runtime = _runtime(target)
+        self.generations: list[Generation] = []
         self._event = anyio.Event()
         self._remove = self._runtime.add_listener(self._on_publish)
 
     def _on_publish(self, new: Generation, _previous: Generation | None) -> None:
+        self.generations.append(new)
         event, self._event = self._event, anyio.Event()
         event.set()
 
