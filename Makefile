@@ -23,7 +23,10 @@ test: lint typecheck pytest
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
+# mypy does not run the editable install's import hook: give it a link tree with installed names.
 typecheck: $(VENV)/.installed
+	@mkdir -p build/typecheck/mcp_reconciler
+	@for d in reconciler api sdk; do ln -sfn ../../../$$d build/typecheck/mcp_reconciler/$$d; done
 	$(VENV)/bin/mypy
 
 pytest: $(VENV)/.installed

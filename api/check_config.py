@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from reconciler.config import ConfigError, load_config
+from mcp_reconciler.reconciler.config import ConfigError, load_config
 
 
 def run(path: str) -> int:

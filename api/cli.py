@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     stdio = sub.add_parser("stdio", help="serve one MCP session over stdin/stdout")
     stdio.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
     sub.add_parser("demo", help="run the bundled engine demo (in-process MCP servers, no network)")
-    from api.operator_cli import add_common
+    from mcp_reconciler.api.operator_cli import add_common
 
     for name, text in (
         ("status", "provenance: revision, freshness, sources (exit 0 ready, 4 not ready)"),
@@ -53,14 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Logs go to stderr (on `stdio`, stdout carries the MCP protocol), with secrets redacted.
-    from api.logs import configure
+    from mcp_reconciler.api.logs import configure
 
     configure(args.log_level, args.log_format)
     shutdown_otel = None
     if args.otel_console:
         # Before any engine module is imported (they create their tracer/meter at import time;
         # the API's proxies would delegate anyway, this keeps it independent of that).
-        from api.otel import OtelUnavailableError, configure_console
+        from mcp_reconciler.api.otel import OtelUnavailableError, configure_console
 
         try:
             shutdown_otel = configure_console()
@@ -78,8 +78,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("serve", "stdio"):
         import anyio
 
-        from api.server import BUNDLED_DEMO, run_serve, run_stdio
-        from reconciler.config import ConfigError
+        from mcp_reconciler.api.server import BUNDLED_DEMO, run_serve, run_stdio
+        from mcp_reconciler.reconciler.config import ConfigError
 
         try:
             if args.command == "serve":
@@ -98,19 +98,19 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"mcp-reconciler: {exc}", file=sys.stderr)
             return 1
     if args.command in ("status", "sources", "generations", "sessions", "refresh"):
-        from api.operator_cli import run as operator_run
+        from mcp_reconciler.api.operator_cli import run as operator_run
 
         return operator_run(args)
     if args.command == "demo":
-        from api.demo import main as demo_main
+        from mcp_reconciler.api.demo import main as demo_main
 
         return demo_main()
     if args.command == "reconcile":
-        from api.reconcile_cmd import run as reconcile_run
+        from mcp_reconciler.api.reconcile_cmd import run as reconcile_run
 
         return reconcile_run(args.config, once=args.once)
     if args.command == "check-config":
-        from api.check_config import run as check_run
+        from mcp_reconciler.api.check_config import run as check_run
 
         return check_run(args.file)
     return 2

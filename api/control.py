@@ -18,15 +18,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from api import wire
-from api.auth import Authenticator, Principal
-from api.frontdoor import FrontDoor
-from reconciler.authority import GrantError, GrantPolicy, Session, SessionLimitError
-from reconciler.errors import ReconcilerError, RevisionUnavailableError
-from reconciler.gateway import Gateway
-from reconciler.holds import HoldError, HoldLimitError, HoldRegistry
-from reconciler.runtime import LiveGeneration
-from reconciler.workqueue import ALL
+from mcp_reconciler.api import wire
+from mcp_reconciler.api.auth import Authenticator, Principal
+from mcp_reconciler.api.frontdoor import FrontDoor
+from mcp_reconciler.reconciler.authority import GrantError, GrantPolicy, Session, SessionLimitError
+from mcp_reconciler.reconciler.errors import ReconcilerError, RevisionUnavailableError
+from mcp_reconciler.reconciler.gateway import Gateway
+from mcp_reconciler.reconciler.holds import HoldError, HoldLimitError, HoldRegistry
+from mcp_reconciler.reconciler.runtime import LiveGeneration
+from mcp_reconciler.reconciler.workqueue import ALL
 
 log = logging.getLogger("mcp_reconciler.control")
 

@@ -14,12 +14,12 @@ import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 
-from reconciler.bounds import Bounds
-from reconciler.desired import StaticDesiredState
-from reconciler.generation import Generation
-from reconciler.model import EntryKind, SourceSpec
-from reconciler.reconcile import Reconciler
-from reconciler.upstream import UpstreamConnection, UpstreamReader
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.desired import StaticDesiredState
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.model import EntryKind, SourceSpec
+from mcp_reconciler.reconciler.reconcile import Reconciler
+from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
 
 
 class DemoServer:

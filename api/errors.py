@@ -10,17 +10,17 @@ from typing import Any
 
 from mcp import MCPError
 
-from reconciler.authority import GrantError, QuarantinedNameError, UnavailableNameError, UnknownNameError
-from reconciler.bounds import Bounds
-from reconciler.catalog import bounded
-from reconciler.errors import (
+from mcp_reconciler.reconciler.authority import GrantError, QuarantinedNameError, UnavailableNameError, UnknownNameError
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.catalog import bounded
+from mcp_reconciler.reconciler.errors import (
     GenerationDrainedError,
     ReconcilerClosedError,
     ReconcilerError,
     RevisionUnavailableError,
     SourceReadError,
 )
-from reconciler.pins import OperationDeadlineError
+from mcp_reconciler.reconciler.pins import OperationDeadlineError
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
 

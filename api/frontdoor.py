@@ -35,16 +35,16 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.dispatcher import ProgressFnT
 
-from api.errors import UpstreamUnavailable, to_mcp_error
-from reconciler import telemetry
-from reconciler.authority import Authority, GrantPolicy, Session, View
-from reconciler.errors import ReconcilerClosedError
-from reconciler.generation import Generation
-from reconciler.model import CatalogEntry, EntryKind
-from reconciler.pins import OperationDeadlineError
-from reconciler.reconcile import Reconciler
-from reconciler.runtime import LiveGeneration
-from reconciler.upstream import UpstreamConnection
+from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
+from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler.authority import Authority, GrantPolicy, Session, View
+from mcp_reconciler.reconciler.errors import ReconcilerClosedError
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
+from mcp_reconciler.reconciler.pins import OperationDeadlineError
+from mcp_reconciler.reconciler.reconcile import Reconciler
+from mcp_reconciler.reconciler.runtime import LiveGeneration
+from mcp_reconciler.reconciler.upstream import UpstreamConnection
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
 _operation_duration = telemetry.meter.create_histogram(

@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from api.event_store import PerSessionEventStoreManager
-from api.frontdoor import FrontDoor
+from mcp_reconciler.api.event_store import PerSessionEventStoreManager
+from mcp_reconciler.api.frontdoor import FrontDoor
 
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]

@@ -1,5 +1,5 @@
 """Generates the control API's OpenAPI document from ``api/control.py``'s route table and the
-wire models. ``python -m api.openapi > api/openapi.json`` refreshes the committed copy; a test
+wire models. ``python -m mcp_reconciler.api.openapi > api/openapi.json`` refreshes the committed copy; a test
 fails when the two differ (API compatibility check)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from api import wire
-from api.control import ROUTES
+from mcp_reconciler.api import wire
+from mcp_reconciler.api.control import ROUTES
 
 VERSION = "0.1.0"
 _ERRORS = {

@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from sdk.client import ReconcilerClient
-from sdk.errors import ReconcilerAPIError, RefreshTimeout, Unreachable
+from mcp_reconciler.sdk.client import ReconcilerClient
+from mcp_reconciler.sdk.errors import ReconcilerAPIError, RefreshTimeout, Unreachable
 
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_READY, EXIT_CYCLE = 0, 1, 2, 3, 4, 5
 DEFAULT_URL = "http://127.0.0.1:8765"

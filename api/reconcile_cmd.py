@@ -9,9 +9,9 @@ import sys
 
 import anyio
 
-from reconciler.config import ConfigError
-from reconciler.gateway import Gateway
-from reconciler.generation import Generation
+from mcp_reconciler.reconciler.config import ConfigError
+from mcp_reconciler.reconciler.gateway import Gateway
+from mcp_reconciler.reconciler.generation import Generation
 
 
 async def _run(path: str, once: bool) -> int:

@@ -16,14 +16,14 @@ import anyio
 import uvicorn
 from mcp.server.stdio import stdio_server
 
-from api.auth import Authenticator
-from api.control import Control
-from api.control import routes as control_routes
-from api.frontdoor import FrontDoor
-from api.http_app import build_app
-from reconciler.authority import Authority, DriftPolicy, GrantPolicy
-from reconciler.gateway import Gateway
-from reconciler.holds import HoldRegistry
+from mcp_reconciler.api.auth import Authenticator
+from mcp_reconciler.api.control import Control
+from mcp_reconciler.api.control import routes as control_routes
+from mcp_reconciler.api.frontdoor import FrontDoor
+from mcp_reconciler.api.http_app import build_app
+from mcp_reconciler.reconciler.authority import Authority, DriftPolicy, GrantPolicy
+from mcp_reconciler.reconciler.gateway import Gateway
+from mcp_reconciler.reconciler.holds import HoldRegistry
 
 log = logging.getLogger("mcp_reconciler.server")
 

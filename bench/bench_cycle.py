@@ -43,11 +43,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import anyio  # noqa: E402
 from _stats import dump_json, environment, fmt_bytes, json_out_path, summary, verdict  # noqa: E402
 
-from reconciler.bounds import Bounds  # noqa: E402
-from reconciler.catalog import make_entry, merge  # noqa: E402
-from reconciler.desired import StaticDesiredState  # noqa: E402
-from reconciler.model import EntryKind, SourceSpec, SourceState  # noqa: E402
-from reconciler.reconcile import Reconciler  # noqa: E402
+from mcp_reconciler.reconciler.bounds import Bounds  # noqa: E402
+from mcp_reconciler.reconciler.catalog import make_entry, merge  # noqa: E402
+from mcp_reconciler.reconciler.desired import StaticDesiredState  # noqa: E402
+from mcp_reconciler.reconciler.model import EntryKind, SourceSpec, SourceState  # noqa: E402
+from mcp_reconciler.reconciler.reconcile import Reconciler  # noqa: E402
 
 N_SOURCES = 100
 N_TOOLS = 100
@@ -420,7 +420,7 @@ async def _memory(rec: Reconciler, reader: FakeReader, desired: StaticDesiredSta
 def _validate_cost() -> dict | None:
     """Context only: per-entry cost of the real ingestion validation (not in cycle figures)."""
     try:
-        from reconciler.listing import KINDS, validate_entry
+        from mcp_reconciler.reconciler.listing import KINDS, validate_entry
     except Exception as exc:  # pragma: no cover - optional
         return {"error": f"{type(exc).__name__}: {exc}"}
     spec = SourceSpec(name=DIRTY)

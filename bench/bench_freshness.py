@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from reconciler.freshness import take_fingerprint
+from mcp_reconciler.reconciler.freshness import take_fingerprint
 
 SIZES = (10, 100, 1000)
 RUNS = 300

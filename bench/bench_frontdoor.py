@@ -622,7 +622,7 @@ def tcp_listener_shim() -> Iterator[None]:
     """Diagnostic only, in this process: make ``api.server`` create its listening socket with
     ``proto=IPPROTO_TCP`` (what ``getaddrinfo`` yields when uvicorn binds itself), so asyncio
     sets TCP_NODELAY on accepted connections. No file is changed."""
-    import api.server as srv
+    import mcp_reconciler.api.server as srv
 
     real = getattr(srv, "socket")  # noqa: B009 - the module api.server imported
 
@@ -790,8 +790,8 @@ async def bench_throughput(plan: Plan, drv: Driver, up_url: str, served: Any) ->
 async def bench_hot_path(plan: Plan, served: Any, gw_medians: dict[str, float]) -> dict[str, Any]:
     import mcp_types as types
 
-    from reconciler.model import EntryKind
-    from reconciler.upstream import UpstreamConnection
+    from mcp_reconciler.reconciler.model import EntryKind
+    from mcp_reconciler.reconciler.upstream import UpstreamConnection
 
     front = served.front
     live = served.gateway.rec.runtime.current
@@ -910,11 +910,11 @@ def grant_scaling(plan: Plan) -> list[dict[str, Any]]:
     """Authority.resolve (the hot path proper) vs Authority.view (what the SDK's per-call tools/list
     costs in the 2026 era) as a session's grants grow, on standalone synthetic generations (a
     fresh Authority, nothing shared with the running gateway)."""
-    from reconciler.authority import Authority
-    from reconciler.bounds import Bounds
-    from reconciler.catalog import make_entry, merge
-    from reconciler.generation import Generation
-    from reconciler.model import EntryKind, SourceSpec, SourceState
+    from mcp_reconciler.reconciler.authority import Authority
+    from mcp_reconciler.reconciler.bounds import Bounds
+    from mcp_reconciler.reconciler.catalog import make_entry, merge
+    from mcp_reconciler.reconciler.generation import Generation
+    from mcp_reconciler.reconciler.model import EntryKind, SourceSpec, SourceState
 
     sizes = (16, 1_000, 10_000)
     spec = SourceSpec(name="syn")
@@ -1264,7 +1264,7 @@ async def amain(plan: Plan) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def gateway(cfg: Path) -> AsyncIterator[Any]:
-    from api.server import serve_http
+    from mcp_reconciler.api.server import serve_http
 
     async with serve_http(cfg, port=0) as served:
         yield served
@@ -1272,7 +1272,7 @@ async def gateway(cfg: Path) -> AsyncIterator[Any]:
 
 def _schema_lookup(served: Any) -> Callable[[str], Any]:
     """What the get_tool_input_schema suggestion would install: O(1) from the current generation."""
-    from reconciler.digest import thaw
+    from mcp_reconciler.reconciler.digest import thaw
 
     runtime = served.gateway.rec.runtime
 
@@ -1562,8 +1562,8 @@ def _list_row(label: str, res: dict[str, Any], p: int) -> dict[str, Any]:
 
 
 async def bench_list_scale(plan: Plan, tmp: Path) -> dict[str, Any]:
-    from api.frontdoor import PAGE_SIZE
-    from reconciler.model import EntryKind
+    from mcp_reconciler.api.frontdoor import PAGE_SIZE
+    from mcp_reconciler.reconciler.model import EntryKind
 
     n_sessions, sample = plan.list_sessions, plan.list_sample
     tools = ",".join(f"t{i:03d}" for i in range(plan.list_tools))

@@ -30,10 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import anyio  # noqa: E402
 from _stats import dump_json, environment, json_out_path, summary, verdict  # noqa: E402
 
-from reconciler.bounds import Bounds  # noqa: E402
-from reconciler.catalog import make_entry, merge  # noqa: E402
-from reconciler.model import EntryKind, SourceSpec, SourceState  # noqa: E402
-from reconciler.runtime import LiveState, Runtime  # noqa: E402
+from mcp_reconciler.reconciler.bounds import Bounds  # noqa: E402
+from mcp_reconciler.reconciler.catalog import make_entry, merge  # noqa: E402
+from mcp_reconciler.reconciler.model import EntryKind, SourceSpec, SourceState  # noqa: E402
+from mcp_reconciler.reconciler.runtime import LiveState, Runtime  # noqa: E402
 
 SYNC_N = 100_000  # pairs per round (sync cases)
 SYNC_ROUNDS = 31

@@ -58,15 +58,15 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.server import Server, ServerRequestContext  # noqa: E402
 from mcp.shared.memory import create_client_server_memory_streams  # noqa: E402
 
-from reconciler.bounds import Bounds  # noqa: E402
-from reconciler.desired import StaticDesiredState  # noqa: E402
-from reconciler.generation import Generation  # noqa: E402
-from reconciler.model import SourceSpec, SourceStatus  # noqa: E402
-from reconciler.reconcile import Reconciler  # noqa: E402
-from reconciler.runtime import LiveGeneration, Runtime  # noqa: E402
-from reconciler.throttle import Backoff  # noqa: E402
-from reconciler.transports import ObservedReadStream  # noqa: E402
-from reconciler.upstream import UpstreamConnection, UpstreamReader  # noqa: E402
+from mcp_reconciler.reconciler.bounds import Bounds  # noqa: E402
+from mcp_reconciler.reconciler.desired import StaticDesiredState  # noqa: E402
+from mcp_reconciler.reconciler.generation import Generation  # noqa: E402
+from mcp_reconciler.reconciler.model import SourceSpec, SourceStatus  # noqa: E402
+from mcp_reconciler.reconciler.reconcile import Reconciler  # noqa: E402
+from mcp_reconciler.reconciler.runtime import LiveGeneration, Runtime  # noqa: E402
+from mcp_reconciler.reconciler.throttle import Backoff  # noqa: E402
+from mcp_reconciler.reconciler.transports import ObservedReadStream  # noqa: E402
+from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader  # noqa: E402
 
 SERVER_MODULE = "tests.support.upstream_server"
 N_TOOLS = 100

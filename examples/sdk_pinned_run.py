@@ -10,7 +10,7 @@ import os
 
 import anyio
 
-from sdk import ReconcilerClient
+from mcp_reconciler.sdk import ReconcilerClient
 
 
 async def main() -> None:

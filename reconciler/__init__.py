@@ -2,19 +2,19 @@
 coalescing reconcile loop. Nothing in this package imports an HTTP framework; the edges in
 ``api/`` adapt to it."""
 
-from reconciler.bounds import Bounds
-from reconciler.errors import (
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.errors import (
     CycleFailedError,
     GenerationDrainedError,
     ReconcilerClosedError,
     RevisionUnavailableError,
     SourceReadError,
 )
-from reconciler.generation import Generation
-from reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState, SourceStatus
-from reconciler.pins import Operation, Pin
-from reconciler.reconcile import CycleOutcome, Reconciler
-from reconciler.runtime import LiveGeneration, Runtime
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState, SourceStatus
+from mcp_reconciler.reconciler.pins import Operation, Pin
+from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler
+from mcp_reconciler.reconciler.runtime import LiveGeneration, Runtime
 
 __all__ = [
     "Bounds",

@@ -26,11 +26,11 @@ from types import MappingProxyType
 import anyio
 from mcp.shared.uri_template import UriTemplate
 
-from reconciler.bounds import Bounds
-from reconciler.digest import digest_parts
-from reconciler.errors import ReconcilerError
-from reconciler.generation import Generation
-from reconciler.model import CatalogEntry, EntryKind
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.digest import digest_parts
+from mcp_reconciler.reconciler.errors import ReconcilerError
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
 
 
 class GrantPolicy(enum.StrEnum):

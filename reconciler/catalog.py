@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from reconciler.bounds import Bounds
-from reconciler.digest import canonical_json, digest_bytes, digest_parts
-from reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState, SourceStatus
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.digest import canonical_json, digest_bytes, digest_parts
+from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState, SourceStatus
 
 EXPOSED_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _PREFIXED_KINDS = (EntryKind.TOOL, EntryKind.PROMPT)

@@ -39,8 +39,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from reconciler.bounds import Bounds
-from reconciler.model import SourceSpec
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.model import SourceSpec
 
 __all__ = [
     "ConfigError",

@@ -28,9 +28,15 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from reconciler.config import ConfigError, GatewaySettings, LoadedConfig, load_config
-from reconciler.desired import DesiredState
-from reconciler.freshness import CONFIG_KEY, DEFAULT_RACY_WINDOW_NS, Fingerprint, Tracker, take_fingerprint
+from mcp_reconciler.reconciler.config import ConfigError, GatewaySettings, LoadedConfig, load_config
+from mcp_reconciler.reconciler.desired import DesiredState
+from mcp_reconciler.reconciler.freshness import (
+    CONFIG_KEY,
+    DEFAULT_RACY_WINDOW_NS,
+    Fingerprint,
+    Tracker,
+    take_fingerprint,
+)
 
 __all__ = ["CONFIG_KEY", "ConfigDesiredState"]
 

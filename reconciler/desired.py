@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from reconciler.model import SourceSpec
+from mcp_reconciler.reconciler.model import SourceSpec
 
 
 @dataclass(frozen=True, slots=True)

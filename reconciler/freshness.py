@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from reconciler.config import LoadedConfig
+    from mcp_reconciler.reconciler.config import LoadedConfig
 
 __all__ = [
     "CONFIG_KEY",

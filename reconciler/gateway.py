@@ -17,12 +17,12 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from reconciler.bounds import Bounds
-from reconciler.config_source import ConfigDesiredState
-from reconciler.reconcile import CycleOutcome, Reconciler
-from reconciler.status import status
-from reconciler.upstream import TargetFactory, UpstreamReader, default_targets
-from reconciler.workqueue import ALL
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.config_source import ConfigDesiredState
+from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler
+from mcp_reconciler.reconciler.status import status
+from mcp_reconciler.reconciler.upstream import TargetFactory, UpstreamReader, default_targets
+from mcp_reconciler.reconciler.workqueue import ALL
 
 log = logging.getLogger("mcp_reconciler.gateway")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from reconciler.catalog import Catalog
-from reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceState
+from mcp_reconciler.reconciler.catalog import Catalog
+from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceState
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import anyio
 
-from reconciler.errors import ReconcilerError
-from reconciler.pins import Pin
-from reconciler.runtime import Runtime
+from mcp_reconciler.reconciler.errors import ReconcilerError
+from mcp_reconciler.reconciler.pins import Pin
+from mcp_reconciler.reconciler.runtime import Runtime
 
 
 class HoldError(ReconcilerError):

@@ -22,10 +22,10 @@ from mcp import MCPError
 from mcp_types import METHOD_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reconciler.bounds import Bounds
-from reconciler.catalog import EXPOSED_NAME, bounded, make_entry
-from reconciler.errors import SourceReadError
-from reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.catalog import EXPOSED_NAME, bounded, make_entry
+from mcp_reconciler.reconciler.errors import SourceReadError
+from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec
 
 _URI_MAX = 2048
 _URI_BAD = re.compile(r"[\s\x00-\x1f\x7f]")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from reconciler.digest import digest_json, digest_parts, freeze
+from mcp_reconciler.reconciler.digest import digest_json, digest_parts, freeze
 
 
 class EntryKind(enum.StrEnum):

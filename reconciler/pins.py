@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from reconciler.errors import GenerationDrainedError, ReconcilerClosedError, ReconcilerError
+from mcp_reconciler.reconciler.errors import GenerationDrainedError, ReconcilerClosedError, ReconcilerError
 
 if TYPE_CHECKING:
-    from reconciler.runtime import LiveGeneration
+    from mcp_reconciler.reconciler.runtime import LiveGeneration
 
 
 class OperationDeadlineError(ReconcilerError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from reconciler.model import SourceSpec, SourceState
+from mcp_reconciler.reconciler.model import SourceSpec, SourceState
 
 
 class SourceReader(Protocol):

@@ -18,16 +18,16 @@ from typing import Literal
 import anyio
 from anyio.abc import TaskGroup
 
-from reconciler import telemetry
-from reconciler.bounds import Bounds
-from reconciler.catalog import Catalog, bounded, merge
-from reconciler.desired import DesiredState, DesiredStateSource
-from reconciler.errors import CycleFailedError, ReconcilerClosedError, SourceReadError
-from reconciler.health import HealthBoard
-from reconciler.model import SourceSpec, SourceState, SourceStatus
-from reconciler.reader import SourceReader
-from reconciler.runtime import Runtime
-from reconciler.workqueue import ALL, Batch, TriggerQueue
+from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.catalog import Catalog, bounded, merge
+from mcp_reconciler.reconciler.desired import DesiredState, DesiredStateSource
+from mcp_reconciler.reconciler.errors import CycleFailedError, ReconcilerClosedError, SourceReadError
+from mcp_reconciler.reconciler.health import HealthBoard
+from mcp_reconciler.reconciler.model import SourceSpec, SourceState, SourceStatus
+from mcp_reconciler.reconciler.reader import SourceReader
+from mcp_reconciler.reconciler.runtime import Runtime
+from mcp_reconciler.reconciler.workqueue import ALL, Batch, TriggerQueue
 
 log = logging.getLogger("mcp_reconciler.reconciler")
 

@@ -26,13 +26,13 @@ import anyio
 from anyio.abc import TaskGroup
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from reconciler import telemetry
-from reconciler.bounds import Bounds
-from reconciler.catalog import Catalog
-from reconciler.errors import ReconcilerClosedError, RevisionUnavailableError
-from reconciler.generation import Generation
-from reconciler.model import Connection
-from reconciler.pins import Operation, Pin
+from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.catalog import Catalog
+from mcp_reconciler.reconciler.errors import ReconcilerClosedError, RevisionUnavailableError
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.model import Connection
+from mcp_reconciler.reconciler.pins import Operation, Pin
 
 log = logging.getLogger("mcp_reconciler.runtime")
 

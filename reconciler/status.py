@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from reconciler.reconcile import Reconciler
-from reconciler.upstream import UpstreamReader
+from mcp_reconciler.reconciler.reconcile import Reconciler
+from mcp_reconciler.reconciler.upstream import UpstreamReader
 
 
 def status(rec: Reconciler, reader: UpstreamReader | None = None) -> dict[str, Any]:

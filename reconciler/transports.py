@@ -21,7 +21,7 @@ from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from reconciler.model import SourceSpec
+from mcp_reconciler.reconciler.model import SourceSpec
 
 STREAM_TYPES = ("stdio", "http", "sse")
 

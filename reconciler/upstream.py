@@ -27,13 +27,13 @@ from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
 from pydantic import BaseModel
 
-from reconciler import telemetry
-from reconciler.bounds import Bounds
-from reconciler.errors import SourceReadError
-from reconciler.listing import capability_kinds, list_source
-from reconciler.model import SourceSpec, SourceState
-from reconciler.throttle import Backoff
-from reconciler.transports import transport_for
+from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.errors import SourceReadError
+from mcp_reconciler.reconciler.listing import capability_kinds, list_source
+from mcp_reconciler.reconciler.model import SourceSpec, SourceState
+from mcp_reconciler.reconciler.throttle import Backoff
+from mcp_reconciler.reconciler.transports import transport_for
 
 log = logging.getLogger("mcp_reconciler.upstream")
 

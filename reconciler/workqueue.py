@@ -18,8 +18,8 @@ from typing import Generic, TypeVar
 
 import anyio
 
-from reconciler import telemetry
-from reconciler.errors import ReconcilerClosedError
+from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler.errors import ReconcilerClosedError
 
 T = TypeVar("T")
 

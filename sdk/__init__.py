@@ -1,7 +1,7 @@
 """Python client for mcp-reconciler: the control API (async and sync) and revision-pinned MCP runs."""
 
-from sdk.client import PinnedRun, ReconcilerClient
-from sdk.errors import (
+from mcp_reconciler.sdk.client import PinnedRun, ReconcilerClient
+from mcp_reconciler.sdk.errors import (
     Conflict,
     Forbidden,
     InvalidRequest,
@@ -14,7 +14,7 @@ from sdk.errors import (
     Unavailable,
     Unreachable,
 )
-from sdk.sync import SyncReconcilerClient
+from mcp_reconciler.sdk.sync import SyncReconcilerClient
 
 __all__ = [
     "Conflict",

@@ -21,8 +21,8 @@ import anyio
 import httpx2
 from pydantic import BaseModel
 
-from api import wire
-from sdk.errors import NotFound, ReconcilerAPIError, Unreachable, error_for
+from mcp_reconciler.api import wire
+from mcp_reconciler.sdk.errors import NotFound, ReconcilerAPIError, Unreachable, error_for
 
 if TYPE_CHECKING:  # the MCP client is imported when a pinned run starts: the CLI starts faster
     from mcp import Client

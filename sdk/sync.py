@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from api import wire
-from sdk.client import ReconcilerClient
+from mcp_reconciler.api import wire
+from mcp_reconciler.sdk.client import ReconcilerClient
 
 T = TypeVar("T")
 

@@ -26,8 +26,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from api.auth import Authenticator
-from api.server import Served, serve_http
+from mcp_reconciler.api.auth import Authenticator
+from mcp_reconciler.api.server import Served, serve_http
 from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
     REPO_ROOT,
     SERVER_MODULE,
@@ -146,8 +146,6 @@ async def tool_names(client: Client, **kw: Any) -> set[str]:
         cursor = page.next_cursor
         if cursor is None:
             return names
-
-
 
 
 from tests.support.calls import call_error as call_error  # noqa: E402  (shared)

@@ -8,10 +8,10 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from api import wire
-from api.auth import Authenticator
-from api.control import ROUTES
-from sdk import Forbidden, NotFound, ReconcilerClient, Unauthenticated
+from mcp_reconciler.api import wire
+from mcp_reconciler.api.auth import Authenticator
+from mcp_reconciler.api.control import ROUTES
+from mcp_reconciler.sdk import Forbidden, NotFound, ReconcilerClient, Unauthenticated
 from tests.api.conftest import (
     ALICE,
     ALL_TOKENS,

@@ -1,4 +1,4 @@
-"""The operator CLI (``python -m api.cli ...``) as subprocesses against a served gateway, with
+"""The operator CLI (``python -m mcp_reconciler.api.cli ...``) as subprocesses against a served gateway, with
 the exit codes ``api/operator_cli.py`` documents: 0 success/ready · 1 API error (bad token,
 not found) · 2 usage · 3 unreachable · 4 not ready · 5 refresh cycle failed/timed out;
 ``check-config``: 0 valid, 1 invalid (with file:line on stderr)."""
@@ -40,7 +40,9 @@ async def cli(*args: str, url: str | None = None, token: str | None = None) -> R
     if token is not None:
         env["MCP_RECONCILER_TOKEN"] = token
     with anyio.fail_after(CLI_TIMEOUT_S):
-        proc = await anyio.run_process([sys.executable, "-m", "api.cli", *args], cwd=REPO_ROOT, env=env, check=False)
+        proc = await anyio.run_process(
+            [sys.executable, "-m", "mcp_reconciler.api.cli", *args], cwd=REPO_ROOT, env=env, check=False
+        )
     return Run(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
 
 

@@ -11,9 +11,9 @@ import anyio
 import httpx2
 import pytest
 
-from api import wire
-from reconciler.runtime import LiveState
-from sdk import (
+from mcp_reconciler.api import wire
+from mcp_reconciler.reconciler.runtime import LiveState
+from mcp_reconciler.sdk import (
     Conflict,
     InvalidRequest,
     NotFound,

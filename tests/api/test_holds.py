@@ -9,10 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from reconciler.errors import RevisionUnavailableError
-from reconciler.runtime import LiveState
-from sdk import NotFound, ReconcilerClient
-from sdk.client import REVISION_HEADER
+from mcp_reconciler.reconciler.errors import RevisionUnavailableError
+from mcp_reconciler.reconciler.runtime import LiveState
+from mcp_reconciler.sdk import NotFound, ReconcilerClient
+from mcp_reconciler.sdk.client import REVISION_HEADER
 from tests.api.conftest import (
     OPERATOR_TOKEN,
     WAIT,

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api import openapi, wire
-from api.control import ROUTES
+from mcp_reconciler.api import openapi, wire
+from mcp_reconciler.api.control import ROUTES
 from tests.api.conftest import (
     ALICE,
     ALL_TOKENS,
@@ -45,7 +45,7 @@ def test_committed_openapi_matches_the_code() -> None:
     assert rendered == committed, (
         "api/openapi.json is out of date with the route table and wire models "
         "(api/control.py ROUTES, api/wire.py). If the change is intended, regenerate it:\n\n"
-        "    python -m api.openapi > api/openapi.json\n\n"
+        "    python -m mcp_reconciler.api.openapi > api/openapi.json\n\n"
         "and review the diff: removing or renaming a path, field or enum value breaks API clients."
     )
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from api import wire
-from sdk import RefreshTimeout
-from sdk.client import ReconcilerClient
+from mcp_reconciler.api import wire
+from mcp_reconciler.sdk import RefreshTimeout
+from mcp_reconciler.sdk.client import ReconcilerClient
 from tests.api.conftest import OPERATOR_TOKEN, WAIT, served_gateway, wait_until, write_config
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from mcp import MCPError
 
-from sdk import ReconcilerClient
+from mcp_reconciler.sdk import ReconcilerClient
 from tests.api.conftest import (
     OPERATOR_TOKEN,
     WAIT,

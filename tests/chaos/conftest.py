@@ -27,9 +27,9 @@ import anyio
 import pytest
 from mcp import MCPError
 
-from api.server import Served
-from reconciler.generation import Generation
-from reconciler.runtime import LiveGeneration
+from mcp_reconciler.api.server import Served
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.runtime import LiveGeneration
 from tests.integration.conftest import (  # noqa: F401 - the fixtures must be visible in this directory
     http_upstreams,
     no_leaked_children,

@@ -23,10 +23,10 @@ import pytest
 import yaml
 from mcp import Client
 
-from api.server import serve_http
-from reconciler.config import ConfigError, load_config
-from reconciler.generation import Generation
-from reconciler.model import SourceStatus
+from mcp_reconciler.api.server import serve_http
+from mcp_reconciler.reconciler.config import ConfigError, load_config
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.model import SourceStatus
 from tests.chaos.conftest import WAIT, RevisionLog
 from tests.e2e.conftest import all_tools
 from tests.integration.conftest import HttpUpstreams

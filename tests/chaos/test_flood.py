@@ -16,8 +16,8 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from api.server import serve_http
-from reconciler.upstream import UpstreamReader
+from mcp_reconciler.api.server import serve_http
+from mcp_reconciler.reconciler.upstream import UpstreamReader
 from tests.chaos.conftest import WAIT, Outcomes, no_pins, percentile, rss_bytes
 from tests.e2e.conftest import all_tools, text_of, upstream_source, write_config
 
@@ -43,7 +43,9 @@ async def test_flood_10k_list_changed_per_second_for_5s(
     reader supports; nothing else changes) so every one of the 50,000 announcements is pushed as
     its own ``notifications/tools/list_changed`` and reaches the trigger queue."""
     if upstream_era == "legacy":
-        monkeypatch.setattr("reconciler.gateway.UpstreamReader", functools.partial(UpstreamReader, mode="legacy"))
+        monkeypatch.setattr(
+            "mcp_reconciler.reconciler.gateway.UpstreamReader", functools.partial(UpstreamReader, mode="legacy")
+        )
     cfg = write_config(
         tmp_path,
         sources=[upstream_source("flood", "--tools", "f1"), upstream_source("steady", "--tools", "echo")],

@@ -14,8 +14,8 @@ import mcp_types as types
 import pytest
 from mcp import Client, MCPError
 
-from api.frontdoor import REVISION_META
-from api.server import serve_http
+from mcp_reconciler.api.frontdoor import REVISION_META
+from mcp_reconciler.api.server import serve_http
 from tests.chaos.conftest import WAIT, Outcomes, RevisionLog, assert_sanitized, no_pins, percentile
 from tests.e2e.conftest import all_tools, write_config
 

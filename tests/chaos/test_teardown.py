@@ -19,8 +19,8 @@ import pytest
 from anyio.abc import TaskStatus
 from mcp import Client, MCPError
 
-from api.server import Served, serve_http
-from reconciler.upstream import UpstreamReader
+from mcp_reconciler.api.server import Served, serve_http
+from mcp_reconciler.reconciler.upstream import UpstreamReader
 from tests.chaos.conftest import WAIT, Outcomes, assert_sanitized, no_own_sockets_on, own_sockets_on, pid_alive
 from tests.e2e.conftest import all_tools, upstream_source, write_config
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE, HttpUpstreams, read_pid

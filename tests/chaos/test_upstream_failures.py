@@ -17,10 +17,10 @@ import mcp_types as types
 import pytest
 from mcp import Client, MCPError
 
-from api.frontdoor import REVISION_META
-from api.server import serve_http
-from reconciler.errors import RevisionUnavailableError
-from reconciler.model import SourceStatus
+from mcp_reconciler.api.frontdoor import REVISION_META
+from mcp_reconciler.api.server import serve_http
+from mcp_reconciler.reconciler.errors import RevisionUnavailableError
+from mcp_reconciler.reconciler.model import SourceStatus
 from tests.chaos.conftest import (
     WAIT,
     Outcomes,

@@ -1,7 +1,7 @@
 """Fixtures and helpers for end-to-end tests of the MCP front door.
 
 The gateway runs in-process on 127.0.0.1 (``api.server.serve_http(cfg, port=0)``) or as a
-subprocess speaking stdio (``python -m api.cli stdio --config CFG``); its upstreams are
+subprocess speaking stdio (``python -m mcp_reconciler.api.cli stdio --config CFG``); its upstreams are
 ``tests.support.upstream_server`` processes over stdio, spawned by the gateway. Downstream
 clients are the SDK's ``mcp.Client`` in both protocol eras (``mode="legacy"`` → 2025-11-25,
 ``mode="auto"`` → 2026-07-28).
@@ -24,8 +24,8 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 
-from api.frontdoor import REVISION_META, Binding
-from api.server import Served
+from mcp_reconciler.api.frontdoor import REVISION_META, Binding
+from mcp_reconciler.api.server import Served
 from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
     REPO_ROOT,
     SERVER_MODULE,
@@ -68,7 +68,7 @@ def write_config(
 def stdio_gateway(cfg: Path) -> StdioServerParameters:
     """The gateway itself as a downstream stdio server."""
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "api.cli", "stdio", "--config", str(cfg)], cwd=str(REPO_ROOT)
+        command=sys.executable, args=["-m", "mcp_reconciler.api.cli", "stdio", "--config", str(cfg)], cwd=str(REPO_ROOT)
     )
 
 
@@ -145,8 +145,6 @@ async def all_tools(client: Client, **kw: Any) -> tuple[list[types.Tool], int]:
 
 async def tool_names(client: Client) -> set[str]:
     return {t.name for t in (await all_tools(client))[0]}
-
-
 
 
 from tests.support.calls import call_error as call_error  # noqa: E402  (shared)

@@ -9,8 +9,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from api.frontdoor import DRIFT_META
-from api.server import Served, serve_http
+from mcp_reconciler.api.frontdoor import DRIFT_META
+from mcp_reconciler.api.server import Served, serve_http
 from tests.e2e.conftest import (
     WAIT,
     Changes,

@@ -14,7 +14,7 @@ import mcp_types as types
 import pytest
 from mcp import MCPError
 
-from api.server import serve_http
+from mcp_reconciler.api.server import serve_http
 from tests.e2e.conftest import (
     REPO_ROOT,
     WAIT,

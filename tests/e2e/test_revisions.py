@@ -14,10 +14,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from api.frontdoor import PAGE_SIZE, REVISION_META
-from api.server import serve_http
-from reconciler.errors import RevisionUnavailableError
-from reconciler.runtime import LiveState
+from mcp_reconciler.api.frontdoor import PAGE_SIZE, REVISION_META
+from mcp_reconciler.api.server import serve_http
+from mcp_reconciler.reconciler.errors import RevisionUnavailableError
+from mcp_reconciler.reconciler.runtime import LiveState
 from tests.e2e.conftest import (
     WAIT,
     Publications,

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import pytest
 
-from reconciler.model import SourceSpec
+from mcp_reconciler.reconciler.model import SourceSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_MODULE = "tests.support.upstream_server"

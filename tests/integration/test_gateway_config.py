@@ -12,8 +12,8 @@ import anyio
 import mcp_types as types
 import pytest
 
-from reconciler.gateway import Gateway
-from reconciler.upstream import UpstreamConnection
+from mcp_reconciler.reconciler.gateway import Gateway
+from mcp_reconciler.reconciler.upstream import UpstreamConnection
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +114,7 @@ async def test_I11_invalid_config_edit_keeps_last_good_and_fix_recovers(tmp_path
 
 
 def test_check_config_cli_reports_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from api.cli import main
+    from mcp_reconciler.api.cli import main
 
     cfg = write_config(tmp_path)
     assert main(["check-config", str(cfg)]) == 0
@@ -126,7 +126,7 @@ def test_check_config_cli_reports_file_and_line(tmp_path: Path, capsys: pytest.C
 
 @pytest.mark.skipif(shutil.which("true") is None, reason="needs coreutils")
 def test_bundled_demo_config_is_valid() -> None:
-    from api.check_config import run
+    from mcp_reconciler.api.check_config import run
 
     assert run(os.fspath(REPO / "examples/demo/gateway.yaml")) == 0
 
@@ -138,7 +138,7 @@ def test_serve_on_an_invalid_config_exits_1_with_file_and_line(tmp_path: Path) -
     cfg = tmp_path / "gateway.yaml"
     cfg.write_text("sources:\n  - name: x\n    http: {}\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "api.cli", "serve", "--config", str(cfg), "--port", "0"],
+        [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -25,12 +25,12 @@ import mcp_types as types
 import pytest
 from mcp import MCPError
 
-from reconciler.bounds import Bounds
-from reconciler.desired import StaticDesiredState
-from reconciler.generation import Generation
-from reconciler.model import SourceSpec, SourceStatus
-from reconciler.reconcile import Reconciler
-from reconciler.upstream import UpstreamConnection, UpstreamReader, UpstreamUnavailableError
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.desired import StaticDesiredState
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.model import SourceSpec, SourceStatus
+from mcp_reconciler.reconciler.reconcile import Reconciler
+from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader, UpstreamUnavailableError
 from tests.integration.conftest import REPO_ROOT, HttpUpstreams, server_argv, wait_for_file
 from tests.support.observe import Publications
 from tests.support.upstream_server import CONTROL_TOOLS

@@ -24,13 +24,13 @@ import mcp_types as types
 import pytest
 from mcp import MCPError
 
-from reconciler.bounds import Bounds
-from reconciler.desired import StaticDesiredState
-from reconciler.generation import Generation
-from reconciler.model import SourceSpec, SourceStatus
-from reconciler.reconcile import Reconciler
-from reconciler.throttle import Backoff
-from reconciler.upstream import UpstreamConnection, UpstreamReader, UpstreamUnavailableError
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.desired import StaticDesiredState
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.model import SourceSpec, SourceStatus
+from mcp_reconciler.reconciler.reconcile import Reconciler
+from mcp_reconciler.reconciler.throttle import Backoff
+from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader, UpstreamUnavailableError
 from tests.integration.conftest import (
     HttpUpstreams,
     child_pids,

@@ -37,13 +37,13 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from reconciler.bounds import Bounds
-from reconciler.catalog import Catalog, make_entry, merge
-from reconciler.errors import GenerationDrainedError, ReconcilerClosedError, RevisionUnavailableError
-from reconciler.model import EntryKind, SourceSpec, SourceState
-from reconciler.pins import Pin
-from reconciler.runtime import LiveGeneration, LiveState, Runtime
-from reconciler.workqueue import Batch, Ticket, TriggerQueue
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.catalog import Catalog, make_entry, merge
+from mcp_reconciler.reconciler.errors import GenerationDrainedError, ReconcilerClosedError, RevisionUnavailableError
+from mcp_reconciler.reconciler.model import EntryKind, SourceSpec, SourceState
+from mcp_reconciler.reconciler.pins import Pin
+from mcp_reconciler.reconciler.runtime import LiveGeneration, LiveState, Runtime
+from mcp_reconciler.reconciler.workqueue import Batch, Ticket, TriggerQueue
 
 REAL_WAIT_S = 5.0  # real-time bound on any single hand-off to the loop (only reached on failure)
 

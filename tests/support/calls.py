@@ -6,7 +6,7 @@ from typing import Any
 
 from mcp import Client, MCPError
 
-from api.frontdoor import REVISION_META
+from mcp_reconciler.api.frontdoor import REVISION_META
 
 
 def revision_of(result: Any) -> int:

@@ -8,10 +8,10 @@ from typing import Any
 
 import anyio
 
-from reconciler.bounds import Bounds
-from reconciler.catalog import Catalog, make_entry, merge
-from reconciler.errors import SourceReadError
-from reconciler.model import EntryKind, SourceSpec, SourceState
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.catalog import Catalog, make_entry, merge
+from mcp_reconciler.reconciler.errors import SourceReadError
+from mcp_reconciler.reconciler.model import EntryKind, SourceSpec, SourceState
 
 _ids = itertools.count(1)
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import anyio
 
-from reconciler.generation import Generation
-from reconciler.reconcile import Reconciler
-from reconciler.runtime import Runtime
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.reconcile import Reconciler
+from mcp_reconciler.reconciler.runtime import Runtime
 
 WAIT = 20.0
 

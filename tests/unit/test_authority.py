@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.authority import (
+from mcp_reconciler.reconciler.authority import (
     Authority,
     DriftPolicy,
     GrantError,
@@ -13,9 +13,9 @@ from reconciler.authority import (
     UnavailableNameError,
     UnknownNameError,
 )
-from reconciler.bounds import Bounds
-from reconciler.generation import Generation
-from reconciler.model import EntryKind
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.model import EntryKind
 from tests.support.fakes import catalog, state
 
 T = EntryKind.TOOL
@@ -111,7 +111,7 @@ def test_I9_view_digest_changes_only_with_the_sessions_view() -> None:
 
 
 def test_session_count_is_bounded_at_n_and_n_plus_1() -> None:
-    from reconciler.authority import SessionLimitError
+    from mcp_reconciler.reconciler.authority import SessionLimitError
 
     auth = Authority(Bounds(sessions=3))
     g = gen(1, ["x"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.config import (
+from mcp_reconciler.reconciler.config import (
     ConfigError,
     ConfigProblem,
     GatewaySettings,
@@ -19,7 +19,7 @@ from reconciler.config import (
     display_transport,
     load_config,
 )
-from reconciler.digest import canonical_json
+from mcp_reconciler.reconciler.digest import canonical_json
 
 SECRET = "s3cr3t-TOKEN-9f2e"
 OLD_NS = 1_600_000_000 * 10**9

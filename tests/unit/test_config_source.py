@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-import reconciler.config
-import reconciler.config_source as config_source
-from reconciler.config import ConfigError, LoadedConfig
-from reconciler.config_source import CONFIG_KEY, ConfigDesiredState
-from reconciler.desired import DesiredStateSource
+import mcp_reconciler.reconciler.config
+import mcp_reconciler.reconciler.config_source as config_source
+from mcp_reconciler.reconciler.config import ConfigError, LoadedConfig
+from mcp_reconciler.reconciler.config_source import CONFIG_KEY, ConfigDesiredState
+from mcp_reconciler.reconciler.desired import DesiredStateSource
 
 OLD_NS = 1_600_000_000 * 10**9
 SECRET = "tok-7d1c0ffee"
@@ -256,7 +256,7 @@ async def test_I11_edit_landing_after_the_read_is_still_seen(
     into a baseline whose content was not read."""
     src = source(setup)
     await src.load()
-    real = reconciler.config.load_config
+    real = mcp_reconciler.reconciler.config.load_config
 
     def racing_load(*args: Any, **kwargs: Any) -> LoadedConfig:
         loaded = real(*args, **kwargs)

@@ -9,12 +9,12 @@ import anyio
 import mcp_types as types
 import pytest
 
-from api.demo import run_demo
-from reconciler.bounds import Bounds
-from reconciler.desired import StaticDesiredState
-from reconciler.model import EntryKind, SourceSpec, SourceStatus
-from reconciler.reconcile import Reconciler
-from reconciler.upstream import UpstreamConnection, UpstreamReader
+from mcp_reconciler.api.demo import run_demo
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.desired import StaticDesiredState
+from mcp_reconciler.reconciler.model import EntryKind, SourceSpec, SourceStatus
+from mcp_reconciler.reconciler.reconcile import Reconciler
+from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
 from tests.support.servers import DynamicServer, tool
 
 pytestmark = pytest.mark.anyio

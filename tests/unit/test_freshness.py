@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.config import load_config
-from reconciler.freshness import CONFIG_KEY, FileStamp, Fingerprint, GlobStamp, Tracker, take_fingerprint
+from mcp_reconciler.reconciler.config import load_config
+from mcp_reconciler.reconciler.freshness import CONFIG_KEY, FileStamp, Fingerprint, GlobStamp, Tracker, take_fingerprint
 
 OLD_NS = 1_600_000_000 * 10**9
 NOW_NS = 1_700_000_000 * 10**9  # passed as now_ns so racy classification is deterministic

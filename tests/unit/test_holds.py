@@ -5,9 +5,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from reconciler.bounds import Bounds
-from reconciler.holds import HoldError, HoldLimitError, HoldRegistry
-from reconciler.runtime import Runtime
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.holds import HoldError, HoldLimitError, HoldRegistry
+from mcp_reconciler.reconciler.runtime import Runtime
 from tests.support.fakes import FakeConnection, catalog, state
 
 pytestmark = pytest.mark.anyio

@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from api.logs import JsonFormatter, RedactingFilter, redact
+from mcp_reconciler.api.logs import JsonFormatter, RedactingFilter, redact
 
 
 def test_redact_bearer_tokens_and_key_values() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from api.logs import redact
+from mcp_reconciler.api.logs import redact
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRET = "otel-test-s3cr3t-Zq9xW2"  # planted in the environment; must never be exported
@@ -84,8 +84,8 @@ def _assert_no_secrets(stderr: str) -> None:
 
 @pytest.fixture(scope="module")
 def demo_runs() -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
-    plain = _run("-m", "api.cli", "demo")
-    traced = _run("-m", "api.cli", "--otel-console", "demo")
+    plain = _run("-m", "mcp_reconciler.api.cli", "demo")
+    traced = _run("-m", "mcp_reconciler.api.cli", "--otel-console", "demo")
     return plain, traced
 
 
@@ -135,10 +135,10 @@ def test_spans_from_tracers_created_before_the_provider_are_exported() -> None:
     script = textwrap.dedent(
         """
         import sys
-        from reconciler import telemetry          # tracer + meter created now (API proxies)
+        from mcp_reconciler.reconciler import telemetry          # tracer + meter created now (API proxies)
         from opentelemetry import trace
         assert type(telemetry.tracer).__name__ == "ProxyTracer", type(telemetry.tracer)
-        from api.otel import configure_console
+        from mcp_reconciler.api.otel import configure_console
         shutdown = configure_console(out=sys.stderr)
         with telemetry.tracer.start_as_current_span("reconciler.cycle", attributes={"cycle.seq": 7}):
             pass
@@ -183,7 +183,7 @@ def test_front_door_operations_are_traced_over_stdio_without_touching_the_protoc
     argument = f"arg-{SECRET}"
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "api.cli", "--otel-console", "stdio", "--config", str(cfg)],
+        args=["-m", "mcp_reconciler.api.cli", "--otel-console", "stdio", "--config", str(cfg)],
         cwd=str(REPO_ROOT),
         env=_env(),
     )
@@ -213,14 +213,14 @@ def test_front_door_operations_are_traced_over_stdio_without_touching_the_protoc
 def test_missing_sdk_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from opentelemetry import trace
 
-    from api import cli
-    from api.otel import INSTALL_HINT, OtelUnavailableError, configure_console
+    from mcp_reconciler.api import cli
+    from mcp_reconciler.api.otel import INSTALL_HINT, OtelUnavailableError, configure_console
 
     for name in [m for m in sys.modules if m == "opentelemetry.sdk" or m.startswith("opentelemetry.sdk.")] + [
         "opentelemetry.sdk"
     ]:
         monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
-    monkeypatch.setattr("api.logs.configure", lambda *args: None)  # leave the root logger alone
+    monkeypatch.setattr("mcp_reconciler.api.logs.configure", lambda *args: None)  # leave the root logger alone
     before = trace.get_tracer_provider()
     with pytest.raises(OtelUnavailableError, match=r"pip install 'mcp-reconciler\[otel\]'"):
         configure_console()

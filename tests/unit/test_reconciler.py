@@ -5,10 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from reconciler.bounds import Bounds
-from reconciler.desired import StaticDesiredState
-from reconciler.model import SourceStatus
-from reconciler.reconcile import Reconciler
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.desired import StaticDesiredState
+from mcp_reconciler.reconciler.model import SourceStatus
+from mcp_reconciler.reconciler.reconcile import Reconciler
 from tests.support.fakes import FakeReader, spec
 
 pytestmark = pytest.mark.anyio

@@ -7,11 +7,11 @@ import dataclasses
 import anyio
 import pytest
 
-from reconciler.bounds import Bounds
-from reconciler.errors import GenerationDrainedError, ReconcilerClosedError, RevisionUnavailableError
-from reconciler.model import EntryKind
-from reconciler.pins import OperationDeadlineError
-from reconciler.runtime import LiveState, Runtime
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.errors import GenerationDrainedError, ReconcilerClosedError, RevisionUnavailableError
+from mcp_reconciler.reconciler.model import EntryKind
+from mcp_reconciler.reconciler.pins import OperationDeadlineError
+from mcp_reconciler.reconciler.runtime import LiveState, Runtime
 from tests.support.fakes import FakeConnection, catalog, state
 
 pytestmark = pytest.mark.anyio

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.throttle import Backoff
+from mcp_reconciler.reconciler.throttle import Backoff
 
 
 class Clock:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from reconciler.errors import ReconcilerClosedError
-from reconciler.workqueue import TriggerQueue
+from mcp_reconciler.reconciler.errors import ReconcilerClosedError
+from mcp_reconciler.reconciler.workqueue import TriggerQueue
 
 pytestmark = pytest.mark.anyio
 
