@@ -117,7 +117,7 @@ class FrontDoor:
         self._buses: dict[str, InMemorySubscriptionBus] = {}
         self._listeners: dict[str, ListenHandler] = {}
         self._wake = anyio.Event()
-        self._tool_cache: dict[tuple[str, str, str], Any] = {}
+        self._tool_cache: dict[tuple[Any, ...], Any] = {}
         self.notifications_sent = 0
         self.server = GatewayServer(
             "mcp-reconciler",
@@ -351,7 +351,9 @@ class FrontDoor:
         return items[start:end], (f"{revision}:{end}" if end < len(items) else None)
 
     def _definition(self, entry: CatalogEntry, model: type[Any], name_field: str, drifted: bool) -> Any:
-        key = (entry.kind.value, entry.exposed_name, entry.digest + (":d" if drifted else ""))
+        # Keyed by the served bytes, not the digest: the digest is the upstream's original
+        # definition (I10), the same across a change of trust or overrides (I20).
+        key = (entry.kind.value, entry.exposed_name, entry.raw, drifted)
         cached = self._tool_cache.get(key)
         if cached is None:
             data = json.loads(entry.raw)

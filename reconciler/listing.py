@@ -4,7 +4,14 @@ Every page of tools, resources, resource templates and prompts is fetched with r
 models, so one malformed entry is rejected on its own (with a diagnostic) instead of failing
 the whole page; the rest of the source survives. Structural problems that make the listing
 untrustworthy — too many pages, a cursor loop, too many entries or bytes — fail the whole
-source, which then keeps its last-known-good state (I2)."""
+source, which then keeps its last-known-good state (I2).
+
+A valid entry is then admitted (``metadata.admit``, I20): an untrusted source's text is
+projected, findings and changes become diagnostics (at most
+``METADATA_DIAGNOSTICS_PER_SOURCE`` per listing, then a count), and an entry with findings under
+the quarantine policy is left out. The description byte bound (I13) applies first, to every
+source: an over-long description is rejected, not truncated — the bound protects the gateway,
+the projection's budget (smaller, in characters) shapes what reaches a model."""
 
 from __future__ import annotations
 
@@ -23,8 +30,9 @@ from mcp_types import METHOD_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_reconciler.reconciler.bounds import Bounds
-from mcp_reconciler.reconciler.catalog import EXPOSED_NAME, bounded, make_entry
+from mcp_reconciler.reconciler.catalog import EXPOSED_NAME, bounded, exposed_name_for
 from mcp_reconciler.reconciler.errors import SourceReadError
+from mcp_reconciler.reconciler.metadata import METADATA_DIAGNOSTICS_PER_SOURCE, admit, unused_overrides
 from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec
 
 _URI_MAX = 2048
@@ -99,6 +107,8 @@ async def list_source(
     wanted = kinds if kinds is not None else tuple(k.kind for k in KINDS)
     entries: list[CatalogEntry] = []
     diagnostics: list[Diagnostic] = []
+    metadata_diags = 0
+    listed: set[str] = set()
     pages = 0
     total_bytes = 0
     for kspec in KINDS:
@@ -124,9 +134,17 @@ async def list_source(
                     break
                 raise
             for raw in getattr(page, kspec.field) or []:
-                entry, diag = validate_entry(kspec, raw, spec, bounds)
-                if diag is not None:
+                entry, diags = check_entry(kspec, raw, spec, bounds)
+                for diag in diags:
+                    if diag.code.startswith("metadata_"):
+                        metadata_diags += 1
+                        if metadata_diags > METADATA_DIAGNOSTICS_PER_SOURCE:
+                            continue
                     diagnostics.append(diag)
+                if isinstance(raw, Mapping):
+                    name = raw.get("uriTemplate" if kspec.kind is EntryKind.RESOURCE_TEMPLATE else kspec.name_field)
+                    if isinstance(name, str):
+                        listed.add(name)
                 if entry is None:
                     continue
                 if entry.upstream_name in seen:
@@ -161,6 +179,12 @@ async def list_source(
                     "listing returned a repeated page cursor", detail=f"source {spec.name}: cursor loop"
                 )
             cursors.add(cursor)
+    if metadata_diags > METADATA_DIAGNOSTICS_PER_SOURCE:
+        hidden = metadata_diags - METADATA_DIAGNOSTICS_PER_SOURCE
+        message = f"{hidden} more metadata diagnostic(s) not listed"
+        diagnostics.append(_diag("metadata_diagnostics_omitted", spec, None, message, bounds))
+    if spec.policy.overrides:
+        diagnostics.extend(unused_overrides(spec, listed, bounds.diagnostic_bytes))
     return Listing(entries=tuple(entries), diagnostics=tuple(diagnostics), pages=pages)
 
 
@@ -172,7 +196,37 @@ def _diag(code: str, spec: SourceSpec, name: str | None, message: str, bounds: B
 def validate_entry(
     kspec: _KindSpec, raw: Any, spec: SourceSpec, bounds: Bounds
 ) -> tuple[CatalogEntry | None, Diagnostic | None]:
-    """Validate one raw upstream entry (I13). Returns (entry, None) or (None, diagnostic)."""
+    """Validate and admit one raw upstream entry (I13, I20). Returns (entry, None), or (None,
+    the reason), or (entry, its first metadata diagnostic); :func:`check_entry` has them all."""
+    entry, diags = check_entry(kspec, raw, spec, bounds)
+    return entry, (diags[0] if diags else None)
+
+
+def check_entry(
+    kspec: _KindSpec, raw: Any, spec: SourceSpec, bounds: Bounds
+) -> tuple[CatalogEntry | None, tuple[Diagnostic, ...]]:
+    """Validate one raw upstream entry (I13) and admit it (I20): (entry or None, diagnostics).
+    ``None`` with an ``invalid_entry`` diagnostic for an invalid entry, ``None`` with a
+    ``metadata_quarantined`` one for an entry withheld by the findings policy."""
+    entry, diag = _validate(kspec, raw, spec, bounds)
+    if diag is not None:
+        return None, (diag,)
+    assert entry is not None
+    name, definition = entry
+    admission = admit(
+        spec,
+        kspec.kind,
+        name,
+        exposed_name_for(spec, kspec.kind, name),
+        definition,
+        diagnostic_bytes=bounds.diagnostic_bytes,
+    )
+    return (None if admission.quarantined else admission.entry), admission.diagnostics
+
+
+def _validate(
+    kspec: _KindSpec, raw: Any, spec: SourceSpec, bounds: Bounds
+) -> tuple[tuple[str, dict[str, Any]] | None, Diagnostic | None]:
     if not isinstance(raw, Mapping):
         return None, _diag("invalid_entry", spec, None, f"{kspec.kind} entry is not an object", bounds)
     raw_name = raw.get("uriTemplate" if kspec.kind is EntryKind.RESOURCE_TEMPLATE else kspec.name_field)
@@ -194,7 +248,7 @@ def validate_entry(
     if problem is not None:
         return None, _diag("invalid_entry", spec, name, f"{kspec.kind} rejected: {problem}", bounds)
     definition = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return make_entry(spec, kspec.kind, name, definition), None
+    return (name, definition), None
 
 
 def _name_problem(kind: EntryKind, spec: SourceSpec, name: str, bounds: Bounds) -> str | None:

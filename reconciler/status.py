@@ -32,6 +32,7 @@ def status(rec: Reconciler, reader: UpstreamReader | None = None) -> dict[str, A
                 "consecutive_failures": h.consecutive_failures if h is not None else 0,
                 "next_attempt_at": reader.next_attempt_at(spec.name) if reader is not None else None,
                 "diagnostics": len(st.diagnostics) if st is not None else 0,
+                "trust": spec.trust.value,
             }
         )
     stale = [s["name"] for s in sources if s["state"] != "ready"]
@@ -63,7 +64,7 @@ def status(rec: Reconciler, reader: UpstreamReader | None = None) -> dict[str, A
         "sources": sources,
         "entries": gen.catalog.entry_count if gen is not None else 0,
         "diagnostics": [
-            {"code": d.code, "source": d.source, "name": d.name, "message": d.message}
+            {"code": d.code, "source": d.source, "name": d.name, "path": d.path, "message": d.message}
             for d in (gen.diagnostics if gen is not None else ())
         ],
         "retiring": [

@@ -1,0 +1,442 @@
+"""Untrusted metadata in the engine: admitting one upstream definition as a served entry, and
+checking, across sources, what one source's text says about another's tools (I20).
+
+``admit`` runs when a listing enters a candidate — once per definition, not per request, and
+never on the call path. It computes the definition digest on the upstream's *original*
+definition (so drift detection, I10, sees a poisoned change), projects the text of an untrusted
+source (``projection.py``), applies the operator's overrides, and serves the result with a
+provenance ``_meta`` entry (:data:`PROVENANCE_META`): source, trust, original digest, whether
+the served text differs from the upstream's, and (bounded) what changed and which rules were
+found. Findings and changes also become operator diagnostics with their field path; under the
+``quarantine`` findings policy an entry with findings is withheld.
+
+Costs: an unchanged relist is a dict lookup after the digest (:data:`_ADMITTED`, keyed by spec
+digest, kind, name, definition digest and upstream ``_meta``); a new definition of an untrusted
+source costs the projection, whose per-text and per-schema memo tables make "only the
+description changed" cheap. A trusted source pays only for splicing the provenance bytes.
+
+``cross_source`` runs in ``merge``: for each untrusted entry whose text mentions an
+identifier-like name (``send_email``, ``mail__send``) that *another* source exposes, it adds a
+``cross_source_reference`` finding — the "shadowing" attack, where one server's description
+instructs the model about another server's tool. Per-source summaries are memoized by source
+content digest, so a one-source change costs set operations on the changed source only.
+
+Excerpts of upstream text appear only in operator diagnostics, never in the ``_meta`` sent to
+clients (which could re-inject them into a model)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mcp_reconciler.reconciler.digest import canonical_json, digest_bytes
+from mcp_reconciler.reconciler.model import (
+    CatalogEntry,
+    Diagnostic,
+    EntryKind,
+    EntryProvenance,
+    SourceSpec,
+    SourceState,
+)
+from mcp_reconciler.reconciler.projection import (
+    RULES,
+    Budgets,
+    Change,
+    Finding,
+    FindingsPolicy,
+    Trust,
+    cross_references,
+    mention_paths,
+    project_definition,
+)
+
+__all__ = [
+    "METADATA_DIAGNOSTICS_PER_SOURCE",
+    "META_LIST_MAX",
+    "PROVENANCE_META",
+    "Admission",
+    "CrossSource",
+    "admit",
+    "cross_source",
+    "unused_overrides",
+]
+
+PROVENANCE_META = "io.mcp-reconciler/provenance"
+META_LIST_MAX = 16  # changes / findings listed in an entry's provenance _meta
+METADATA_DIAGNOSTICS_PER_SOURCE = 128  # beyond this a listing reports a count (listing.py)
+_ADMITTED_MAX = 16_384  # >= the default entries per generation, so a full relist hits
+_NAMED_KINDS = (EntryKind.TOOL, EntryKind.PROMPT)
+_UNBOUNDED = Budgets(title=1 << 30, description=1 << 30, schema=1 << 30)
+
+
+def _bounded(text: str, limit: int) -> str:
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    return raw[: max(0, limit - 3)].decode(errors="ignore") + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """One upstream definition as the engine will serve it. ``quarantined`` entries must not be
+    published; ``diagnostics`` say what the projection changed and found (with field paths)."""
+
+    entry: CatalogEntry
+    quarantined: bool = False
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+
+_ADMITTED: dict[tuple[str, str, str, str, bytes | None], Admission] = {}
+_PROVENANCE: dict[EntryProvenance, EntryProvenance] = {}
+
+
+def _intern(prov: EntryProvenance) -> EntryProvenance:
+    found = _PROVENANCE.get(prov)
+    if found is not None:
+        return found
+    if len(_PROVENANCE) >= _ADMITTED_MAX:
+        _PROVENANCE.clear()
+    _PROVENANCE[prov] = prov
+    return prov
+
+
+def admit(
+    spec: SourceSpec,
+    kind: EntryKind,
+    upstream_name: str,
+    exposed_name: str,
+    definition: Mapping[str, Any],
+    *,
+    diagnostic_bytes: int = 512,
+) -> Admission:
+    """Admit one validated upstream definition of ``spec``'s source (I10, I20).
+
+    Guarantees: ``entry.digest`` is the digest of ``definition`` without ``_meta``, exactly as
+    before projection existed; ``entry.raw`` is the served definition with
+    ``_meta[PROVENANCE_META]`` (the upstream's own ``_meta`` keys are kept); a trusted source's
+    text is served verbatim except where an override pins it; an untrusted source's text is
+    projected, never its contract. Pure given its inputs (memoized)."""
+    meta = definition.get("_meta")
+    body = definition if meta is None else {k: v for k, v in definition.items() if k != "_meta"}
+    raw0 = canonical_json(body)
+    digest = digest_bytes(raw0)
+    meta_raw = None if meta is None else canonical_json(meta)
+    key = (spec.digest, kind.value, upstream_name, digest, meta_raw)
+    hit = _ADMITTED.get(key)
+    if hit is not None:
+        return hit
+    admission = _admit(spec, kind, upstream_name, exposed_name, body, raw0, digest, meta, diagnostic_bytes)
+    if len(_ADMITTED) >= _ADMITTED_MAX:
+        _ADMITTED.pop(next(iter(_ADMITTED)))
+    _ADMITTED[key] = admission
+    return admission
+
+
+def _admit(
+    spec: SourceSpec,
+    kind: EntryKind,
+    upstream_name: str,
+    exposed_name: str,
+    body: Mapping[str, Any],
+    raw0: bytes,
+    digest: str,
+    meta: Any,
+    diagnostic_bytes: int,
+) -> Admission:
+    policy = spec.policy
+    trust = spec.trust
+    override = policy.overrides.get(upstream_name)
+    served: Mapping[str, Any] = body
+    changes: tuple[Change, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    mentions: frozenset[str] = frozenset()
+    omitted = 0
+    if trust is Trust.UNTRUSTED:
+        served, changes, findings, mentions, omitted = project_definition(kind.value, body, policy.budgets)
+    overridden: list[str] = []
+    if override is not None:
+        pinned = {f: getattr(override, f) for f in ("title", "description") if getattr(override, f) is not None}
+        overridden = sorted(pinned)
+        served = {**served, **pinned}
+        # Pinned text is the operator's: what the upstream's text at those fields said no longer
+        # reaches a model, so it is neither a change nor a finding of the served entry.
+        changes = tuple(c for c in changes if c.path not in pinned)
+        findings = tuple(f for f in findings if f.path not in pinned)
+    quarantined = bool(findings) and trust is Trust.UNTRUSTED and policy.findings is FindingsPolicy.QUARANTINE
+    projected = bool(changes) or bool(overridden)
+    prov = _intern(
+        EntryProvenance(
+            trust=trust,
+            projected=projected,
+            findings=len(findings),
+            quarantine=trust is Trust.UNTRUSTED and policy.findings is FindingsPolicy.QUARANTINE,
+            mentions=mentions,
+        )
+    )
+    body_raw = raw0 if served is body else canonical_json(served)
+    if meta is None and not projected and not findings:
+        # The common case, spliced without a JSON encoder: {"_meta":{...}, <the body's members>}.
+        head, tail = _plain_meta(spec.name, trust)
+        meta_raw = head + digest.encode() + tail
+    else:
+        meta_obj = dict(meta) if isinstance(meta, Mapping) else {}
+        meta_obj[PROVENANCE_META] = provenance_meta(
+            spec.name, trust, digest, changes, findings, overridden=overridden, omitted=omitted
+        )
+        meta_raw = canonical_json(meta_obj)
+    raw = b'{"_meta":' + meta_raw + (b"}" if body_raw == b"{}" else b"," + body_raw[1:])
+    entry = CatalogEntry(
+        kind=kind,
+        exposed_name=exposed_name,
+        upstream_name=upstream_name,
+        source=spec.name,
+        raw=raw,
+        digest=digest,
+        size=len(raw0),
+        provenance=prov,
+    )
+    diagnostics = entry_diagnostics(entry, changes, findings, quarantined, omitted, diagnostic_bytes)
+    return Admission(entry=entry, quarantined=quarantined, diagnostics=diagnostics)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_meta(source: str, trust: Trust) -> tuple[bytes, bytes]:
+    """The bytes around the digest in an unchanged entry's provenance ``_meta`` (what
+    ``canonical_json`` of :func:`provenance_meta` would give)."""
+    template = canonical_json({PROVENANCE_META: provenance_meta(source, trust, "\0", (), ())})
+    head, _, tail = template.partition(b"\\u0000")
+    return head, tail
+
+
+def provenance_meta(
+    source: str,
+    trust: Trust,
+    digest: str,
+    changes: Sequence[Change],
+    findings: Sequence[Finding],
+    *,
+    overridden: Sequence[str] = (),
+    omitted: int = 0,
+) -> dict[str, Any]:
+    """The ``_meta[PROVENANCE_META]`` value: plain, bounded data, no upstream excerpts."""
+    out: dict[str, Any] = {
+        "source": source,
+        "trust": trust.value,
+        "digest": digest,
+        "projected": bool(changes) or bool(overridden),
+    }
+    if changes:
+        out["changes"] = [c.as_json() for c in changes[:META_LIST_MAX]]
+    if findings:
+        out["findings"] = [{"path": f.path, "rule": f.rule} for f in findings[:META_LIST_MAX]]
+    more = omitted + max(0, len(changes) - META_LIST_MAX) + max(0, len(findings) - META_LIST_MAX)
+    if more:
+        out["omitted"] = more
+    if overridden:
+        out["overridden"] = list(overridden)
+    return out
+
+
+def entry_diagnostics(
+    entry: CatalogEntry,
+    changes: Sequence[Change],
+    findings: Sequence[Finding],
+    quarantined: bool,
+    omitted: int,
+    limit: int,
+) -> tuple[Diagnostic, ...]:
+    """Operator diagnostics for one admitted entry: one for what the projection changed, one
+    per finding (with its path and a sanitized excerpt), one if it was withheld."""
+    label = f"{entry.kind} {entry.exposed_name!r}"
+    out: list[Diagnostic] = []
+    if changes:
+        text = "; ".join(c.describe() for c in changes[:8])
+        if len(changes) > 8:
+            text += f"; and {len(changes) - 8} more"
+        out.append(
+            Diagnostic(
+                code="metadata_projected",
+                source=entry.source,
+                name=entry.exposed_name,
+                path=changes[0].path,
+                message=_bounded(f"{label} projected: {text}", limit),
+            )
+        )
+    for f in findings:
+        out.append(
+            Diagnostic(
+                code="metadata_finding",
+                source=entry.source,
+                name=entry.exposed_name,
+                path=f.path,
+                message=_bounded(f"{label}: {f.rule} at {f.path}: {f.excerpt!r} ({RULES.get(f.rule, '')})", limit),
+            )
+        )
+    if omitted:
+        out.append(
+            Diagnostic(
+                code="metadata_finding",
+                source=entry.source,
+                name=entry.exposed_name,
+                message=_bounded(f"{label}: {omitted} more change(s)/finding(s) not listed", limit),
+            )
+        )
+    if quarantined:
+        rules = ", ".join(sorted({f.rule for f in findings}))
+        out.append(
+            Diagnostic(
+                code="metadata_quarantined",
+                source=entry.source,
+                name=entry.exposed_name,
+                path=findings[0].path if findings else None,
+                message=_bounded(
+                    f"{label} withheld from the catalog: {len(findings)} finding(s) ({rules}) under the "
+                    "'quarantine' findings policy; override its text, trust the source, or fix it upstream",
+                    limit,
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def unused_overrides(spec: SourceSpec, names: set[str], limit: int) -> tuple[Diagnostic, ...]:
+    """A diagnostic for each override naming nothing the source lists (a typo is not silent)."""
+    return tuple(
+        Diagnostic(
+            code="metadata_override_unused",
+            source=spec.name,
+            name=_bounded(name, 160),
+            message=_bounded(
+                f"override for {name!r}: the source lists no tool, prompt or resource by that name", limit
+            ),
+        )
+        for name in spec.policy.overrides
+        if name not in names
+    )
+
+
+# -- across sources ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Summary:
+    names: frozenset[str]  # tool and prompt names, exposed and upstream
+    mentions: frozenset[str]  # union of the untrusted entries' mentions
+
+
+@dataclass(frozen=True, slots=True)
+class CrossSource:
+    """What ``merge`` must do about cross-source references: add ``diagnostics``, leave out
+    ``withheld`` entries and serve ``replaced`` ones (their provenance lists the finding). Keys
+    are (source, kind, exposed name)."""
+
+    diagnostics: tuple[Diagnostic, ...]
+    withheld: frozenset[tuple[str, EntryKind, str]]
+    replaced: Mapping[tuple[str, EntryKind, str], CatalogEntry]
+
+
+_SUMMARIES: dict[str, _Summary] = {}
+_FLAGGED: dict[tuple[bytes, tuple[Finding, ...]], CatalogEntry] = {}
+_EMPTY: frozenset[str] = frozenset()
+
+
+def _summarize(state: SourceState) -> _Summary:
+    names: set[str] = set()
+    mentions: set[str] = set()
+    for e in state.entries:
+        if e.kind in _NAMED_KINDS:
+            names.add(e.exposed_name)
+            names.add(e.upstream_name)
+        prov = e.provenance
+        if prov is not None and prov.mentions:
+            mentions |= prov.mentions
+    return _Summary(frozenset(names), frozenset(mentions) if mentions else _EMPTY)
+
+
+def cross_source(states: Sequence[SourceState], *, diagnostic_bytes: int = 512) -> CrossSource | None:
+    """``cross_source_reference`` findings for untrusted entries that mention another source's
+    tool or prompt by an identifier-like name; ``None`` when there are none (the common case).
+    Deterministic in ``states``."""
+    summaries: list[tuple[SourceState, _Summary]] = []
+    fresh: dict[str, _Summary] = {}
+    for st in states:
+        summary = _SUMMARIES.get(st.digest)
+        if summary is None:
+            summary = _summarize(st)
+        fresh[st.digest] = summary
+        summaries.append((st, summary))
+    _SUMMARIES.clear()
+    _SUMMARIES.update(fresh)  # exactly the states of the latest merge: bounded by the source bound
+    mentioned: set[str] = set()
+    for _st, summary in summaries:
+        if summary.mentions:
+            mentioned |= summary.mentions
+    if not mentioned:
+        return None
+    owners: dict[str, list[str]] = {}
+    for st, summary in summaries:
+        for name in summary.names & mentioned:
+            owners.setdefault(name, []).append(st.source)
+    if not owners:
+        return None
+    diagnostics: list[Diagnostic] = []
+    withheld: set[tuple[str, EntryKind, str]] = set()
+    replaced: dict[tuple[str, EntryKind, str], CatalogEntry] = {}
+    for st, summary in summaries:
+        hits = {
+            token
+            for token in summary.mentions & owners.keys()
+            if token not in summary.names and any(o != st.source for o in owners[token])
+        }
+        if not hits:
+            continue
+        for entry in st.entries:
+            prov = entry.provenance
+            if prov is None or not (prov.mentions & hits):
+                continue
+            data = json.loads(entry.raw)
+            data.pop("_meta", None)
+            paths = mention_paths(entry.kind.value, data, _UNBOUNDED)
+            others = {t: next(o for o in owners[t] if o != st.source) for t in prov.mentions & hits}
+            found = cross_references({t: paths.get(t, "(text)") for t in others}, others)
+            key = (st.source, entry.kind, entry.exposed_name)
+            diagnostics.extend(entry_diagnostics(entry, (), found, prov.quarantine, 0, diagnostic_bytes))
+            if prov.quarantine:
+                withheld.add(key)
+            else:
+                replaced[key] = _flagged(entry, found)
+    if not diagnostics:
+        return None
+    return CrossSource(tuple(diagnostics), frozenset(withheld), replaced)
+
+
+def _flagged(entry: CatalogEntry, found: tuple[Finding, ...]) -> CatalogEntry:
+    """``entry`` with ``found`` added to its provenance findings (memoized: merges repeat)."""
+    key = (entry.raw, found)
+    hit = _FLAGGED.get(key)
+    if hit is not None:
+        return hit
+    data = json.loads(entry.raw)
+    meta = data.get("_meta") if isinstance(data.get("_meta"), dict) else {}
+    prov = dict(meta.get(PROVENANCE_META) or {})
+    listed = list(prov.get("findings") or [])
+    room = max(0, META_LIST_MAX - len(listed))
+    listed += [{"path": f.path, "rule": f.rule} for f in found[:room]]
+    prov["findings"] = listed
+    if len(found) > room:
+        prov["omitted"] = int(prov.get("omitted", 0)) + len(found) - room
+    meta = {**meta, PROVENANCE_META: prov}
+    data["_meta"] = meta
+    assert entry.provenance is not None
+    flagged = replace(
+        entry,
+        raw=canonical_json(data),
+        provenance=_intern(replace(entry.provenance, findings=entry.provenance.findings + len(found))),
+    )
+    if len(_FLAGGED) >= 4096:
+        _FLAGGED.clear()
+    _FLAGGED[key] = flagged
+    return flagged
