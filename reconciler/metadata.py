@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,6 +49,7 @@ from mcp_reconciler.reconciler.projection import (
     Finding,
     FindingsPolicy,
     Trust,
+    bounded_put,
     cross_references,
     mention_paths,
     project_definition,
@@ -89,18 +91,22 @@ class Admission:
     diagnostics: tuple[Diagnostic, ...] = ()
 
 
-_ADMITTED: dict[tuple[str, str, str, str, bytes | None], Admission] = {}
-_PROVENANCE: dict[EntryProvenance, EntryProvenance] = {}
+_ADMITTED: OrderedDict[tuple[str, EntryKind, str, str, bytes | None], Admission] = OrderedDict()
+_PROVENANCE: dict[tuple[bool, bool, int, bool, frozenset[str]], EntryProvenance] = {}
 
 
-def _intern(prov: EntryProvenance) -> EntryProvenance:
-    found = _PROVENANCE.get(prov)
-    if found is not None:
-        return found
-    if len(_PROVENANCE) >= _ADMITTED_MAX:
-        _PROVENANCE.clear()
-    _PROVENANCE[prov] = prov
-    return prov
+def _provenance(
+    trust: Trust, projected: bool, findings: int, quarantine: bool, mentions: frozenset[str]
+) -> EntryProvenance:
+    """Interned: entries with equal provenance share one object (a plain tuple key: the
+    dataclass's own hash and equality are Python-level, this runs for every admitted entry)."""
+    key = (trust is Trust.UNTRUSTED, projected, findings, quarantine, mentions)
+    found = _PROVENANCE.get(key)
+    if found is None:
+        if len(_PROVENANCE) >= _ADMITTED_MAX:
+            _PROVENANCE.clear()
+        found = _PROVENANCE[key] = EntryProvenance(trust, projected, findings, quarantine, mentions)
+    return found
 
 
 def admit(
@@ -124,14 +130,12 @@ def admit(
     raw0 = canonical_json(body)
     digest = digest_bytes(raw0)
     meta_raw = None if meta is None else canonical_json(meta)
-    key = (spec.digest, kind.value, upstream_name, digest, meta_raw)
+    key = (spec.digest, kind, upstream_name, digest, meta_raw)
     hit = _ADMITTED.get(key)
     if hit is not None:
         return hit
     admission = _admit(spec, kind, upstream_name, exposed_name, body, raw0, digest, meta, diagnostic_bytes)
-    if len(_ADMITTED) >= _ADMITTED_MAX:
-        _ADMITTED.pop(next(iter(_ADMITTED)))
-    _ADMITTED[key] = admission
+    bounded_put(_ADMITTED, key, admission, _ADMITTED_MAX)
     return admission
 
 
@@ -155,7 +159,7 @@ def _admit(
     mentions: frozenset[str] = frozenset()
     omitted = 0
     if trust is Trust.UNTRUSTED:
-        served, changes, findings, mentions, omitted = project_definition(kind.value, body, policy.budgets)
+        served, changes, findings, mentions, omitted = project_definition(kind, body, policy.budgets)
     overridden: list[str] = []
     if override is not None:
         pinned = {f: getattr(override, f) for f in ("title", "description") if getattr(override, f) is not None}
@@ -167,14 +171,12 @@ def _admit(
         findings = tuple(f for f in findings if f.path not in pinned)
     quarantined = bool(findings) and trust is Trust.UNTRUSTED and policy.findings is FindingsPolicy.QUARANTINE
     projected = bool(changes) or bool(overridden)
-    prov = _intern(
-        EntryProvenance(
-            trust=trust,
-            projected=projected,
-            findings=len(findings),
-            quarantine=trust is Trust.UNTRUSTED and policy.findings is FindingsPolicy.QUARANTINE,
-            mentions=mentions,
-        )
+    prov = _provenance(
+        trust,
+        projected,
+        len(findings),
+        trust is Trust.UNTRUSTED and policy.findings is FindingsPolicy.QUARANTINE,
+        mentions,
     )
     body_raw = raw0 if served is body else canonical_json(served)
     if meta is None and not projected and not findings:
@@ -198,6 +200,8 @@ def _admit(
         size=len(raw0),
         provenance=prov,
     )
+    if not (changes or findings or omitted):
+        return Admission(entry=entry)
     diagnostics = entry_diagnostics(entry, changes, findings, quarantined, omitted, diagnostic_bytes)
     return Admission(entry=entry, quarantined=quarantined, diagnostics=diagnostics)
 
@@ -338,7 +342,8 @@ class CrossSource:
     replaced: Mapping[tuple[str, EntryKind, str], CatalogEntry]
 
 
-_SUMMARIES: dict[str, _Summary] = {}
+_SUMMARIES: OrderedDict[str, _Summary] = OrderedDict()
+_SUMMARIES_MAX = 1024  # > sources of a few engines in one process (tests, benchmarks)
 _FLAGGED: dict[tuple[bytes, tuple[Finding, ...]], CatalogEntry] = {}
 _EMPTY: frozenset[str] = frozenset()
 
@@ -361,15 +366,12 @@ def cross_source(states: Sequence[SourceState], *, diagnostic_bytes: int = 512) 
     tool or prompt by an identifier-like name; ``None`` when there are none (the common case).
     Deterministic in ``states``."""
     summaries: list[tuple[SourceState, _Summary]] = []
-    fresh: dict[str, _Summary] = {}
     for st in states:
         summary = _SUMMARIES.get(st.digest)
         if summary is None:
             summary = _summarize(st)
-        fresh[st.digest] = summary
+            bounded_put(_SUMMARIES, st.digest, summary, _SUMMARIES_MAX)
         summaries.append((st, summary))
-    _SUMMARIES.clear()
-    _SUMMARIES.update(fresh)  # exactly the states of the latest merge: bounded by the source bound
     mentioned: set[str] = set()
     for _st, summary in summaries:
         if summary.mentions:
@@ -434,7 +436,13 @@ def _flagged(entry: CatalogEntry, found: tuple[Finding, ...]) -> CatalogEntry:
     flagged = replace(
         entry,
         raw=canonical_json(data),
-        provenance=_intern(replace(entry.provenance, findings=entry.provenance.findings + len(found))),
+        provenance=_provenance(
+            entry.provenance.trust,
+            entry.provenance.projected,
+            entry.provenance.findings + len(found),
+            entry.provenance.quarantine,
+            entry.provenance.mentions,
+        ),
     )
     if len(_FLAGGED) >= 4096:
         _FLAGGED.clear()

@@ -49,10 +49,14 @@ class SourceSpec:
     poll_seconds: float | None = None
     metadata: MetadataPolicy | None = None
     digest: str = field(default="", compare=False)
+    trust: Trust = field(default=Trust.TRUSTED, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "transport", freeze(dict(self.transport)))
         object.__setattr__(self, "watch", tuple(self.watch))
+        # Whether this source's metadata is served verbatim or projected (I20); derived, kept
+        # as a field because admission reads it for every entry.
+        object.__setattr__(self, "trust", self.policy.trust_for(self.transport.get("kind")))
         if not self.digest:
             parts: dict[str, Any] = {
                 "name": self.name,
@@ -72,11 +76,6 @@ class SourceSpec:
     def policy(self) -> MetadataPolicy:
         """The metadata policy in force (the defaults when none was given)."""
         return self.metadata if self.metadata is not None else _DEFAULT_POLICY
-
-    @property
-    def trust(self) -> Trust:
-        """Whether this source's metadata is served verbatim or projected (I20)."""
-        return self.policy.trust_for(self.transport.get("kind"))
 
 
 _DEFAULT_POLICY = MetadataPolicy()

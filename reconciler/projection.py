@@ -54,6 +54,7 @@ import json
 import marshal
 import re
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -73,6 +74,7 @@ __all__ = [
     "Override",
     "Projection",
     "Trust",
+    "bounded_put",
     "clean_text",
     "cross_references",
     "format_path",
@@ -485,17 +487,27 @@ class _TextResult:
     truncated: tuple[int, int] | None
     findings: tuple[tuple[str, str], ...]
     mentions: tuple[str, ...]
+    clean: bool = False  # nothing removed, nothing truncated, nothing found
+    mention_set: frozenset[str] = frozenset()
 
 
-_TEXT_MEMO: dict[tuple[str, int], _TextResult] = {}
-_DATA_MEMO: dict[str, tuple[tuple[str, str], ...]] = {}
+# Bounded memo tables of pure functions, evicted first-in first-out. OrderedDict, not dict:
+# popping a plain dict's first key again and again leaves dummies that ``next(iter(d))`` must
+# skip, which makes every eviction slower than the last.
+_TEXT_MEMO: OrderedDict[tuple[str, int], _TextResult] = OrderedDict()
+_DATA_MEMO: OrderedDict[str, tuple[tuple[str, str], ...]] = OrderedDict()
 _MEMO_MAX = 8192
 _MEMO_TEXT_MAX = 4096  # longer texts are not memoized (bounded memory)
 
 
-def _memo_put(memo: dict[Any, Any], key: Any, value: Any) -> None:
-    if len(memo) >= _MEMO_MAX:
-        memo.pop(next(iter(memo)))
+def bounded_put(memo: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """Insert into a first-in first-out memo table of at most ``limit`` entries."""
+    _memo_put(memo, key, value, limit)
+
+
+def _memo_put(memo: OrderedDict[Any, Any], key: Any, value: Any, limit: int = _MEMO_MAX) -> None:
+    if len(memo) >= limit:
+        memo.popitem(last=False)
     memo[key] = value
 
 
@@ -518,7 +530,15 @@ def _project_text(text: str, budget: int) -> _TextResult:
     if c.hidden.strip():
         findings.append(("smuggled_text", _excerpt(_WS.sub(" ", c.hidden), 0, 0)))
     mentions = _mentions(out)
-    result = _TextResult(out, c.removed, truncated, tuple(findings), mentions)
+    result = _TextResult(
+        out,
+        c.removed,
+        truncated,
+        tuple(findings),
+        mentions,
+        not (c.removed or truncated or findings),
+        frozenset(mentions),
+    )
     if len(text) <= _MEMO_TEXT_MAX:
         _memo_put(_TEXT_MEMO, key, result)
     return result
@@ -840,10 +860,46 @@ class _Part:
     findings: tuple[Finding, ...]
     mentions: tuple[tuple[str, Path], ...]
     omitted: int
+    clean: bool = False  # nothing changed, nothing found
+    tokens: frozenset[str] = frozenset()
 
 
-_PART_MEMO: dict[tuple[str, Budgets, bytes], _Part] = {}
 _PART_KEY_MAX = 64 * 1024
+
+
+class _Memos:
+    """Memo tables bound to one :class:`Budgets` object (by identity, held strongly so its id
+    is never reused): top-level texts keyed by the text alone, parts by (kind, marshal bytes).
+    Hashing a frozen dataclass is Python code; this runs for every admitted definition."""
+
+    __slots__ = ("budgets", "description", "part", "title")
+
+    def __init__(self, budgets: Budgets) -> None:
+        self.budgets = budgets
+        self.title: OrderedDict[str, _TextResult] = OrderedDict()
+        self.description: OrderedDict[str, _TextResult] = OrderedDict()
+        self.part: OrderedDict[tuple[str, bytes], _Part] = OrderedDict()
+
+
+_MEMOS: dict[int, _Memos] = {}
+
+
+def _memos(budgets: Budgets) -> _Memos:
+    found = _MEMOS.get(id(budgets))
+    if found is None or found.budgets is not budgets:
+        if len(_MEMOS) >= 64:
+            _MEMOS.clear()
+        found = _MEMOS[id(budgets)] = _Memos(budgets)
+    return found
+
+
+def _top_text(memo: OrderedDict[str, _TextResult], text: str, budget: int) -> _TextResult:
+    found = memo.get(text)
+    if found is None:
+        found = _project_text(text, budget)
+        if len(text) <= _MEMO_TEXT_MAX:
+            _memo_put(memo, text, found)
+    return found
 
 
 def _project_part(kind: str, part: Mapping[str, Any], budgets: Budgets) -> _Part:
@@ -869,7 +925,15 @@ def _project_part(kind: str, part: Mapping[str, Any], budgets: Budgets) -> _Part
             w.data(value, path)
         if new is not value:
             changed[key] = new
-    return _Part(MappingProxyType(changed), tuple(w.changes), tuple(w.findings), tuple(w.mentions.items()), w.omitted)
+    return _Part(
+        MappingProxyType(changed),
+        tuple(w.changes),
+        tuple(w.findings),
+        tuple(w.mentions.items()),
+        w.omitted,
+        clean=not (changed or w.changes or w.findings or w.omitted),
+        tokens=frozenset(w.mentions),
+    )
 
 
 def _walk(kind: str, definition: Mapping[str, Any], budgets: Budgets) -> tuple[Mapping[str, Any], _Walker]:
@@ -909,16 +973,17 @@ def _walk(kind: str, definition: Mapping[str, Any], budgets: Budgets) -> tuple[M
     return (definition if out is None else out), w
 
 
-def _part_of(kind: str, part: dict[str, Any], budgets: Budgets) -> _Part:
+def _part_of(kind: str, part: dict[str, Any], budgets: Budgets, memos: _Memos | None = None) -> _Part:
+    memo = (memos or _memos(budgets)).part
     try:
-        memo_key: tuple[str, Budgets, bytes] | None = (kind, budgets, marshal.dumps(part))
+        memo_key: tuple[str, bytes] | None = (kind, marshal.dumps(part))
     except ValueError:  # not plain JSON-like data (e.g. a frozen mapping): walk it
         memo_key = None
-    done = _PART_MEMO.get(memo_key) if memo_key is not None else None
+    done = memo.get(memo_key) if memo_key is not None else None
     if done is None:
         done = _project_part(kind, part, budgets)
-        if memo_key is not None and len(memo_key[2]) <= _PART_KEY_MAX:
-            _memo_put(_PART_MEMO, memo_key, done)
+        if memo_key is not None and len(memo_key[1]) <= _PART_KEY_MAX:
+            _memo_put(memo, memo_key, done)
     return done
 
 
@@ -933,27 +998,35 @@ def project_definition(
     It runs in the reconcile cycle for every new definition of an untrusted source, so the
     common case — nothing to change, nothing found — takes a path without bookkeeping."""
     part: dict[str, Any] | None = None
-    tokens: list[str] = []
+    tokens: frozenset[str] = _NO_TOKENS
+    memos = _memos(budgets)
     for key, value in definition.items():
         if key in _TOP_TEXT:
-            if not isinstance(value, str) or (key == "name" and kind not in _DISPLAY_NAME_KINDS):
+            if value.__class__ is not str or (key == "name" and kind not in _DISPLAY_NAME_KINDS):
                 continue
-            r = _project_text(value, budgets.description if key == "description" else budgets.title)
-            if r.removed or r.truncated is not None or r.findings:
+            if key == "description":
+                r = memos.description.get(value) or _top_text(memos.description, value, budgets.description)
+            else:
+                r = memos.title.get(value) or _top_text(memos.title, value, budgets.title)
+            if not r.clean:
                 break  # something to report: take the full walk
-            tokens.extend(r.mentions)
+            if r.mention_set:
+                tokens = r.mention_set if not tokens else tokens | r.mention_set
         elif key not in _PASS_THROUGH:
             if part is None:
                 part = {}
             part[key] = value
     else:
-        done = _part_of(kind, part, budgets) if part is not None else None
-        if done is None or not (done.changed or done.changes or done.findings or done.omitted):
-            if done is not None and done.mentions:
-                tokens.extend(token for token, _path in done.mentions)
-            return definition, (), (), frozenset(tokens[:MAX_MENTIONS]), 0
+        done = _part_of(kind, part, budgets, memos) if part is not None else None
+        if done is None or done.clean:
+            if done is not None and done.tokens:
+                tokens = done.tokens if not tokens else tokens | done.tokens
+            return definition, (), (), tokens, 0
     projected, w = _walk(kind, definition, budgets)
     return projected, tuple(w.changes), tuple(w.findings), frozenset(w.mentions), w.omitted
+
+
+_NO_TOKENS: frozenset[str] = frozenset()
 
 
 def mention_paths(kind: str, definition: Mapping[str, Any], budgets: Budgets = DEFAULT_BUDGETS) -> dict[str, str]:
