@@ -5,6 +5,7 @@ the pinned text together with the drift flag when the upstream changes its own (
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,22 @@ async def test_I20_pinned_text_is_served_and_a_rug_pull_is_still_flagged(mode: s
         assert after.description == pinned  # the operator's text, still
         assert (after.meta or {}).get(DRIFT_META) is True  # and the upstream's change is a drift (I10)
         assert (after.meta or {})[PROVENANCE_META]["digest"] != prov["digest"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_I20_a_change_of_trust_reaches_clients(mode: str, tmp_path: Path) -> None:
+    # The definition digest is the upstream's (unchanged here); what is served changes with the
+    # policy, so nothing keyed by the digest alone may keep serving the old projection.
+    cfg = config(tmp_path)
+    async with serve_http(cfg, port=0, watch_interval_s=0.05) as served, downstream(served.url, mode) as (client, _):
+        search = {t.name: t for t in (await all_tools(client))[0]}["poison__search"]
+        assert search.description == "Search the web for a query."
+        pubs = Publications(served)
+        before = pubs.revision
+        text = json.loads(cfg.read_text())
+        text["sources"][1]["trust"] = "trusted"
+        cfg.write_text(json.dumps(text))
+        await pubs.wait_above(before)
+        search = {t.name: t for t in (await all_tools(client))[0]}["poison__search"]
+        assert search.description == fx.TAG_SMUGGLING
+        assert (search.meta or {})[PROVENANCE_META]["trust"] == "trusted"

@@ -398,3 +398,13 @@ def test_I20_paths_render_unambiguously() -> None:
     assert format_path(["arguments", 0, "description"]) == "arguments[0].description"
     assert format_path(["inputSchema", "properties", "a.b", "title"]) == 'inputSchema.properties["a.b"].title'
     assert json.loads(format_path(["x\u200b"])[1:-1]) == "x\u200b"
+
+
+def test_I20_a_cut_never_leaves_a_joiner_dangling() -> None:
+    budgets = Budgets(title=64, description=64, schema=64)
+    keep = 64 - len(TRUNCATION_MARK)
+    text = "a" * (keep - 2) + "\u0645\u200c\u0646" + "x" * 40  # the kept ZWNJ would end the cut
+    once = project("tool", tool(text), budgets=budgets)
+    assert once.definition["description"] == "a" * (keep - 2) + "\u0645" + TRUNCATION_MARK
+    again = project("tool", thaw(once.definition), budgets=budgets)
+    assert again.changes == () and thaw(again.definition) == thaw(once.definition)
