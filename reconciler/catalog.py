@@ -93,7 +93,7 @@ def merge(
     included: list[SourceState] = []
     for state in states:
         n = len(state.entries)
-        size = sum(e.size for e in state.entries)
+        size = state.size
         if total_entries + n > bounds.entries_per_generation or total_bytes + size > bounds.bytes_per_candidate:
             diagnostics.append(
                 Diagnostic(
@@ -111,17 +111,11 @@ def merge(
         total_entries += n
         total_bytes += size
         included.append(state)
-    xref = cross_source(included, diagnostic_bytes=bounds.diagnostic_bytes)
     for state in included:
         for diag in state.diagnostics:
             if diag.code.startswith("metadata_"):
                 diagnostics.append(diag)
         for entry in state.entries:
-            if xref is not None:
-                key = (entry.source, entry.kind, entry.exposed_name)
-                if key in xref.withheld:
-                    continue
-                entry = xref.replaced.get(key, entry)
             table = tables[entry.kind]
             winner = table.get(entry.exposed_name)
             if winner is not None:
@@ -139,7 +133,12 @@ def merge(
                 )
                 continue
             table[entry.exposed_name] = entry
+    xref = cross_source(included, tables, diagnostic_bytes=bounds.diagnostic_bytes)
     if xref is not None:
+        for kind, name in xref.withheld:
+            del tables[kind][name]
+        for (kind, name), flagged in xref.replaced.items():
+            tables[kind][name] = flagged
         diagnostics.extend(xref.diagnostics)
     routes = MappingProxyType({k: MappingProxyType(v) for k, v in tables.items()})
     digest = digest_parts(s.digest for s in states)

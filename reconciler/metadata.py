@@ -26,12 +26,12 @@ clients (which could re-inject them into a model)."""
 
 from __future__ import annotations
 
-import functools
+import itertools
 import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from mcp_reconciler.reconciler.digest import canonical_json, digest_bytes
 from mcp_reconciler.reconciler.model import (
@@ -81,18 +81,22 @@ def _bounded(text: str, limit: int) -> str:
     return raw[: max(0, limit - 3)].decode(errors="ignore") + "..."
 
 
-@dataclass(frozen=True, slots=True)
-class Admission:
+class Admission(NamedTuple):
     """One upstream definition as the engine will serve it. ``quarantined`` entries must not be
-    published; ``diagnostics`` say what the projection changed and found (with field paths)."""
+    published; ``diagnostics`` say what the projection changed and found (with field paths).
+    Immutable (a named tuple: built for every admitted definition, so cheaper than a frozen
+    dataclass)."""
 
     entry: CatalogEntry
     quarantined: bool = False
     diagnostics: tuple[Diagnostic, ...] = ()
 
 
-_ADMITTED: OrderedDict[tuple[str, EntryKind, str, str, bytes | None], Admission] = OrderedDict()
+_ADMITTED: OrderedDict[str, CatalogEntry | Admission] = OrderedDict()
 _PROVENANCE: dict[tuple[bool, bool, int, bool, frozenset[str]], EntryProvenance] = {}
+
+
+_TRUSTED_PLAIN = EntryProvenance(Trust.TRUSTED)
 
 
 def _provenance(
@@ -100,6 +104,8 @@ def _provenance(
 ) -> EntryProvenance:
     """Interned: entries with equal provenance share one object (a plain tuple key: the
     dataclass's own hash and equality are Python-level, this runs for every admitted entry)."""
+    if trust is Trust.TRUSTED and not projected:
+        return _TRUSTED_PLAIN
     key = (trust is Trust.UNTRUSTED, projected, findings, quarantine, mentions)
     found = _PROVENANCE.get(key)
     if found is None:
@@ -130,12 +136,17 @@ def admit(
     raw0 = canonical_json(body)
     digest = digest_bytes(raw0)
     meta_raw = None if meta is None else canonical_json(meta)
-    key = (spec.digest, kind, upstream_name, digest, meta_raw)
+    # A string key (strings are not tracked by the garbage collector; 16k tuple keys were).
+    key = f"{spec.digest}\0{kind}\0{digest}\0{upstream_name}"
+    if meta_raw is not None:
+        key += "\0" + digest_bytes(meta_raw)
     hit = _ADMITTED.get(key)
     if hit is not None:
-        return hit
+        return Admission(hit) if isinstance(hit, CatalogEntry) else hit
     admission = _admit(spec, kind, upstream_name, exposed_name, body, raw0, digest, meta, diagnostic_bytes)
-    bounded_put(_ADMITTED, key, admission, _ADMITTED_MAX)
+    # The common admission is kept as its entry alone (already alive in the catalog).
+    plain = not admission.quarantined and not admission.diagnostics
+    bounded_put(_ADMITTED, key, admission.entry if plain else admission, _ADMITTED_MAX)
     return admission
 
 
@@ -181,15 +192,23 @@ def _admit(
     body_raw = raw0 if served is body else canonical_json(served)
     if meta is None and not projected and not findings:
         # The common case, spliced without a JSON encoder: {"_meta":{...}, <the body's members>}.
-        head, tail = _plain_meta(spec.name, trust)
-        meta_raw = head + digest.encode() + tail
+        plain = _PLAIN_META.get(spec.digest)
+        if plain is None:
+            plain = _PLAIN_META[spec.digest] = _plain_meta(spec.name, trust)
+            if len(_PLAIN_META) > 1024:
+                _PLAIN_META.clear()
+        meta_raw = b"".join((plain[0], digest.encode(), plain[1]))
     else:
         meta_obj = dict(meta) if isinstance(meta, Mapping) else {}
         meta_obj[PROVENANCE_META] = provenance_meta(
             spec.name, trust, digest, changes, findings, overridden=overridden, omitted=omitted
         )
         meta_raw = canonical_json(meta_obj)
-    raw = b'{"_meta":' + meta_raw + (b"}" if body_raw == b"{}" else b"," + body_raw[1:])
+    raw = (
+        b'{"_meta":' + meta_raw + b"}"
+        if body_raw == b"{}"
+        else b"".join((b'{"_meta":', meta_raw, b",", memoryview(body_raw)[1:]))
+    )
     entry = CatalogEntry(
         kind=kind,
         exposed_name=exposed_name,
@@ -206,7 +225,9 @@ def _admit(
     return Admission(entry=entry, quarantined=quarantined, diagnostics=diagnostics)
 
 
-@functools.lru_cache(maxsize=1024)
+_PLAIN_META: dict[str, tuple[bytes, bytes]] = {}  # by spec digest
+
+
 def _plain_meta(source: str, trust: Trust) -> tuple[bytes, bytes]:
     """The bytes around the digest in an unchanged entry's provenance ``_meta`` (what
     ``canonical_json`` of :func:`provenance_meta` would give)."""
@@ -326,90 +347,113 @@ def unused_overrides(spec: SourceSpec, names: set[str], limit: int) -> tuple[Dia
 
 
 @dataclass(frozen=True, slots=True)
-class _Summary:
-    names: frozenset[str]  # tool and prompt names, exposed and upstream
-    mentions: frozenset[str]  # union of the untrusted entries' mentions
-
-
-@dataclass(frozen=True, slots=True)
 class CrossSource:
     """What ``merge`` must do about cross-source references: add ``diagnostics``, leave out
     ``withheld`` entries and serve ``replaced`` ones (their provenance lists the finding). Keys
-    are (source, kind, exposed name)."""
+    are (kind, exposed name)."""
 
     diagnostics: tuple[Diagnostic, ...]
-    withheld: frozenset[tuple[str, EntryKind, str]]
-    replaced: Mapping[tuple[str, EntryKind, str], CatalogEntry]
+    withheld: frozenset[tuple[EntryKind, str]]
+    replaced: Mapping[tuple[EntryKind, str], CatalogEntry]
 
 
-_SUMMARIES: OrderedDict[str, _Summary] = OrderedDict()
-_SUMMARIES_MAX = 1024  # > sources of a few engines in one process (tests, benchmarks)
+# Everything below is memoized by content digests, so a merge costs work only for what changed:
+# a source's mentions and names by its state digest; the index name -> owning sources by the
+# digest of every source's names (descriptions change far more often than names); the hits of
+# one source by (its state digest, that names digest).
+_MEMO_STATES = 1024  # > the sources of a few engines in one process (tests, benchmarks)
+_MENTIONS: OrderedDict[str, frozenset[str]] = OrderedDict()
+_NAMES: OrderedDict[str, str] = OrderedDict()
+_INDEXES: OrderedDict[tuple[str, ...], tuple[int, dict[str, frozenset[str]]]] = OrderedDict()
+_HITS: OrderedDict[tuple[str, int], frozenset[str]] = OrderedDict()
 _FLAGGED: dict[tuple[bytes, tuple[Finding, ...]], CatalogEntry] = {}
 _EMPTY: frozenset[str] = frozenset()
+_index_versions = itertools.count()
 
 
-def _summarize(state: SourceState) -> _Summary:
-    names: set[str] = set()
+def _mentions_of(state: SourceState) -> frozenset[str]:
     mentions: set[str] = set()
+    last: EntryProvenance | None = None
     for e in state.entries:
-        if e.kind in _NAMED_KINDS:
-            names.add(e.exposed_name)
-            names.add(e.upstream_name)
         prov = e.provenance
-        if prov is not None and prov.mentions:
-            mentions |= prov.mentions
-    return _Summary(frozenset(names), frozenset(mentions) if mentions else _EMPTY)
+        if prov is not last and prov is not None:  # provenances are interned: runs share one
+            last = prov
+            if prov.mentions:
+                mentions |= prov.mentions
+    found = frozenset(mentions) if mentions else _EMPTY
+    bounded_put(_MENTIONS, state.digest, found, _MEMO_STATES)
+    return found
 
 
-def cross_source(states: Sequence[SourceState], *, diagnostic_bytes: int = 512) -> CrossSource | None:
-    """``cross_source_reference`` findings for untrusted entries that mention another source's
-    tool or prompt by an identifier-like name; ``None`` when there are none (the common case).
-    Deterministic in ``states``."""
-    summaries: list[tuple[SourceState, _Summary]] = []
+def _names_of(state: SourceState) -> str:
+    names = "\0".join(f"{e.exposed_name}\0{e.upstream_name}" for e in state.entries if e.kind in _NAMED_KINDS)
+    found = digest_bytes(f"{state.source}\0{names}".encode())
+    bounded_put(_NAMES, state.digest, found, _MEMO_STATES)
+    return found
+
+
+def _index(states: Sequence[SourceState]) -> dict[str, frozenset[str]]:
+    """Tool and prompt names, exposed and upstream → the sources that list them."""
+    owners: dict[str, set[str]] = {}
     for st in states:
-        summary = _SUMMARIES.get(st.digest)
-        if summary is None:
-            summary = _summarize(st)
-            bounded_put(_SUMMARIES, st.digest, summary, _SUMMARIES_MAX)
-        summaries.append((st, summary))
-    mentioned: set[str] = set()
-    for _st, summary in summaries:
-        if summary.mentions:
-            mentioned |= summary.mentions
-    if not mentioned:
+        for e in st.entries:
+            if e.kind in _NAMED_KINDS:
+                owners.setdefault(e.exposed_name, set()).add(st.source)
+                owners.setdefault(e.upstream_name, set()).add(st.source)
+    return {name: frozenset(sources) for name, sources in owners.items()}
+
+
+def cross_source(
+    states: Sequence[SourceState],
+    tables: Mapping[EntryKind, Mapping[str, CatalogEntry]],
+    *,
+    diagnostic_bytes: int = 512,
+) -> CrossSource | None:
+    """``cross_source_reference`` findings for untrusted entries that mention, by an
+    identifier-like name, a tool or prompt another source lists (a source naming its own tool
+    is not shadowing, even if another source has that name too). ``tables`` (exposed name →
+    entry, as merged) says which entries are served. ``None`` when there is nothing to report
+    (the common case). Deterministic in its inputs."""
+    get_mentions = _MENTIONS.get
+    mentions = [m if (m := get_mentions(st.digest)) is not None else _mentions_of(st) for st in states]
+    if not any(mentions):
         return None
-    owners: dict[str, list[str]] = {}
-    for st, summary in summaries:
-        for name in summary.names & mentioned:
-            owners.setdefault(name, []).append(st.source)
-    if not owners:
-        return None
+    get_names = _NAMES.get
+    names_key = tuple(get_names(st.digest) or _names_of(st) for st in states)
+    found_index = _INDEXES.get(names_key)
+    if found_index is None:
+        found_index = (next(_index_versions), _index(states))
+        bounded_put(_INDEXES, names_key, found_index, 4)
+    version, index = found_index
     diagnostics: list[Diagnostic] = []
-    withheld: set[tuple[str, EntryKind, str]] = set()
-    replaced: dict[tuple[str, EntryKind, str], CatalogEntry] = {}
-    for st, summary in summaries:
-        hits = {
-            token
-            for token in summary.mentions & owners.keys()
-            if token not in summary.names and any(o != st.source for o in owners[token])
-        }
+    withheld: set[tuple[EntryKind, str]] = set()
+    replaced: dict[tuple[EntryKind, str], CatalogEntry] = {}
+    for st, mentioned in zip(states, mentions, strict=True):
+        if not mentioned:
+            continue
+        hits = _HITS.get((st.digest, version))
+        if hits is None:
+            hits = frozenset(t for t in mentioned if t in index and st.source not in index[t])
+            bounded_put(_HITS, (st.digest, version), hits, _MEMO_STATES)
         if not hits:
             continue
         for entry in st.entries:
             prov = entry.provenance
             if prov is None or not (prov.mentions & hits):
                 continue
+            if tables[entry.kind].get(entry.exposed_name) is not entry:
+                continue  # shadowed by a name collision: not served, nothing to withhold
             data = json.loads(entry.raw)
             data.pop("_meta", None)
             paths = mention_paths(entry.kind.value, data, _UNBOUNDED)
-            others = {t: next(o for o in owners[t] if o != st.source) for t in prov.mentions & hits}
-            found = cross_references({t: paths.get(t, "(text)") for t in others}, others)
-            key = (st.source, entry.kind, entry.exposed_name)
-            diagnostics.extend(entry_diagnostics(entry, (), found, prov.quarantine, 0, diagnostic_bytes))
+            others = {t: min(index[t]) for t in prov.mentions & hits}
+            found_refs = cross_references({t: paths.get(t, "(text)") for t in others}, others)
+            key = (entry.kind, entry.exposed_name)
+            diagnostics.extend(entry_diagnostics(entry, (), found_refs, prov.quarantine, 0, diagnostic_bytes))
             if prov.quarantine:
                 withheld.add(key)
             else:
-                replaced[key] = _flagged(entry, found)
+                replaced[key] = _flagged(entry, found_refs)
     if not diagnostics:
         return None
     return CrossSource(tuple(diagnostics), frozenset(withheld), replaced)

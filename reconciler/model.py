@@ -171,8 +171,11 @@ class SourceState:
     error: str | None = None
     error_at: float | None = None
     digest: str = field(default="", compare=False)
+    size: int = field(default=0, init=False, compare=False, repr=False)  # sum of entry sizes
 
     def __post_init__(self) -> None:
+        # Summed once here, not by every merge that reuses this state (one per cycle per source).
+        object.__setattr__(self, "size", sum(e.size for e in self.entries))
         if not self.digest:
             conn = self.connection.connection_id if self.connection is not None else ""
             object.__setattr__(

@@ -516,6 +516,13 @@ def _project_text(text: str, budget: int) -> _TextResult:
     hit = _TEXT_MEMO.get(key)
     if hit is not None:
         return hit
+    result = _compute_text(text, budget)
+    if len(text) <= _MEMO_TEXT_MAX:
+        _memo_put(_TEXT_MEMO, key, result)
+    return result
+
+
+def _compute_text(text: str, budget: int) -> _TextResult:
     c = _clean(text)
     out = c.text
     truncated = None
@@ -539,8 +546,6 @@ def _project_text(text: str, budget: int) -> _TextResult:
         not (c.removed or truncated or findings),
         frozenset(mentions),
     )
-    if len(text) <= _MEMO_TEXT_MAX:
-        _memo_put(_TEXT_MEMO, key, result)
     return result
 
 
@@ -872,13 +877,14 @@ class _Memos:
     is never reused): top-level texts keyed by the text alone, parts by (kind, marshal bytes).
     Hashing a frozen dataclass is Python code; this runs for every admitted definition."""
 
-    __slots__ = ("budgets", "description", "part", "title")
+    __slots__ = ("budgets", "description", "part", "title", "tool_part")
 
     def __init__(self, budgets: Budgets) -> None:
         self.budgets = budgets
-        self.title: OrderedDict[str, _TextResult] = OrderedDict()
-        self.description: OrderedDict[str, _TextResult] = OrderedDict()
+        self.title: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self.description: OrderedDict[str, frozenset[str]] = OrderedDict()
         self.part: OrderedDict[tuple[str, bytes], _Part] = OrderedDict()
+        self.tool_part: OrderedDict[bytes, _Part] = OrderedDict()
 
 
 _MEMOS: dict[int, _Memos] = {}
@@ -893,10 +899,29 @@ def _memos(budgets: Budgets) -> _Memos:
     return found
 
 
-def _top_text(memo: OrderedDict[str, _TextResult], text: str, budget: int) -> _TextResult:
+_DIRTY: frozenset[str] = frozenset({"\0dirty"})  # "this text needs the full walk" (never a token)
+_TOKEN_SETS: OrderedDict[frozenset[str], frozenset[str]] = OrderedDict()
+
+
+def _shared(tokens: frozenset[str]) -> frozenset[str]:
+    """One object per distinct mentions set (memo values stay few objects for the GC)."""
+    if not tokens:
+        return _NO_TOKENS
+    found = _TOKEN_SETS.get(tokens)
+    if found is None:
+        found = tokens
+        _memo_put(_TOKEN_SETS, tokens, found)
+    return found
+
+
+def _top_text(memo: OrderedDict[str, frozenset[str]], text: str, budget: int) -> frozenset[str]:
+    """A top-level text's mentions when it needs no change and raises no finding, else
+    :data:`_DIRTY`. Memoized by the text alone, as a shared frozenset: thousands of distinct
+    clean titles cost the collector nothing but the memo's own table."""
     found = memo.get(text)
     if found is None:
-        found = _project_text(text, budget)
+        r = _compute_text(text, budget)
+        found = _shared(r.mention_set) if r.clean else _DIRTY
         if len(text) <= _MEMO_TEXT_MAX:
             _memo_put(memo, text, found)
     return found
@@ -932,7 +957,7 @@ def _project_part(kind: str, part: Mapping[str, Any], budgets: Budgets) -> _Part
         tuple(w.mentions.items()),
         w.omitted,
         clean=not (changed or w.changes or w.findings or w.omitted),
-        tokens=frozenset(w.mentions),
+        tokens=_shared(frozenset(w.mentions)),
     )
 
 
@@ -997,21 +1022,25 @@ def project_definition(
 
     It runs in the reconcile cycle for every new definition of an untrusted source, so the
     common case — nothing to change, nothing found — takes a path without bookkeeping."""
+    memos = _memos(budgets)
+    if kind == "tool" and definition.keys() <= _TOOL_KEYS:
+        fast = _tool_fast(definition, budgets, memos)
+        if fast is not None:
+            return definition, (), (), fast, 0
     part: dict[str, Any] | None = None
     tokens: frozenset[str] = _NO_TOKENS
-    memos = _memos(budgets)
     for key, value in definition.items():
         if key in _TOP_TEXT:
             if value.__class__ is not str or (key == "name" and kind not in _DISPLAY_NAME_KINDS):
                 continue
             if key == "description":
-                r = memos.description.get(value) or _top_text(memos.description, value, budgets.description)
+                found = _top_text(memos.description, value, budgets.description)
             else:
-                r = memos.title.get(value) or _top_text(memos.title, value, budgets.title)
-            if not r.clean:
+                found = _top_text(memos.title, value, budgets.title)
+            if found is _DIRTY:
                 break  # something to report: take the full walk
-            if r.mention_set:
-                tokens = r.mention_set if not tokens else tokens | r.mention_set
+            if found:
+                tokens = found if not tokens else _union(tokens, found)
         elif key not in _PASS_THROUGH:
             if part is None:
                 part = {}
@@ -1020,13 +1049,73 @@ def project_definition(
         done = _part_of(kind, part, budgets, memos) if part is not None else None
         if done is None or done.clean:
             if done is not None and done.tokens:
-                tokens = done.tokens if not tokens else tokens | done.tokens
+                tokens = done.tokens if not tokens else _union(tokens, done.tokens)
             return definition, (), (), tokens, 0
     projected, w = _walk(kind, definition, budgets)
     return projected, tuple(w.changes), tuple(w.findings), frozenset(w.mentions), w.omitted
 
 
 _NO_TOKENS: frozenset[str] = frozenset()
+_TOOL_KEYS = frozenset(
+    {"name", "title", "description", "inputSchema", "outputSchema", "annotations", "icons", "execution", "_meta"}
+)
+
+
+def _tool_fast(definition: Mapping[str, Any], budgets: Budgets, memos: _Memos) -> frozenset[str] | None:
+    """The mentions of a tool definition that needs nothing changed and has nothing to report,
+    or ``None`` (then the caller takes the general path). The tool's known keys are read
+    directly and its structural part is keyed by the marshal bytes of a 3-tuple: this is the
+    reconcile cycle's per-definition cost for an untrusted source."""
+    get = definition.get
+    tokens = _NO_TOKENS
+    for key, memo, budget in (
+        ("description", memos.description, budgets.description),
+        ("title", memos.title, budgets.title),
+    ):
+        text = get(key)
+        if text is None:
+            continue
+        if text.__class__ is not str:
+            return None
+        found = memo.get(text)
+        if found is None:
+            found = _top_text(memo, text, budget)
+        if found is _DIRTY:
+            return None
+        if found:
+            tokens = found if not tokens else _union(tokens, found)
+    parts = (get("inputSchema"), get("outputSchema"), get("annotations"))
+    if parts == (None, None, None):
+        return tokens
+    try:
+        part_key = marshal.dumps(parts)
+    except ValueError:
+        return None
+    done = memos.tool_part.get(part_key)
+    if done is None:
+        names = ("inputSchema", "outputSchema", "annotations")
+        done = _project_part("tool", {n: v for n, v in zip(names, parts, strict=True) if v is not None}, budgets)
+        if len(part_key) <= _PART_KEY_MAX:
+            _memo_put(memos.tool_part, part_key, done)
+    if not done.clean:
+        return None
+    if done.tokens:
+        tokens = done.tokens if not tokens else _union(tokens, done.tokens)
+    return tokens
+
+
+_UNIONS: OrderedDict[tuple[frozenset[str], frozenset[str]], frozenset[str]] = OrderedDict()
+
+
+def _union(a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
+    """``a | b``, shared: the operands are memoized objects (their hashes are cached), so equal
+    definitions end up with one mentions object, and interning their provenance stays cheap."""
+    key = (a, b)
+    found = _UNIONS.get(key)
+    if found is None:
+        found = a | b
+        _memo_put(_UNIONS, key, found)
+    return found
 
 
 def mention_paths(kind: str, definition: Mapping[str, Any], budgets: Budgets = DEFAULT_BUDGETS) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.catalog import make_entry, merge
 from mcp_reconciler.reconciler.config import ConfigError, load_config
-from mcp_reconciler.reconciler.digest import canonical_json, digest_bytes
+from mcp_reconciler.reconciler.digest import _default, canonical_json, digest_bytes
 from mcp_reconciler.reconciler.metadata import PROVENANCE_META, admit
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind, SourceSpec, SourceState
 from mcp_reconciler.reconciler.projection import Budgets, FindingsPolicy, MetadataPolicy, Override, Trust
@@ -308,3 +309,20 @@ def test_I20_pinned_description_bound_at_n_and_n_plus_one(tmp_path: Path) -> Non
         else:
             with pytest.raises(ConfigError, match="a pinned description is at most 8192 bytes"):
                 load_config(cfg)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": 1, "a": [1, 2.5, None, True, 'x\u200b"\\\n'], "ü": {"z": -0.0, "y": 1e300}},
+        MappingProxyType({"z": (1, 2), "y": frozenset()}),
+        [1, "two"],
+        "bare",
+        7,
+        None,
+    ],
+)
+def test_canonical_json_is_json_dumps_sorted_compact(value: Any) -> None:
+    # Digests (I3, I10) must not move: the prebuilt encoder gives json.dumps' exact bytes.
+    expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default).encode()
+    assert canonical_json(value) == expected
