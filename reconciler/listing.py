@@ -33,7 +33,7 @@ from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.catalog import EXPOSED_NAME, bounded, exposed_name_for
 from mcp_reconciler.reconciler.errors import SourceReadError
 from mcp_reconciler.reconciler.metadata import METADATA_DIAGNOSTICS_PER_SOURCE, admit, unused_overrides
-from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec
+from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState
 
 _URI_MAX = 2048
 _URI_BAD = re.compile(r"[\s\x00-\x1f\x7f]")
@@ -99,11 +99,15 @@ async def list_source(
     spec: SourceSpec,
     bounds: Bounds,
     kinds: tuple[EntryKind, ...] | None = None,
+    previous: SourceState | None = None,
 ) -> Listing:
     """List every page of every kind ``kinds`` (default: all four) through ``send``.
 
     ``send(request, result_type)`` is e.g. ``client.session.send_request``. Raises
-    SourceReadError when the listing as a whole cannot be trusted."""
+    SourceReadError when the listing as a whole cannot be trusted. ``previous`` is the source's
+    last state: its entries are reused for unchanged definitions under the same spec (I20: a
+    relist does not project again)."""
+    reuse = _Reuse(previous, spec)
     wanted = kinds if kinds is not None else tuple(k.kind for k in KINDS)
     entries: list[CatalogEntry] = []
     diagnostics: list[Diagnostic] = []
@@ -134,7 +138,7 @@ async def list_source(
                     break
                 raise
             for raw in getattr(page, kspec.field) or []:
-                entry, diags = check_entry(kspec, raw, spec, bounds)
+                entry, diags = check_entry(kspec, raw, spec, bounds, reuse)
                 for diag in diags:
                     if diag.code.startswith("metadata_"):
                         metadata_diags += 1
@@ -202,8 +206,30 @@ def validate_entry(
     return entry, (diags[0] if diags else None)
 
 
+class _Reuse:
+    """The previous listing's entries and metadata diagnostics, by (kind, exposed name), when
+    it was made under the same spec (otherwise nothing is reused: the policy may differ)."""
+
+    __slots__ = ("diagnostics", "entries")
+
+    def __init__(self, previous: SourceState | None, spec: SourceSpec) -> None:
+        self.entries: dict[tuple[EntryKind, str], CatalogEntry] = {}
+        self.diagnostics: dict[str, tuple[Diagnostic, ...]] = {}
+        if previous is None or previous.spec_digest != spec.digest:
+            return
+        self.entries = {(e.kind, e.exposed_name): e for e in previous.entries}
+        grouped: dict[str, list[Diagnostic]] = {}
+        for d in previous.diagnostics:
+            if d.name is not None and d.code.startswith("metadata_") and d.code != "metadata_override_unused":
+                grouped.setdefault(d.name, []).append(d)
+        self.diagnostics = {name: tuple(ds) for name, ds in grouped.items()}
+
+
+_NO_REUSE = _Reuse(None, SourceSpec(name="-"))
+
+
 def check_entry(
-    kspec: _KindSpec, raw: Any, spec: SourceSpec, bounds: Bounds
+    kspec: _KindSpec, raw: Any, spec: SourceSpec, bounds: Bounds, reuse: _Reuse = _NO_REUSE
 ) -> tuple[CatalogEntry | None, tuple[Diagnostic, ...]]:
     """Validate one raw upstream entry (I13) and admit it (I20): (entry or None, diagnostics).
     ``None`` with an ``invalid_entry`` diagnostic for an invalid entry, ``None`` with a
@@ -213,13 +239,16 @@ def check_entry(
         return None, (diag,)
     assert entry is not None
     name, definition = entry
+    exposed = exposed_name_for(spec, kspec.kind, name)
     admission = admit(
         spec,
         kspec.kind,
         name,
-        exposed_name_for(spec, kspec.kind, name),
+        exposed,
         definition,
         diagnostic_bytes=bounds.diagnostic_bytes,
+        previous=reuse.entries.get((kspec.kind, exposed)),
+        previous_diagnostics=reuse.diagnostics.get(exposed, ()),
     )
     return (None if admission.quarantined else admission.entry), admission.diagnostics
 

@@ -10,9 +10,9 @@ the served text differs from the upstream's, and (bounded) what changed and whic
 found. Findings and changes also become operator diagnostics with their field path; under the
 ``quarantine`` findings policy an entry with findings is withheld.
 
-Costs: an unchanged relist is a dict lookup after the digest (:data:`_ADMITTED`, keyed by spec
-digest, kind, name, definition digest and upstream ``_meta``); a new definition of an untrusted
-source costs the projection, whose per-text and per-schema memo tables make "only the
+Costs: an unchanged relist reuses the previous listing's entry (a digest comparison, no extra
+memory: listing.py passes the source's last state); a new definition of an untrusted source
+costs the projection, whose per-text and per-schema memo tables (bounded) make "only the
 description changed" cheap. A trusted source pays only for splicing the provenance bytes.
 
 ``cross_source`` runs in ``merge``: for each untrusted entry whose text mentions an
@@ -69,7 +69,7 @@ __all__ = [
 PROVENANCE_META = "io.mcp-reconciler/provenance"
 META_LIST_MAX = 16  # changes / findings listed in an entry's provenance _meta
 METADATA_DIAGNOSTICS_PER_SOURCE = 128  # beyond this a listing reports a count (listing.py)
-_ADMITTED_MAX = 16_384  # >= the default entries per generation, so a full relist hits
+_PROVENANCE_MAX = 4096
 _NAMED_KINDS = (EntryKind.TOOL, EntryKind.PROMPT)
 _UNBOUNDED = Budgets(title=1 << 30, description=1 << 30, schema=1 << 30)
 
@@ -92,7 +92,6 @@ class Admission(NamedTuple):
     diagnostics: tuple[Diagnostic, ...] = ()
 
 
-_ADMITTED: OrderedDict[str, CatalogEntry | Admission] = OrderedDict()
 _PROVENANCE: dict[tuple[bool, bool, int, bool, frozenset[str]], EntryProvenance] = {}
 
 
@@ -109,7 +108,7 @@ def _provenance(
     key = (trust is Trust.UNTRUSTED, projected, findings, quarantine, mentions)
     found = _PROVENANCE.get(key)
     if found is None:
-        if len(_PROVENANCE) >= _ADMITTED_MAX:
+        if len(_PROVENANCE) >= _PROVENANCE_MAX:
             _PROVENANCE.clear()
         found = _PROVENANCE[key] = EntryProvenance(trust, projected, findings, quarantine, mentions)
     return found
@@ -123,6 +122,8 @@ def admit(
     definition: Mapping[str, Any],
     *,
     diagnostic_bytes: int = 512,
+    previous: CatalogEntry | None = None,
+    previous_diagnostics: tuple[Diagnostic, ...] = (),
 ) -> Admission:
     """Admit one validated upstream definition of ``spec``'s source (I10, I20).
 
@@ -130,24 +131,27 @@ def admit(
     before projection existed; ``entry.raw`` is the served definition with
     ``_meta[PROVENANCE_META]`` (the upstream's own ``_meta`` keys are kept); a trusted source's
     text is served verbatim except where an override pins it; an untrusted source's text is
-    projected, never its contract. Pure given its inputs (memoized)."""
+    projected, never its contract. Pure given its inputs.
+
+    ``previous`` is this entry as the source's last listing admitted it under the same spec
+    (the caller checks the spec digest), with its ``previous_diagnostics``: when the definition
+    is unchanged (same digest, no upstream ``_meta``) it is returned as is — a relist of an
+    unchanged definition costs its digest and a comparison, and keeps the same entry object (so
+    every cache keyed by it keeps hitting)."""
     meta = definition.get("_meta")
     body = definition if meta is None else {k: v for k, v in definition.items() if k != "_meta"}
     raw0 = canonical_json(body)
     digest = digest_bytes(raw0)
-    meta_raw = None if meta is None else canonical_json(meta)
-    # A string key (strings are not tracked by the garbage collector; 16k tuple keys were).
-    key = f"{spec.digest}\0{kind}\0{digest}\0{upstream_name}"
-    if meta_raw is not None:
-        key += "\0" + digest_bytes(meta_raw)
-    hit = _ADMITTED.get(key)
-    if hit is not None:
-        return Admission(hit) if isinstance(hit, CatalogEntry) else hit
-    admission = _admit(spec, kind, upstream_name, exposed_name, body, raw0, digest, meta, diagnostic_bytes)
-    # The common admission is kept as its entry alone (already alive in the catalog).
-    plain = not admission.quarantined and not admission.diagnostics
-    bounded_put(_ADMITTED, key, admission.entry if plain else admission, _ADMITTED_MAX)
-    return admission
+    if (
+        previous is not None
+        and meta is None
+        and previous.digest == digest
+        and previous.kind is kind
+        and previous.exposed_name == exposed_name
+        and previous.source == spec.name
+    ):
+        return Admission(previous, False, previous_diagnostics)
+    return _admit(spec, kind, upstream_name, exposed_name, body, raw0, digest, meta, diagnostic_bytes)
 
 
 def _admit(

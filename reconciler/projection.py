@@ -496,8 +496,11 @@ class _TextResult:
 # skip, which makes every eviction slower than the last.
 _TEXT_MEMO: OrderedDict[tuple[str, int], _TextResult] = OrderedDict()
 _DATA_MEMO: OrderedDict[str, tuple[tuple[str, str], ...]] = OrderedDict()
-_MEMO_MAX = 8192
+# Memo bounds: entries per table, and the longest key memoized. Worst case a few MB in all;
+# typically far less (keys are the upstream's own strings).
+_MEMO_MAX = 2048
 _MEMO_TEXT_MAX = 4096  # longer texts are not memoized (bounded memory)
+_MEMO_LONG_MAX = 512  # tables whose keys may be long (descriptions, schemas)
 
 
 def bounded_put(memo: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:
@@ -518,7 +521,7 @@ def _project_text(text: str, budget: int) -> _TextResult:
         return hit
     result = _compute_text(text, budget)
     if len(text) <= _MEMO_TEXT_MAX:
-        _memo_put(_TEXT_MEMO, key, result)
+        _memo_put(_TEXT_MEMO, key, result, _MEMO_LONG_MAX)
     return result
 
 
@@ -562,7 +565,7 @@ def _scan_data_text(text: str) -> tuple[tuple[str, str], ...]:
         findings.append(("invisible_in_data", sanitize_excerpt(text)))
     result = tuple(findings)
     if len(text) <= _MEMO_TEXT_MAX:
-        _memo_put(_DATA_MEMO, text, result)
+        _memo_put(_DATA_MEMO, text, result, _MEMO_LONG_MAX)
     return result
 
 
@@ -869,7 +872,7 @@ class _Part:
     tokens: frozenset[str] = frozenset()
 
 
-_PART_KEY_MAX = 64 * 1024
+_PART_KEY_MAX = 16 * 1024
 
 
 class _Memos:
@@ -923,7 +926,7 @@ def _top_text(memo: OrderedDict[str, frozenset[str]], text: str, budget: int) ->
         r = _compute_text(text, budget)
         found = _shared(r.mention_set) if r.clean else _DIRTY
         if len(text) <= _MEMO_TEXT_MAX:
-            _memo_put(memo, text, found)
+            _memo_put(memo, text, found, _MEMO_LONG_MAX if len(text) > 256 else _MEMO_MAX)
     return found
 
 
@@ -1008,7 +1011,7 @@ def _part_of(kind: str, part: dict[str, Any], budgets: Budgets, memos: _Memos | 
     if done is None:
         done = _project_part(kind, part, budgets)
         if memo_key is not None and len(memo_key[1]) <= _PART_KEY_MAX:
-            _memo_put(memo, memo_key, done)
+            _memo_put(memo, memo_key, done, _MEMO_LONG_MAX)
     return done
 
 
@@ -1096,7 +1099,7 @@ def _tool_fast(definition: Mapping[str, Any], budgets: Budgets, memos: _Memos) -
         names = ("inputSchema", "outputSchema", "annotations")
         done = _project_part("tool", {n: v for n, v in zip(names, parts, strict=True) if v is not None}, budgets)
         if len(part_key) <= _PART_KEY_MAX:
-            _memo_put(memos.tool_part, part_key, done)
+            _memo_put(memos.tool_part, part_key, done, _MEMO_LONG_MAX)
     if not done.clean:
         return None
     if done.tokens:

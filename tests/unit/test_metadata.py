@@ -113,15 +113,24 @@ def test_I20_overrides_pin_text_for_trusted_and_untrusted_sources() -> None:
     assert "overridden" not in served(other.entry)["_meta"][PROVENANCE_META]
 
 
-def test_I20_a_relist_of_an_unchanged_definition_is_a_lookup() -> None:
+def test_I20_a_relist_of_an_unchanged_definition_reuses_the_entry() -> None:
     sp = spec()
     first = admit(sp, EntryKind.TOOL, "t", "s__t", tool(description=POISON))
-    again = admit(sp, EntryKind.TOOL, "t", "s__t", tool(description=POISON))
-    assert again is first  # the same admission, entry and raw bytes (front-door caches hit)
-    changed = admit(sp, EntryKind.TOOL, "t", "s__t", tool(description=POISON + "!"))
-    assert changed is not first and changed.entry.digest != first.entry.digest
-    other_policy = admit(spec(budgets=Budgets(description=64)), EntryKind.TOOL, "t", "s__t", tool(description=POISON))
-    assert other_policy is not first
+    again = admit(
+        sp,
+        EntryKind.TOOL,
+        "t",
+        "s__t",
+        tool(description=POISON),
+        previous=first.entry,
+        previous_diagnostics=first.diagnostics,
+    )
+    assert again.entry is first.entry  # the same object: raw bytes and front-door caches reused
+    assert again.diagnostics == first.diagnostics  # its findings are still reported
+    changed = admit(sp, EntryKind.TOOL, "t", "s__t", tool(description=POISON + "!"), previous=first.entry)
+    assert changed.entry is not first.entry and changed.entry.digest != first.entry.digest
+    with_meta = admit(sp, EntryKind.TOOL, "t", "s__t", tool(description=POISON, _meta={"v": 2}), previous=first.entry)
+    assert with_meta.entry is not first.entry and served(with_meta.entry)["_meta"]["v"] == 2
 
 
 def test_I20_spec_digest_covers_trust_budgets_findings_and_overrides() -> None:
