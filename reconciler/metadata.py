@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.digest import canonical_json, digest_bytes
 from mcp_reconciler.reconciler.model import (
     CatalogEntry,
@@ -225,6 +226,8 @@ def _admit(
     )
     if not (changes or findings or omitted):
         return Admission(entry=entry)
+    outcome = "quarantined" if quarantined else "flagged" if findings else "projected"
+    telemetry.metadata_entries.add(1, {"source": spec.name, "outcome": outcome})
     diagnostics = entry_diagnostics(entry, changes, findings, quarantined, omitted, diagnostic_bytes)
     return Admission(entry=entry, quarantined=quarantined, diagnostics=diagnostics)
 

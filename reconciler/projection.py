@@ -538,7 +538,8 @@ def _compute_text(text: str, budget: int) -> _TextResult:
         truncated = (len(c.text), len(out))
     findings = list(_scan(out))
     if c.hidden.strip():
-        findings.append(("smuggled_text", _excerpt(_WS.sub(" ", c.hidden), 0, 0)))
+        hidden = _WS.sub(" ", c.hidden).strip()
+        findings.append(("smuggled_text", _excerpt(hidden, 0, len(hidden))))
     mentions = _mentions(out)
     result = _TextResult(
         out,
@@ -560,7 +561,8 @@ def _scan_data_text(text: str) -> tuple[tuple[str, str], ...]:
     c = _clean(text)
     findings = list(_scan(c.text))
     if c.hidden.strip():
-        findings.append(("smuggled_text", _excerpt(_WS.sub(" ", c.hidden), 0, 0)))
+        hidden = _WS.sub(" ", c.hidden).strip()
+        findings.append(("smuggled_text", _excerpt(hidden, 0, len(hidden))))
     if c.removed or (not text.isascii() and _ALL_INVISIBLE.search(c.text)):
         findings.append(("invisible_in_data", sanitize_excerpt(text)))
     result = tuple(findings)
