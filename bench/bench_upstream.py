@@ -26,7 +26,7 @@ B. RSS after 1,000 reconnect cycles of a dying upstream, in process. The upstrea
 C. 50 real stdio reconnect cycles: the upstream subprocess is told to crash (``os._exit``) each
    cycle; the reader detects the EOF and respawns it. Reports RSS and that no child remains.
 
-Benchmarks print figures; they never assert (DESIGN.md "Layout")."""
+Benchmarks print figures; they never assert (docs/DESIGN.md "Layout")."""
 
 from __future__ import annotations
 

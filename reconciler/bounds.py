@@ -1,4 +1,4 @@
-"""Every limit the engine enforces, in one frozen place (DESIGN.md "Bounds")."""
+"""Every limit the engine enforces, in one frozen place (docs/DESIGN.md, "Bounds")."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 
 Run it with the repository root as the working directory (or on ``PYTHONPATH``).
 
-It is a *spawn-snapshot* server, like the staleness incident in DESIGN.md: ``--tools-file`` (a
+It is a *spawn-snapshot* server, like the staleness incident in docs/DESIGN.md: ``--tools-file`` (a
 JSON list of names) is read once, at spawn, and never again. Every catalog tool echoes its
 arguments plus ``{"pid": ..., "snapshot": <tools at spawn>}``. Control tools are always listed
 and callable beside the catalog:
