@@ -20,11 +20,20 @@ from starlette.routing import Route
 
 from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator, Principal
+from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.frontdoor import FrontDoor
-from mcp_reconciler.reconciler.authority import GrantError, GrantPolicy, Session, SessionLimitError
-from mcp_reconciler.reconciler.errors import ReconcilerError, RevisionUnavailableError
-from mcp_reconciler.reconciler.gateway import Gateway
-from mcp_reconciler.reconciler.holds import HoldError, HoldLimitError, HoldRegistry
+from mcp_reconciler.api.views import status_out
+from mcp_reconciler.reconciler.authority import GrantPolicy, Session
+from mcp_reconciler.reconciler.engine import Engine
+from mcp_reconciler.reconciler.errors import (
+    GrantError,
+    HoldError,
+    HoldLimitError,
+    ReconcilerError,
+    RevisionUnavailableError,
+    SessionLimitError,
+)
+from mcp_reconciler.reconciler.holds import HoldRegistry
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 from mcp_reconciler.reconciler.workqueue import ALL
 
@@ -32,12 +41,6 @@ log = logging.getLogger("mcp_reconciler.control")
 
 MAX_BODY_BYTES = 256 * 1024
 _INT = re.compile(r"-?[0-9]{1,18}")
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
 
 
 MAX_MESSAGE_CHARS = 512  # error messages may quote the request (names, field paths): bounded (I12)
@@ -51,10 +54,16 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
 
 @dataclass
 class Control:
-    gateway: Gateway
+    """The ``/v1`` handlers over the engine facade (refresh, status, generations, sessions,
+    holds) and the front door (session notifications). Every handler authenticates first."""
+
+    engine: Engine
     front: FrontDoor
-    holds: HoldRegistry
     auth: Authenticator
+
+    @property
+    def holds(self) -> HoldRegistry:
+        return self.engine.holds
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -85,7 +94,7 @@ class Control:
             raise ApiError(422, "invalid_body", f"{where}: {first['msg']}") from None
 
     def session_for(self, principal: Principal, session_id: str) -> Session:
-        session = self.front.authority.get(session_id)
+        session = self.engine.sessions.get(session_id)
         if session is None or (principal.role == "owner" and session.owner != principal.name):
             raise ApiError(404, "not_found", "no such session")  # another owner's session is "not found"
         return session
@@ -112,15 +121,7 @@ class Control:
         )
 
     async def status_model(self) -> wire.StatusOut:
-        raw = await self.gateway.status()
-        now = anyio.current_time()
-        deadlines = {live.revision: live.drain_deadline for live in self.gateway.rec.runtime.retiring}
-        for r in raw["retiring"]:
-            d = deadlines.get(r["revision"])
-            r["drain_deadline_in_s"] = round(d - now, 3) if d is not None else None
-        raw["holds"] = len(self.holds.list())
-        raw["sessions"] = len(self.front.authority.sessions())
-        return wire.StatusOut.model_validate(raw)
+        return status_out(await self.engine.status())
 
     # -- handlers ----------------------------------------------------------------------------
 
@@ -133,14 +134,13 @@ class Control:
         body: wire.RefreshIn = await self.body(request, wire.RefreshIn, optional=True)
         keys = body.sources or [ALL]
         if body.sources:
-            known = {s.name for s in (self.gateway.desired.last_good.specs if self.gateway.desired.last_good else ())}
+            known = self.engine.source_names()
             unknown = [s for s in body.sources if s not in known]
             if unknown:
                 raise ApiError(404, "unknown_source", f"no such source: {', '.join(unknown[:5])}")
-        await self.gateway.check_inputs()
-        ticket = self.gateway.rec.queue.request(keys)
+        ticket = await self.engine.submit(keys)
         if not body.wait:
-            accepted = wire.RefreshAccepted(ticket=ticket.seq, revision=self.gateway.rec.runtime.current_revision)
+            accepted = wire.RefreshAccepted(ticket=ticket.seq, revision=self.engine.current_revision)
             return JSONResponse(wire.dump(accepted), status_code=202)
         try:
             with anyio.fail_after(body.timeout_s):
@@ -159,9 +159,10 @@ class Control:
 
     async def get_generations(self, request: Request) -> Response:
         self.principal(request)
-        runtime = self.gateway.rec.runtime
+        engine = self.engine
+        current = engine.current
         gens = []
-        for live in runtime.live():
+        for live in engine.live():
             g = live.generation
             gens.append(
                 wire.GenerationOut(
@@ -169,28 +170,29 @@ class Control:
                     digest=g.digest,
                     built_at=g.built_at,
                     published_at=g.published_at,
-                    state="current" if live is runtime.current else "retiring",
+                    state="current" if live is current else "retiring",
                     pins=live.pins,
                     entries=g.catalog.entry_count,
                     stale_sources=list(g.catalog.stale_sources),
                 )
             )
         out = wire.GenerationsOut(
-            current=runtime.current_revision, generations=gens, pending_publication=runtime.pending is not None
+            current=current.revision if current is not None else None,
+            generations=gens,
+            pending_publication=engine.pending_publication,
         )
         return JSONResponse(wire.dump(out))
 
     async def get_catalog(self, request: Request) -> Response:
         self.principal(request)
-        runtime = self.gateway.rec.runtime
         live: LiveGeneration | None
         if "revision" in request.query_params:
             try:
-                live = runtime.get(self.int_param(request, "revision"))
+                live = self.engine.get(self.int_param(request, "revision"))
             except RevisionUnavailableError as exc:
                 raise ApiError(404, exc.code, str(exc)) from None
         else:
-            live = runtime.current
+            live = self.engine.current
             if live is None:
                 raise ApiError(503, "starting", "no generation is published yet")
         g = live.generation
@@ -223,14 +225,13 @@ class Control:
             owner = principal.name
         else:
             owner = body.owner or principal.name
-        runtime = self.gateway.rec.runtime
         try:
-            live = runtime.get(body.revision) if body.revision is not None else runtime.current
+            live = self.engine.get(body.revision) if body.revision is not None else self.engine.current
         except RevisionUnavailableError as exc:
             raise ApiError(409, exc.code, str(exc)) from None
         gen = live.generation if live is not None else None
         try:
-            session = self.front.authority.create(owner, gen, policy=GrantPolicy(body.grant_policy), names=body.names)
+            session = self.engine.sessions.create(owner, gen, policy=GrantPolicy(body.grant_policy), names=body.names)
         except GrantError as exc:
             raise ApiError(422, exc.code, str(exc)) from None
         except SessionLimitError as exc:
@@ -242,7 +243,7 @@ class Control:
     async def get_sessions(self, request: Request) -> Response:
         principal = self.principal(request)
         sessions = [
-            s for s in self.front.authority.sessions() if principal.role == "operator" or s.owner == principal.name
+            s for s in self.engine.sessions.sessions() if principal.role == "operator" or s.owner == principal.name
         ]
         return JSONResponse(wire.dump(wire.SessionsOut(sessions=[self.session_out(s) for s in sessions])))
 
@@ -252,7 +253,7 @@ class Control:
 
     async def delete_session(self, request: Request) -> Response:
         session = self.session_for(self.principal(request), request.path_params["id"])
-        self.front.authority.remove(session.id)
+        self.engine.sessions.remove(session.id)
         self.front.forget_session(session.id)
         return Response(status_code=204)
 
@@ -260,15 +261,15 @@ class Control:
         session = self.session_for(self.principal(request), request.path_params["id"])
         # Lock first, then reconcile: two refreshes of one session never interleave.
         async with session.lock:
-            timeout_s = self.gateway.rec.bounds.cycle_timeout_s + 5
+            timeout_s = self.engine.bounds.cycle_timeout_s + 5
             try:
-                outcome = await self.gateway.refresh([ALL], timeout_s=timeout_s)
+                outcome = await self.engine.refresh([ALL], timeout_s=timeout_s)
             except TimeoutError:
                 raise ApiError(504, "refresh_timeout", f"no reconcile cycle finished within {timeout_s:g} s") from None
-            live = self.gateway.rec.runtime.current
+            live = self.engine.current
             if live is None:
                 raise ApiError(503, "starting", "no generation is published yet")
-            added = self.front.authority.grant_all_visible(session, live.generation)
+            added = self.engine.sessions.grant_all_visible(session, live.generation)
         self.front.touch()
         out = wire.SessionRefreshOut(revision=outcome.revision, added=sorted(k.partition(":")[2] for k in added))
         return JSONResponse(wire.dump(out))
@@ -277,11 +278,11 @@ class Control:
         session = self.session_for(self.principal(request), request.path_params["id"])
         body: wire.GrantsIn = await self.body(request, wire.GrantsIn)
         async with session.lock:
-            live = self.gateway.rec.runtime.current
+            live = self.engine.current
             if live is None:
                 raise ApiError(503, "starting", "no generation is published yet")
             try:
-                added = self.front.authority.grant(session, body.names, live.generation)
+                added = self.engine.sessions.grant(session, body.names, live.generation)
             except GrantError as exc:
                 raise ApiError(422, exc.code, str(exc)) from None
         self.front.touch()
