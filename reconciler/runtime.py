@@ -54,7 +54,6 @@ class LiveGeneration:
     __slots__ = (
         "__weakref__",
         "_closed_event",
-        "_forced",
         "_idle_waiter",
         "_operations",
         "_pins",
@@ -75,7 +74,6 @@ class LiveGeneration:
         self._state = LiveState.CURRENT
         self._operations: set[Operation] = set()
         self._closed_event = anyio.Event()
-        self._forced = False
         self._idle_waiter: anyio.Event | None = None
         self.drain_deadline: float | None = None  # anyio clock
         self.hold_until: float = float("-inf")  # anyio clock: revision holds extend the drain deadline
@@ -369,7 +367,6 @@ class Runtime:
             ):
                 break
         if not live.is_closed and not self._closing:
-            live._forced = True
             self.forced_drains += 1
             telemetry.forced_drains.add(1)
             log.warning(

@@ -80,6 +80,10 @@ class PinGauges:
         finally:
             self._sources.remove(source)
 
+    def observed(self) -> tuple[PinSource, ...]:
+        """The sources exported right now."""
+        return tuple(self._sources)
+
     def _observe_pins(self, _options: CallbackOptions) -> Iterable[Observation]:
         sources = list(self._sources)
         return [Observation(live.pins, {"revision": live.revision}) for src in sources for live in src.live()]
