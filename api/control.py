@@ -1,14 +1,14 @@
-"""The control API: JSON over HTTP under ``/v1`` (operators and session owners).
+"""The control API's handlers: JSON over HTTP under ``/v1`` (operators and session owners).
 
-Every route is declared once in ``ROUTES`` with its models, which also generates the OpenAPI
-document (``api/openapi.py``). Errors are ``{"error": {"code", "message"}}`` and sanitized (I12)."""
+Each handler authenticates, validates its input against the wire models (``api/wire.py``) and
+talks to the engine facade (``reconciler/engine.py``) — never to the reconciler, its queue or
+its runtime — and to the front door for session notifications. Handlers raise
+:class:`~mcp_reconciler.api.errors.ApiError`; the route table and the glue that turns errors into
+``{"error": {"code", "message"}}`` answers (sanitized, I12) are in ``api/routes.py``."""
 
 from __future__ import annotations
 
-import json
-import logging
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,6 @@ import anyio
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator, Principal
@@ -29,7 +28,6 @@ from mcp_reconciler.reconciler.errors import (
     GrantError,
     HoldError,
     HoldLimitError,
-    ReconcilerError,
     RevisionUnavailableError,
     SessionLimitError,
 )
@@ -37,19 +35,8 @@ from mcp_reconciler.reconciler.holds import HoldRegistry
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 from mcp_reconciler.reconciler.workqueue import ALL
 
-log = logging.getLogger("mcp_reconciler.control")
-
 MAX_BODY_BYTES = 256 * 1024
 _INT = re.compile(r"-?[0-9]{1,18}")
-
-
-MAX_MESSAGE_CHARS = 512  # error messages may quote the request (names, field paths): bounded (I12)
-
-
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    if len(message) > MAX_MESSAGE_CHARS:
-        message = message[: MAX_MESSAGE_CHARS - 1] + "…"
-    return JSONResponse(wire.dump(wire.ErrorOut(error=wire.ErrorBody(code=code, message=message))), status_code=status)
 
 
 @dataclass
@@ -63,6 +50,7 @@ class Control:
 
     @property
     def holds(self) -> HoldRegistry:
+        """The engine's revision holds."""
         return self.engine.holds
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -317,137 +305,3 @@ class Control:
         return Response(status_code=204)
 
 
-@dataclass(frozen=True)
-class RouteSpec:
-    method: str
-    path: str
-    handler: str
-    summary: str
-    request: type[BaseModel] | None = None
-    responses: tuple[tuple[int, type[BaseModel] | None], ...] = ()
-    list_of: bool = False
-    auth: bool = True
-
-
-ROUTES: tuple[RouteSpec, ...] = (
-    RouteSpec(
-        "GET",
-        "/v1/status",
-        "get_status",
-        "Provenance: revision, freshness, sources, warnings (I11)",
-        responses=((200, wire.StatusOut),),
-    ),
-    RouteSpec(
-        "POST",
-        "/v1/refresh",
-        "post_refresh",
-        "Reconcile now; answered by a cycle that started after the request",
-        request=wire.RefreshIn,
-        responses=((200, wire.RefreshOut), (202, wire.RefreshAccepted)),
-    ),
-    RouteSpec(
-        "GET",
-        "/v1/generations",
-        "get_generations",
-        "Live generations (current and retiring)",
-        responses=((200, wire.GenerationsOut),),
-    ),
-    RouteSpec(
-        "GET",
-        "/v1/catalog",
-        "get_catalog",
-        "Entries of a live revision (query: revision)",
-        responses=((200, wire.CatalogOut),),
-    ),
-    RouteSpec(
-        "GET",
-        "/v1/sources",
-        "get_sources",
-        "Every source's live state",
-        responses=((200, wire.SourceOut),),
-        list_of=True,
-    ),
-    RouteSpec("GET", "/v1/sources/{name}", "get_source", "One source's live state", responses=((200, wire.SourceOut),)),
-    RouteSpec(
-        "POST",
-        "/v1/sessions",
-        "post_session",
-        "Create an agent session (returns its MCP bearer token once)",
-        request=wire.SessionIn,
-        responses=((201, wire.SessionCreated),),
-    ),
-    RouteSpec(
-        "GET", "/v1/sessions", "get_sessions", "Sessions visible to the caller", responses=((200, wire.SessionsOut),)
-    ),
-    RouteSpec("GET", "/v1/sessions/{id}", "get_session", "One session", responses=((200, wire.SessionOut),)),
-    RouteSpec("DELETE", "/v1/sessions/{id}", "delete_session", "End a session", responses=((204, None),)),
-    RouteSpec(
-        "POST",
-        "/v1/sessions/{id}/refresh",
-        "post_session_refresh",
-        "Reconcile, then grant the session every name now visible",
-        responses=((200, wire.SessionRefreshOut),),
-    ),
-    RouteSpec(
-        "POST",
-        "/v1/sessions/{id}/grants",
-        "post_grants",
-        "Grant names to a session (all or nothing)",
-        request=wire.GrantsIn,
-        responses=((200, wire.GrantsOut),),
-    ),
-    RouteSpec(
-        "POST",
-        "/v1/revisions/{n}/holds",
-        "post_hold",
-        "Keep a revision live for a run (bounded TTL)",
-        request=wire.HoldIn,
-        responses=((201, wire.HoldOut),),
-    ),
-    RouteSpec("DELETE", "/v1/holds/{id}", "delete_hold", "Release a revision hold", responses=((204, None),)),
-)
-
-
-def routes(control: Control) -> list[Route]:
-    out: list[Route] = []
-    for spec in ROUTES:
-        handler: Callable[[Request], Awaitable[Response]] = getattr(control, spec.handler)
-        out.append(Route(spec.path, endpoint=_wrap(handler), methods=[spec.method]))
-    # Last: anything else under /v1 answers a JSON error too (never Starlette's plain-text 404/405,
-    # nor a slash redirect that would turn "DELETE /v1/sessions/" into a request on the collection).
-    out.append(Route("/v1/{rest:path}", endpoint=_unmatched(list(out)), methods=_ANY_METHOD))
-    return out
-
-
-_ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-
-
-def _unmatched(known: list[Route]) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        allowed = sorted(
-            {m for route in known if route.path_regex.fullmatch(request.url.path) for m in route.methods or ()}
-        )
-        if allowed:
-            response = _error(405, "method_not_allowed", f"allowed methods: {', '.join(allowed)}")
-            response.headers["Allow"] = ", ".join(allowed)
-            return response
-        return _error(404, "no_such_endpoint", "no such control-API endpoint; see api/openapi.json")
-
-    return endpoint
-
-
-def _wrap(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except ApiError as exc:
-            return _error(exc.status, exc.code, exc.message)
-        except ReconcilerError as exc:
-            return _error(503 if exc.retryable else 409, exc.code, str(exc))
-        except json.JSONDecodeError:
-            return _error(400, "invalid_body", "the body is not valid JSON")
-        except Exception:
-            log.exception("control API request failed: %s %s", request.method, request.url.path)
-            return _error(500, "internal_error", "internal error; see the operator log")
-
-    return endpoint

@@ -19,9 +19,9 @@ from mcp.server.stdio import stdio_server
 
 from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.control import Control
-from mcp_reconciler.api.control import routes as control_routes
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.http_app import build_app
+from mcp_reconciler.api.routes import routes as control_routes
 from mcp_reconciler.api.views import status_json
 from mcp_reconciler.reconciler.authority import GrantPolicy
 from mcp_reconciler.reconciler.gateway import Gateway

@@ -56,9 +56,9 @@ class Readiness:
 class Engine:
     """A running engine, as the edges see it.
 
-    Built by a composition root over an entered :class:`Reconciler`; ``async with engine:``
-    runs its background tasks (input watcher, source polling, hold expiry) until the block
-    ends. Every method is safe to call from any task; none blocks except the awaitable ones,
+    Built by a composition root over a :class:`Reconciler` (entered before the engine is);
+    ``async with engine:`` runs its background tasks (input watcher, source polling, hold
+    expiry) until the block ends. Every method is safe to call from any task; none blocks except the awaitable ones,
     and those are bounded (refresh by its timeout, input checks by a stat sweep)."""
 
     def __init__(
