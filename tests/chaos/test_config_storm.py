@@ -239,10 +239,10 @@ async def test_I11_config_rewritten_1000_times(tmp_path: Path, http_upstreams: H
                 if st.config_error is not None:
                     samples["config_error"] += 1
                     if st.state != "error":
-                        violations.append(f"config_error reported with state {st['state']!r}")
-                if "inputs_changed_since_build" in st:
+                        violations.append(f"config_error reported with state {st.state!r}")
+                if st.inputs_changed_since_build is not None:
                     samples["changed"] += 1
-                    if not st.get("reconciling"):
+                    if not st.reconciling:
                         violations.append("inputs changed but the status does not say it is reconciling")
                 else:
                     # No change since the last load: the answer must match the file on disk.
@@ -251,7 +251,7 @@ async def test_I11_config_rewritten_1000_times(tmp_path: Path, http_upstreams: H
                         violations.append("the file on disk is invalid but status reports no config_error")
                     if disk is not None and (st.config_error is not None or names != disk.names):
                         violations.append(
-                            f"status {sorted(names)} / config_error={st['config_error'] is not None} "
+                            f"status {sorted(names)} / config_error={st.config_error is not None} "
                             f"for a valid file naming {sorted(disk.names)}"
                         )
                 await anyio.sleep(SAMPLE_EVERY_S)
