@@ -303,5 +303,3 @@ class Control:
             raise ApiError(404, "not_found", "no such hold")
         self.holds.release(info.id)
         return Response(status_code=204)
-
-

@@ -58,8 +58,9 @@ class Engine:
 
     Built by a composition root over a :class:`Reconciler` (entered before the engine is);
     ``async with engine:`` runs its background tasks (input watcher, source polling, hold
-    expiry) until the block ends. Every method is safe to call from any task; none blocks except the awaitable ones,
-    and those are bounded (refresh by its timeout, input checks by a stat sweep)."""
+    expiry) until the block ends. Every method is safe to call from any task; only the
+    awaitable ones wait, and each wait is bounded (refresh by its timeout, input checks by one
+    stat sweep)."""
 
     def __init__(
         self,
