@@ -20,6 +20,9 @@ naming the attribute if an SDK release moves it:
    stream ids are unique only within a session, so a shared store can replay one session's
    notification into another. :class:`GatewaySessionManager` overrides the manager's admission
    hook (``_admit_session``) and gives each new transport its own store (``_event_store``).
+4. **An HTTP client with the MCP transports' defaults** (30 s connect/write/pool, 300 s read for
+   held-open streams) for clients that must add headers: ``mcp.shared._httpx_utils`` is a
+   private module. :func:`mcp_http_client` is used by the SDK's pinned runs and by tests.
 
 Import-time checks below catch a removed class-level hook at startup instead of at the first
 request; instance attributes can only be checked on real objects (the unit tests do)."""
@@ -30,10 +33,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import httpx2
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.streamable_http import GET_STREAM_KEY, EventStore, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from mcp_reconciler.reconciler.model import EntryKind
 
@@ -149,3 +154,12 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         except AttributeError:
             raise SDKChangedError("StreamableHTTPServerTransport._request_streams") from None
         return GET_STREAM_KEY in streams
+
+
+# -- 4. an HTTP client with the SDK's transport defaults ---------------------------------------
+
+
+def mcp_http_client(headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
+    """An ``httpx2.AsyncClient`` configured as the SDK's streamable-HTTP transport configures its
+    own, sending ``headers`` on every request. Use it as an async context manager."""
+    return create_mcp_http_client(headers=headers)

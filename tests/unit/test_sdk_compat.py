@@ -234,3 +234,17 @@ def test_event_store_and_factory_are_exclusive() -> None:
         sdk_compat.GatewaySessionManager(
             Server("x"), event_store=BoundedEventStore(), event_store_factory=BoundedEventStore
         )
+
+
+# -- 4. mcp.shared._httpx_utils.create_mcp_http_client -----------------------------------------
+
+
+async def test_mcp_http_client_has_the_sdk_transport_defaults() -> None:
+    """``mcp.shared._httpx_utils.create_mcp_http_client`` (a private module): the client the
+    SDK's pinned runs and the tests send extra headers with."""
+    import mcp.shared._httpx_utils as httpx_utils
+
+    require(httpx_utils, "create_mcp_http_client", "mcp.shared._httpx_utils")
+    async with sdk_compat.mcp_http_client({"MCP-Reconciler-Revision": "7"}) as http:
+        assert http.headers["MCP-Reconciler-Revision"] == "7"
+        assert http.timeout.read == 300.0 and http.timeout.connect == 30.0
