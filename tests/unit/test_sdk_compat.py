@@ -74,6 +74,20 @@ class Recorder:
                 await self.got.wait()
 
 
+def test_the_installed_sdk_is_the_minor_version_this_module_was_tested_with() -> None:
+    """pyproject pins ``mcp`` to the minor in ``sdk_compat.TESTED_SDK``; raise both together,
+    after this file passes on the new minor."""
+    import importlib.metadata
+    import tomllib
+    from pathlib import Path
+
+    installed = importlib.metadata.version("mcp")
+    assert installed.startswith(f"{sdk_compat.TESTED_SDK}."), (installed, sdk_compat.TESTED_SDK)
+    major, minor = (int(x) for x in sdk_compat.TESTED_SDK.split("."))
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert f"mcp>={major}.{minor},<{major}.{minor + 1}" in pyproject["project"]["dependencies"]
+
+
 # -- 1. ServerSession._connection --------------------------------------------------------------
 
 
