@@ -216,7 +216,8 @@ class ReconcilerClient:
         gateway publishes newer revisions. The hold is released on exit, whatever happened."""
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        from mcp_reconciler.api.sdk_compat import mcp_http_client
 
         hold = await self._hold_for_run(revision, ttl_s)
         revision = hold.revision
@@ -225,7 +226,7 @@ class ReconcilerClient:
             headers = {REVISION_HEADER: str(revision)}
             if session_token:
                 headers["Authorization"] = f"Bearer {session_token}"
-            http = create_mcp_http_client(headers=headers)
+            http = mcp_http_client(headers=headers)
             async with http, Client(streamable_http_client(f"{self.base_url}/mcp", http_client=http), mode=mode) as mcp:
                 try:
                     yield PinnedRun(mcp=mcp, revision=revision, hold=hold)
