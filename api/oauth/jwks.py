@@ -199,7 +199,7 @@ class IssuerKeys:
         self._keys: KeySet | None = None
         self._jwks_url: str | None = issuer.jwks_url
         self._lock = anyio.Lock()
-        self._attempts = 0
+        self._completed = 0  # attempts finished (ok or not): the single-flight generation
         self._last_attempt: float | None = None
         self.fetches = 0
         self.discoveries = 0
@@ -209,24 +209,27 @@ class IssuerKeys:
         return self._keys
 
     def _may_attempt(self, now: float) -> bool:
+        """Whether a refetch may start now, or one is running that we can wait for."""
+        if self._lock.locked():
+            return True  # an attempt is in flight: waiting for it costs the issuer nothing
         last = self._last_attempt
         return last is None or now - last >= self.policy.min_refetch_interval_s
 
     async def keys_for(self, kid: str | None, alg: str) -> list[PyJWK]:
         """The keys that may verify a token with header ``kid``/``alg`` (several only when the
         token names no key id). Refetches when the set is stale or the kid is unknown, within
-        the policy's bounds."""
+        the policy's bounds; joins a refetch already in flight instead of starting another."""
         now = self._clock()
         keys = self._keys
         if (keys is None or now - keys.fetched_at >= self.policy.refresh_interval_s) and self._may_attempt(now):
-            await self._refresh(self._attempts)
+            await self._refresh(self._completed)
             keys = self._keys
             now = self._clock()
         if keys is None or now - keys.fetched_at > self.policy.max_stale_s:
             raise AuthFailure("keys_unavailable")
         found, known = keys.candidates(kid, alg)
         if not known and self._may_attempt(now):
-            await self._refresh(self._attempts)  # rotation: the issuer may have published a new key
+            await self._refresh(self._completed)  # rotation: the issuer may have published a new key
             keys = self._keys
             assert keys is not None
             if self._clock() - keys.fetched_at > self.policy.max_stale_s:
@@ -236,29 +239,36 @@ class IssuerKeys:
             raise AuthFailure("unknown_key")
         return found
 
-    async def _refresh(self, seen_attempts: int) -> None:
-        """One fetch for everyone who asked since the last attempt (single flight)."""
+    async def _refresh(self, seen_completed: int) -> None:
+        """One fetch for everyone who asked while it was pending or running (single flight):
+        a caller that finds an attempt completed since it looked uses that attempt's outcome."""
         async with self._lock:
-            if self._attempts != seen_attempts:
-                return  # another caller attempted while we waited: use its outcome
-            self._attempts += 1
+            if self._completed != seen_completed:
+                return
             self._last_attempt = self._clock()
-            with tracer.start_as_current_span("oauth.jwks.fetch") as span:
-                span.set_attribute("oauth.issuer", self.issuer.issuer)
-                try:
-                    keys = await self._fetch()
-                except FetchError as exc:
-                    jwks_fetches.add(1, {"outcome": "error"})
-                    span.set_attribute("oauth.error", str(exc))
-                    cached = self._keys
-                    age = "none cached" if cached is None else f"cached: {self._clock() - cached.fetched_at:.0f} s old"
-                    log.warning("JWKS of issuer %s could not be fetched (%s); %s", self.issuer.issuer, exc, age)
-                    if self.issuer.jwks_url is None:
-                        self._jwks_url = None  # rediscover next time: the metadata may have moved it
-                    return
-                jwks_fetches.add(1, {"outcome": "ok"})
-                span.set_attribute("oauth.jwks.keys", keys.size)
-                self._keys = keys
+            try:
+                await self._attempt()
+            finally:
+                self._completed += 1
+
+    async def _attempt(self) -> None:
+        """One fetch; a failure keeps the current keys (their staleness bound decides)."""
+        with tracer.start_as_current_span("oauth.jwks.fetch") as span:
+            span.set_attribute("oauth.issuer", self.issuer.issuer)
+            try:
+                keys = await self._fetch()
+            except FetchError as exc:
+                jwks_fetches.add(1, {"outcome": "error"})
+                span.set_attribute("oauth.error", str(exc))
+                cached = self._keys
+                age = "none cached" if cached is None else f"cached: {self._clock() - cached.fetched_at:.0f} s old"
+                log.warning("JWKS of issuer %s could not be fetched (%s); %s", self.issuer.issuer, exc, age)
+                if self.issuer.jwks_url is None:
+                    self._jwks_url = None  # rediscover next time: the metadata may have moved it
+                return
+            jwks_fetches.add(1, {"outcome": "ok"})
+            span.set_attribute("oauth.jwks.keys", keys.size)
+            self._keys = keys
 
     async def _fetch(self) -> KeySet:
         url = self._jwks_url or await self._discover()

@@ -271,6 +271,44 @@ async def test_jwks_fetched_at_most_once_per_refresh_interval_under_load() -> No
         assert az.jwks_fetches == 3
 
 
+async def test_validations_arriving_during_a_fetch_join_it() -> None:
+    """Requests that arrive while a JWKS fetch is in flight wait for it, neither failing (the
+    refetch rate limit is not a reason to refuse) nor fetching again — at start and on rotation."""
+    clock = Clock()
+    async with authz_server(audience=RESOURCE) as az, resource_server(az, clock) as rs:
+        issuer_keys = keys(rs, az)
+        outcomes: list[str] = []
+
+        async def validate(token: str) -> None:
+            try:
+                outcomes.append((await rs.authenticate(bearer(token))).subject)
+            except AuthFailure as failure:
+                outcomes.append(failure.reason)
+
+        async def burst(tokens: list[str]) -> None:
+            az.jwks_requested = anyio.Event()
+            az.jwks_gate = anyio.Event()
+            outcomes.clear()
+            with anyio.fail_after(WAIT):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(validate, tokens[0])
+                    await az.jwks_requested.wait()  # the first one is fetching, held by the gate
+                    for token in tokens[1:]:
+                        tg.start_soon(validate, token)
+                    while issuer_keys._lock.statistics().tasks_waiting + len(outcomes) < len(tokens) - 1:
+                        await anyio.sleep(0.005)  # the others reached the fetch (or gave up)
+                    az.jwks_gate.set()
+
+        await burst([az.mint(f"u{i}", scope="mcp") for i in range(20)])
+        assert sorted(outcomes) == sorted(f"u{i}" for i in range(20))
+        assert az.jwks_fetches == 1
+        az.rotate("ES256")
+        clock.advance(31)
+        await burst([az.mint(f"r{i}", scope="mcp") for i in range(20)])
+        assert sorted(outcomes) == sorted(f"r{i}" for i in range(20))
+        assert az.jwks_fetches == 2
+
+
 @pytest.mark.parametrize("extra", [0, 1])
 async def test_jwks_max_keys_at_n_and_n_plus_1(extra: int) -> None:
     async with authz_server(audience=RESOURCE) as az:

@@ -11,7 +11,8 @@ starts, so it accepts connections as soon as the block is entered):
 
 - ``/.well-known/oauth-authorization-server[/<path>]`` (RFC 8414) and
   ``[<path>]/.well-known/openid-configuration``: metadata naming every endpoint below;
-- ``/jwks``: the published public keys (``jwks_down`` → 503; ``jwks_fetches`` counts requests);
+- ``/jwks``: the published public keys (``jwks_down`` → 503; ``jwks_gate`` holds answers until
+  the test sets it; ``jwks_fetches`` counts requests, ``jwks_requested`` is set by the first);
 - ``/token``: ``client_credentials`` (``client_secret_basic`` or ``_post``), ``authorization_code``
   with PKCE S256, ``refresh_token``; ``resource`` (RFC 8707) becomes the token's ``aud``;
   ``token_requests`` counts requests per grant type;
@@ -125,6 +126,8 @@ class AuthorizationServer:
         self.published: list[SigningKey] = [self.signing]
         self.extra_jwks: list[dict[str, Any]] = []  # raw entries appended to /jwks (hostile keys)
         self.jwks_down = False
+        self.jwks_gate: anyio.Event | None = None  # set: /jwks answers only once the test opens it
+        self.jwks_requested = anyio.Event()  # set by the first /jwks request
         self.token_lifetime_s = 300
         self.login_subject = "alice"
         self.jwks_fetches = 0
@@ -261,6 +264,9 @@ class AuthorizationServer:
 
     async def _jwks(self, request: Request) -> Response:
         self.jwks_fetches += 1
+        self.jwks_requested.set()
+        if self.jwks_gate is not None:
+            await self.jwks_gate.wait()
         if self.jwks_down:
             return JSONResponse({"error": "down"}, status_code=503)
         return JSONResponse({"keys": [k.jwk for k in self.published] + self.extra_jwks})

@@ -21,7 +21,8 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from mcp_reconciler.api.oauth import IDENTITY_KEY, BearerGuard, Identity, ResourceServer, metadata_routes
+from mcp_reconciler.api.oauth import IDENTITY_KEY, AuthFailure, BearerGuard, Identity, ResourceServer, metadata_routes
+from mcp_reconciler.api.oauth.guard import send_failure
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig
 from tests.support.authz_server import AuthorizationServer, listening_socket, serve_app
 from tests.support.servers import DynamicServer
@@ -35,6 +36,8 @@ class Protected:
     resource_server: ResourceServer
     authorizations: list[str | None] = field(default_factory=list)
     identities: list[Identity] = field(default_factory=list)
+    revoked: set[str] = field(default_factory=set)  # tokens answered 401 before the guard (early revocation)
+    revoke_all: bool = False  # every token answered 401
 
 
 @contextlib.asynccontextmanager
@@ -60,7 +63,13 @@ async def protected_mcp_server(
         async def recorder(scope: Scope, receive: Receive, send: Send) -> None:
             headers: dict[bytes, bytes] = dict(scope["headers"])
             raw = headers.get(b"authorization")
-            state.authorizations.append(raw.decode("latin-1") if raw is not None else None)
+            authorization = raw.decode("latin-1") if raw is not None else None
+            state.authorizations.append(authorization)
+            if authorization is not None and (
+                state.revoke_all or authorization.removeprefix("Bearer ") in state.revoked
+            ):
+                await send_failure(send, AuthFailure("inactive"), rs.challenge(AuthFailure("inactive")))
+                return
             await guard(scope, receive, send)
 
         # An object, not a function: Starlette calls a function endpoint with a Request.
