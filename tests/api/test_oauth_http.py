@@ -177,3 +177,34 @@ async def test_official_sdk_oauth_client_discovers_and_completes_the_flow(mode: 
         assert all(a == f"Bearer {az.issued[0]}" for a in ps.authorizations[1:] if a is not None)
         assert ps.resource_server.validator is not None
         assert ps.resource_server.validator.issuers[az.issuer].fetches == 1
+
+
+async def test_a_legacy_session_stays_with_the_subject_that_opened_it() -> None:
+    """The guard hands the SDK's session manager the principal: a refreshed token of the same
+    subject keeps the session, another subject (or a static owner of the same name) gets 404."""
+    async with authz_server() as az, protected_mcp_server(az) as ps:
+        az.audience = ps.url
+        list_tools = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        async with httpx2.AsyncClient() as http:
+
+            async def post(token: str, body: dict[str, object], session: str | None = None) -> httpx2.Response:
+                headers = {**HEADERS, "Authorization": f"Bearer {token}"}
+                if session is not None:
+                    headers["Mcp-Session-Id"] = session
+                    headers["MCP-Protocol-Version"] = "2025-11-25"
+                return await http.post(ps.url, headers=headers, content=json.dumps(body))
+
+            opened = await post(az.mint("alice", scope="mcp"), INIT)
+            assert opened.status_code == 200, opened.text
+            session = opened.headers["mcp-session-id"]
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await post(az.mint("alice", scope="mcp"), initialized, session)).status_code == 202
+            # A new token for alice (a refresh): same principal, same session.
+            refreshed = await post(az.mint("alice", scope="mcp"), list_tools, session)
+            assert refreshed.status_code == 200 and "echo" in refreshed.text
+            # Another subject is refused as if the session did not exist; alice through another
+            # client application is still alice.
+            assert (await post(az.mint("bob", scope="mcp"), list_tools, session)).status_code == 404
+            other_client = az.mint("alice", scope="mcp", claims={"client_id": "other-app"})
+            assert (await post(other_client, list_tools, session)).status_code == 200  # same principal
+        assert [i.subject for i in ps.identities].count("bob") == 1
