@@ -138,11 +138,14 @@ async def test_command_provider_failures_never_show_output(tmp_path: Path) -> No
         "exited with status 3": [sys.executable, "-c", f"print({secret!r}); raise SystemExit(3)"],
         "did not print exactly one token": [sys.executable, "-c", f"print('{secret} {secret}')"],
         "could not run": ["/nonexistent/token-helper"],
+        "printed more than 64 KiB": [sys.executable, "-c", "print('a' * (64 * 1024 + 1))"],
     }
     for expected, command in cases.items():
         with pytest.raises(TokenProviderError) as exc:
             await CommandTokenProvider(command)()
         assert expected in str(exc.value) and secret not in str(exc.value)
+    at_bound = [sys.executable, "-c", "import sys; sys.stdout.write('a' * (64 * 1024))"]
+    assert len(await CommandTokenProvider(at_bound)()) == 64 * 1024
     slow = CommandTokenProvider([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5)
     with pytest.raises(TokenProviderError, match="did not finish"):
         await slow()

@@ -145,6 +145,20 @@ async def test_token_endpoint_errors_name_status_and_code_only() -> None:
     assert str(exc.value).startswith("token endpoint unreachable")
 
 
+@pytest.mark.parametrize("over", [False, True])
+async def test_token_answer_size_bound(over: bool) -> None:
+    async with authz_server() as az:
+        az.add_client("gateway", SECRET)
+        # MAX_TOKEN_RESPONSE_BYTES is 64 KiB; the token itself and the JSON around it add ~1 KiB.
+        az.token_response_extra = {"pad": "x" * ((66 if over else 62) * 1024)}
+        cc = auth(az, "http://127.0.0.1:1/mcp")
+        if over:
+            with pytest.raises(UpstreamAuthError, match="too large"):
+                await cc.token()
+        else:
+            assert await cc.token() == az.issued[-1]
+
+
 def test_client_credentials_auth_from_a_transport_entry() -> None:
     assert client_credentials_auth(None) is None
     built = client_credentials_auth(

@@ -129,6 +129,7 @@ class AuthorizationServer:
         self.jwks_gate: anyio.Event | None = None  # set: /jwks answers only once the test opens it
         self.jwks_requested = anyio.Event()  # set by the first /jwks request
         self.token_lifetime_s = 300
+        self.token_response_extra: dict[str, Any] = {}  # merged into every /token answer
         self.login_subject = "alice"
         self.jwks_fetches = 0
         self.metadata_fetches = 0
@@ -227,6 +228,7 @@ class AuthorizationServer:
             "token_type": "Bearer",
             "expires_in": self.token_lifetime_s,
             **({"scope": scope} if scope else {}),
+            **self.token_response_extra,
         }
 
     # -- HTTP -----------------------------------------------------------------------------------
