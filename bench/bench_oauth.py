@@ -16,7 +16,8 @@ case interleaved so drift (frequency scaling, other processes on the shared box)
    - ``jwt (cold): full validation`` — signature and claims, every call a new token (what a cache
      miss costs; informative).
 2. **Per MCP call** (the target's level): ``tools/call`` round trips through a ``BearerGuard`` in
-   front of an SDK MCP server over streamable HTTP, with a static token vs a JWT, interleaved;
+   front of an SDK MCP server over streamable HTTP, with a static token vs a JWT, alternating call
+   by call;
    median and p99 latency and the ratio. Target: JWT <= 1.05x static per call. The JWKS fetch count
    over the whole run is printed too (target: once, i.e. once per refresh interval).
 
@@ -134,16 +135,16 @@ async def per_call(rs: ResourceServer, jwt_header: str, quick: bool) -> dict[str
             Client(streamable_http_client(url, http_client=h_static)) as c_static,
             Client(streamable_http_client(url, http_client=h_jwt)) as c_jwt,
         ):
-            clients = {"static": c_static, "jwt": c_jwt}
-            for client in clients.values():
+            for client in (c_static, c_jwt):
                 for _ in range(10):
                     await client.call_tool("echo", {"x": "warm"})
-            for _ in range(rounds):
-                for name, client in clients.items():
-                    for _ in range(calls):
-                        start = time.perf_counter_ns()
-                        await client.call_tool("echo", {"x": "1"})
-                        samples[name].append((time.perf_counter_ns() - start) / 1e6)
+            # Alternate call by call (and which goes first), so load drift hits both alike.
+            order = [("static", c_static), ("jwt", c_jwt)]
+            for i in range(rounds * calls):
+                for name, client in order if i % 2 == 0 else order[::-1]:
+                    start = time.perf_counter_ns()
+                    await client.call_tool("echo", {"x": "1"})
+                    samples[name].append((time.perf_counter_ns() - start) / 1e6)
     return {name: summary(xs) for name, xs in samples.items()}
 
 
