@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import anyio
 import httpx2
@@ -167,15 +168,16 @@ def test_client_credentials_auth_from_a_transport_entry() -> None:
     assert built is not None and built.scopes == ("a", "b") and built.auth_method == "client_secret_basic"
 
 
+@pytest.mark.parametrize("transport", ["http", "sse"])
 async def test_gateway_upstream_sees_only_its_client_credentials_token(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transport: Literal["http", "sse"]
 ) -> None:
-    async with authz_server() as az, protected_mcp_server(az, tools=("echo", "lookup")) as ps:
+    async with authz_server() as az, protected_mcp_server(az, tools=("echo", "lookup"), transport=transport) as ps:
         az.add_client("gateway", SECRET)
         monkeypatch.setenv("GW_UPSTREAM_SECRET", SECRET)
         source = {
             "name": "prot",
-            "http": {
+            transport: {
                 "url": ps.url,
                 "oauth": {
                     "token_url": az.token_url,

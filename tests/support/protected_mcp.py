@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.applications import Starlette
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from mcp_reconciler.api.oauth import IDENTITY_KEY, AuthFailure, BearerGuard, Identity, ResourceServer, metadata_routes
@@ -42,10 +43,16 @@ class Protected:
 
 @contextlib.asynccontextmanager
 async def protected_mcp_server(
-    az: AuthorizationServer, *, tools: Sequence[str] = ("echo",), required_scopes: Sequence[str] = ("mcp",)
+    az: AuthorizationServer,
+    *,
+    tools: Sequence[str] = ("echo",),
+    required_scopes: Sequence[str] = ("mcp",),
+    transport: Literal["http", "sse"] = "http",
 ) -> AsyncIterator[Protected]:
+    """Streamable HTTP at ``/mcp``, or with ``transport="sse"`` the legacy HTTP+SSE transport
+    (``GET /sse`` + ``POST /messages/``, both guarded; ``url`` is then the ``/sse`` URL)."""
     sock = listening_socket()
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/{'mcp' if transport == 'http' else 'sse'}"
     config = OAuthConfig.model_validate(
         {"resource": url, "issuers": [{"issuer": az.issuer}], "roles": {"required_scopes": list(required_scopes)}}
     )
@@ -54,26 +61,42 @@ async def protected_mcp_server(
     async with ResourceServer(config) as rs:
         state = Protected(url, config, dynamic, rs)
 
-        async def admitted(scope: Scope, receive: Receive, send: Send) -> None:
-            state.identities.append(scope[IDENTITY_KEY])
-            await manager.handle_request(scope, receive, send)
+        def protect(inner: Any) -> _Asgi:
+            async def admitted(scope: Scope, receive: Receive, send: Send) -> None:
+                state.identities.append(scope[IDENTITY_KEY])
+                await inner(scope, receive, send)
 
-        guard = BearerGuard(admitted, rs, "mcp")
+            guard = BearerGuard(admitted, rs, "mcp")
 
-        async def recorder(scope: Scope, receive: Receive, send: Send) -> None:
-            headers: dict[bytes, bytes] = dict(scope["headers"])
-            raw = headers.get(b"authorization")
-            authorization = raw.decode("latin-1") if raw is not None else None
-            state.authorizations.append(authorization)
-            if authorization is not None and (
-                state.revoke_all or authorization.removeprefix("Bearer ") in state.revoked
-            ):
-                await send_failure(send, AuthFailure("inactive"), rs.challenge(AuthFailure("inactive")))
-                return
-            await guard(scope, receive, send)
+            async def recorder(scope: Scope, receive: Receive, send: Send) -> None:
+                headers: dict[bytes, bytes] = dict(scope["headers"])
+                raw = headers.get(b"authorization")
+                authorization = raw.decode("latin-1") if raw is not None else None
+                state.authorizations.append(authorization)
+                revoked = authorization is not None and authorization.removeprefix("Bearer ") in state.revoked
+                if authorization is not None and (state.revoke_all or revoked):
+                    await send_failure(send, AuthFailure("inactive"), rs.challenge(AuthFailure("inactive")))
+                    return
+                await guard(scope, receive, send)
 
-        # An object, not a function: Starlette calls a function endpoint with a Request.
-        app: Any = Starlette(routes=[Route("/mcp", endpoint=_Asgi(recorder)), *metadata_routes(config)])
+            # An object, not a function: Starlette calls a function endpoint with a Request.
+            return _Asgi(recorder)
+
+        routes: list[Any]
+        if transport == "http":
+            routes = [Route("/mcp", endpoint=protect(manager.handle_request))]
+        else:
+            sse = SseServerTransport("/messages/")
+
+            async def sse_stream(scope: Scope, receive: Receive, send: Send) -> None:
+                async with sse.connect_sse(scope, receive, send) as (read, write):
+                    await dynamic.server.run(read, write, dynamic.server.create_initialization_options())
+
+            routes = [
+                Route("/sse", endpoint=protect(sse_stream), methods=["GET"]),
+                Mount("/messages/", app=protect(sse.handle_post_message)),
+            ]
+        app: Any = Starlette(routes=[*routes, *metadata_routes(config)])
         async with manager.run(), serve_app(app, sock):
             yield state
 
