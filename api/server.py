@@ -11,6 +11,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import uvicorn
@@ -18,12 +19,12 @@ from mcp.server.stdio import stdio_server
 
 from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.control import Control
-from mcp_reconciler.api.control import routes as control_routes
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.http_app import build_app
-from mcp_reconciler.reconciler.authority import Authority, DriftPolicy, GrantPolicy
+from mcp_reconciler.api.routes import routes as control_routes
+from mcp_reconciler.api.views import status_json
+from mcp_reconciler.reconciler.authority import GrantPolicy
 from mcp_reconciler.reconciler.gateway import Gateway
-from mcp_reconciler.reconciler.holds import HoldRegistry
 
 log = logging.getLogger("mcp_reconciler.server")
 
@@ -44,18 +45,21 @@ class Served:
 
 
 def _front(gw: Gateway, transport: str) -> FrontDoor:
-    settings = gw.desired.settings
-    authority = Authority(gw.rec.bounds, drift_policy=DriftPolicy(settings.drift_policy if settings else "flag"))
+    settings = gw.settings
+    engine = gw.engine
+
+    async def status() -> dict[str, Any]:
+        return status_json(await engine.status())
 
     async def refresh() -> int | None:
-        return (await gw.refresh()).revision
+        return (await engine.refresh()).revision
 
     return FrontDoor(
-        gw.rec,
-        authority,
+        engine,
+        engine.sessions,
         grant_policy=GrantPolicy(settings.grant_policy if settings else "current"),
         expose_control_tools=bool(settings and settings.expose_control_tools),
-        status=gw.status,
+        status=status,
         refresh=refresh,
         transport=transport,  # type: ignore[arg-type]
     )
@@ -74,7 +78,7 @@ async def serve_http(
     """Start the gateway on ``config_path`` and serve it; leaving the block stops it all.
     ``port=0`` binds an ephemeral port (tests)."""
     async with Gateway(config_path, watch_interval_s=watch_interval_s) as gw:
-        settings = gw.desired.settings
+        settings = gw.settings
         bind_host = host or (settings.host if settings else "127.0.0.1")
         bind_port = port if port is not None else (settings.port if settings else 8765)
         front = _front(gw, "http")
@@ -86,8 +90,7 @@ async def serve_http(
                 "no control-API tokens configured (MCP_RECONCILER_OPERATOR_TOKENS / MCP_RECONCILER_OWNER_TOKENS): "
                 "every /v1 request will answer 401"
             )
-        holds = HoldRegistry(gw.rec.runtime)
-        control = Control(gw, front, holds, auth)
+        control = Control(gw.engine, front, auth)
         app = build_app(
             front, allowed_hosts=settings.allowed_hosts if settings else (), extra_routes=control_routes(control)
         )
@@ -109,7 +112,6 @@ async def serve_http(
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(front.run)
-                await tg.start(holds.run)
 
                 async def serve() -> None:
                     try:
@@ -127,7 +129,7 @@ async def serve_http(
                     # Close the engine while HTTP is still up, so calls in flight end with the
                     # sanitized "shutting down" error instead of a dropped stream (I12, I14).
                     with anyio.CancelScope(shield=True):
-                        await gw.rec.aclose()
+                        await gw.engine.aclose()
                     server.should_exit = True
         finally:
             sock.close()
@@ -138,23 +140,24 @@ async def run_serve(
 ) -> int:
     path = Path(config_path) if config_path else BUNDLED_DEMO
     async with serve_http(path, host=host, port=port, insecure_no_auth=insecure_no_auth) as served:
-        live = served.gateway.rec.runtime.current
+        engine = served.gateway.engine
+        live = engine.current
         tools = sorted(live.generation.tools) if live is not None else []
         print(f"mcp-reconciler serving {path}", flush=True)
         print(f"  MCP endpoint: {served.url}   (both protocol eras)", flush=True)
         print(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz", flush=True)
         if insecure_no_auth:
             print("  WARNING: --insecure-no-auth: the control API accepts every request as operator", flush=True)
-        print(f"  revision {served.gateway.rec.runtime.current_revision}: {len(tools)} tools {tools}", flush=True)
+        print(f"  revision {engine.current_revision}: {len(tools)} tools {tools}", flush=True)
         print("  SIGHUP reloads the config; Ctrl-C stops.", flush=True)
 
         def on_publish(new: object, old: object) -> None:
-            print(f"  published revision {served.gateway.rec.runtime.current_revision}", flush=True)
+            print(f"  published revision {engine.current_revision}", flush=True)
 
-        served.gateway.rec.runtime.add_listener(on_publish)
+        engine.add_listener(on_publish)
         with anyio.open_signal_receiver(signal.SIGHUP) as signals:
             async for _ in signals:
-                out = await served.gateway.refresh(["config"])
+                out = await engine.refresh(["config"])
                 print(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}", flush=True)
     return 0
 

@@ -6,8 +6,7 @@ source declared first wins and the loser gets a diagnostic — nothing is droppe
 A source whose entries would push the candidate over the entry or byte bound contributes
 nothing (I2: all or nothing) and gets a diagnostic. An untrusted entry whose text names another
 source's tool is flagged (or, under the quarantine policy, left out) here, where all sources
-are known (I20, ``metadata.cross_source``); the sources' own metadata diagnostics are carried
-into the catalog's, so status shows them."""
+are known (I20, ``metadata.cross_source``); those findings are catalog diagnostics."""
 
 from __future__ import annotations
 
@@ -112,9 +111,6 @@ def merge(
         total_bytes += size
         included.append(state)
     for state in included:
-        for diag in state.diagnostics:
-            if diag.code.startswith("metadata_"):
-                diagnostics.append(diag)
         for entry in state.entries:
             table = tables[entry.kind]
             winner = table.get(entry.exposed_name)

@@ -195,14 +195,16 @@ def test_I20_own_names_and_trusted_text_are_not_cross_references() -> None:
     assert [d for d in cat.diagnostics if d.code.startswith("metadata_")] == []
 
 
-def test_I20_source_metadata_diagnostics_reach_the_catalog() -> None:
+def test_I20_source_metadata_diagnostics_stay_on_the_source_state() -> None:
+    # Status lists every source's diagnostics itself; merge must not copy them (no duplicates).
     sp = spec()
     admitted = admit(sp, EntryKind.TOOL, "t", "s__t", tool(description=POISON))
     st = SourceState(
         source="s", spec_digest=sp.digest, entries=(admitted.entry,), built_at=0.0, diagnostics=admitted.diagnostics
     )
     cat = merge([st], bounds=Bounds(), built_at=0.0)
-    assert [d.code for d in cat.diagnostics] == ["metadata_finding", "metadata_finding"]
+    assert cat.diagnostics == ()
+    assert [d.code for d in cat.by_source["s"].diagnostics] == ["metadata_finding", "metadata_finding"]
 
 
 # -- config ----------------------------------------------------------------------------------------
