@@ -97,6 +97,7 @@ _PROVENANCE: dict[tuple[bool, bool, int, bool, frozenset[str]], EntryProvenance]
 
 
 _TRUSTED_PLAIN = EntryProvenance(Trust.TRUSTED)
+_PLAIN_UNTRUSTED: dict[bool, dict[frozenset[str], EntryProvenance]] = {False: {}, True: {}}
 
 
 def _provenance(
@@ -106,6 +107,14 @@ def _provenance(
     dataclass's own hash and equality are Python-level, this runs for every admitted entry)."""
     if trust is Trust.TRUSTED and not projected:
         return _TRUSTED_PLAIN
+    if not projected and not findings:  # the common untrusted case: one lookup by mentions
+        plain = _PLAIN_UNTRUSTED[quarantine]
+        found = plain.get(mentions)
+        if found is None:
+            if len(plain) >= _PROVENANCE_MAX:
+                plain.clear()
+            found = plain[mentions] = EntryProvenance(trust, False, 0, quarantine, mentions)
+        return found
     key = (trust is Trust.UNTRUSTED, projected, findings, quarantine, mentions)
     found = _PROVENANCE.get(key)
     if found is None:

@@ -1027,7 +1027,9 @@ def project_definition(
 
     It runs in the reconcile cycle for every new definition of an untrusted source, so the
     common case — nothing to change, nothing found — takes a path without bookkeeping."""
-    memos = _memos(budgets)
+    memos = _MEMOS.get(id(budgets))
+    if memos is None or memos.budgets is not budgets:
+        memos = _memos(budgets)
     if kind == "tool" and definition.keys() <= _TOOL_KEYS:
         fast = _tool_fast(definition, budgets, memos)
         if fast is not None:

@@ -22,6 +22,7 @@ from mcp_reconciler.reconciler.gateway import Gateway
 from mcp_reconciler.reconciler.metadata import PROVENANCE_META
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
 from mcp_reconciler.reconciler.projection import TRUNCATION_MARK, Budgets
+from mcp_reconciler.reconciler.status import EngineStatus
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
 from tests.support import poisoned_server as fx
 
@@ -65,17 +66,18 @@ def upstream_digest(name: str) -> str:
     return digest_bytes(canonical_json(tool.model_dump(mode="json", by_alias=True, exclude_none=True)))
 
 
-def diagnostics(status: dict[str, Any], name: str) -> list[tuple[str, str | None, str]]:
-    return [(d["code"], d["path"], d["message"]) for d in status["diagnostics"] if d["name"] == name]
+def diagnostics(status: EngineStatus, name: str) -> list[tuple[str, str | None, str]]:
+    assert status.diagnostics_total == len(status.diagnostics)  # none cut by the status bound
+    return [(d.code, d.path, d.message) for d in status.diagnostics if d.name == name]
 
 
 async def test_I20_flag_policy_serves_projected_text_with_provenance_and_diagnostics(tmp_path: Path) -> None:
     async with Gateway(write_config(tmp_path), watch_interval_s=0.05) as gw:
         gen = gw.rec.runtime.current.generation  # type: ignore[union-attr]
         tools = gen.tools
-        status = await gw.status()
+        status = await gw.engine.status()
 
-        assert {s["name"]: s["trust"] for s in status["sources"]} == {
+        assert {s.name: s.trust for s in status.sources} == {
             "mail": "trusted",
             "poison": "untrusted",
             "benign": "untrusted",
@@ -164,7 +166,7 @@ async def test_I20_flag_policy_serves_projected_text_with_provenance_and_diagnos
             ("metadata_projected", "description")
         ]
         assert not [
-            d for d in status["diagnostics"] if d["source"] == "benign" and d["name"] != "benign__convert_units"
+            d for d in status.diagnostics if d.source == "benign" and d.name != "benign__convert_units"
         ]
 
         # The trusted source is served verbatim, and says so.
@@ -173,22 +175,22 @@ async def test_I20_flag_policy_serves_projected_text_with_provenance_and_diagnos
         assert provenance(mail) == {"source": "mail", "trust": "trusted", "digest": mail.digest, "projected": False}
 
         # Diagnostics are bounded (I12/bounds) and carry no invisible characters.
-        for d in status["diagnostics"]:
-            assert len(d["message"].encode()) <= 512
-            assert not any(ch in d["message"] for ch in ("\u200b", "\u202e", "\U000e0049"))
+        for d in status.diagnostics:
+            assert len(d.message.encode()) <= 512
+            assert not any(ch in d.message for ch in ("\u200b", "\u202e", "\U000e0049"))
 
 
 async def test_I20_quarantine_withholds_entries_with_findings(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, metadata={"findings": "quarantine"})
     async with Gateway(cfg, watch_interval_s=0.05) as gw:
         gen = gw.rec.runtime.current.generation  # type: ignore[union-attr]
-        status = await gw.status()
+        status = await gw.engine.status()
         withheld = {"add", "search", "fetch", "calculator", "lookup", "set_mode"}
         assert not {f"poison__{n}" for n in withheld} & set(gen.tools)
         # Projected but without findings: served.
         assert {"poison__translate", "poison__mutate"} <= set(gen.tools)
         assert "poison__summarize" not in gen.routes[EntryKind.PROMPT]
-        quarantined = {d["name"] for d in status["diagnostics"] if d["code"] == "metadata_quarantined"}
+        quarantined = {d.name for d in status.diagnostics if d.code == "metadata_quarantined"}
         assert quarantined == {f"poison__{n}" for n in withheld} | {"poison__summarize", "file:///reports/q3.txt"}
         # Benign and trusted sources are untouched by the policy.
         assert {f"benign__{n}" for n in fx.BENIGN_TEXTS} | {"mail__send_email"} <= set(gen.tools)
@@ -206,9 +208,9 @@ async def test_I20_override_pins_text_and_drift_is_still_detected(tmp_path: Path
         assert add.digest == upstream_digest("add")
         prov = provenance(add)
         assert prov["overridden"] == ["description"] and prov["projected"] is True and "findings" not in prov
-        status = await gw.status()
-        unused = [d for d in status["diagnostics"] if d["code"] == "metadata_override_unused"]
-        assert [d["name"] for d in unused] == ["no_such_tool"]
+        status = await gw.engine.status()
+        unused = [d for d in status.diagnostics if d.code == "metadata_override_unused"]
+        assert [d.name for d in unused] == ["no_such_tool"]
 
         # The upstream changes the description under the pin: a new digest (drift, I10) ...
         conn = live.generation.source_state("poison").connection  # type: ignore[union-attr]
@@ -221,7 +223,7 @@ async def test_I20_override_pins_text_and_drift_is_still_detected(tmp_path: Path
             )
         with anyio.fail_after(WAIT):
             while (gw.rec.runtime.current_revision or 0) <= before:
-                await gw.refresh(["poison"], timeout_s=WAIT)
+                await gw.engine.refresh(["poison"], timeout_s=WAIT)
         after = gw.rec.runtime.current.generation.tools["poison__add"]  # type: ignore[union-attr]
         assert after.digest != add.digest
         assert served(after)["description"] == pinned  # ... while the pinned text is still what is served
@@ -238,10 +240,12 @@ async def test_I20_a_change_of_trust_re_reads_the_source(tmp_path: Path) -> None
         cfg.write_text(json.dumps(text))
         with anyio.fail_after(WAIT):
             while (gw.rec.runtime.current_revision or 0) <= before:
-                await gw.refresh(timeout_s=WAIT)
+                await gw.engine.refresh(timeout_s=WAIT)
         gen = gw.rec.runtime.current.generation  # type: ignore[union-attr]
         trusted = gen.tools["poison__search"]
         assert served(trusted)["description"] == fx.TAG_SMUGGLING  # verbatim: the operator said so
         assert trusted.digest == search.digest  # same upstream definition, same digest
         assert provenance(trusted)["trust"] == "trusted"
-        assert not [d for d in (await gw.status())["diagnostics"] if d["source"] == "poison"]
+        # Only the ingestion bound's rejection (I13) is left: no projection, no findings.
+        left = [(d.code, d.name) for d in (await gw.engine.status()).diagnostics if d.source == "poison"]
+        assert left == [("invalid_entry", "huge")]
