@@ -27,7 +27,9 @@ Metadata projection (I20, adr/0010): the figures above use sources whose trust i
 transport (the fake "stdio" specs: trusted, served verbatim with a provenance ``_meta``). A
 second phase builds two engines side by side — every source trusted vs every source untrusted
 (every definition projected) — and interleaves one-dirty refreshes between them (order
-alternating per round), so both see the same load; target: untrusted within 10 % of trusted.
+alternating per round), so both see the same load; target: untrusted within 10 % of trusted,
+judged on the thread CPU time of each cycle (wall time on a shared box moves with others' load;
+both are printed).
 """
 
 from __future__ import annotations
@@ -551,9 +553,9 @@ def run() -> dict:
                 "value": per_gen_avg / whole,
                 "met": per_gen_avg / whole < 0.10,
             },
-            "one_dirty untrusted/trusted (median)<=1.10": {
-                "value": projection["overhead_median"],
-                "met": projection["overhead_median"] <= TARGET_PROJECTION_OVERHEAD,
+            "one_dirty untrusted/trusted, thread CPU (median)<=1.10": {
+                "value": projection["cpu_overhead_median"],
+                "met": projection["cpu_overhead_median"] <= TARGET_PROJECTION_OVERHEAD,
             },
         },
         "wall_s": wall,
