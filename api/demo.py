@@ -6,6 +6,7 @@ revision is published, and tears everything down. No network, no external servic
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Any, TextIO
@@ -61,7 +62,8 @@ async def run_demo(out: TextIO = sys.stdout) -> int:
     specs = [SourceSpec(name=n, transport={"kind": "in-process"}) for n in servers]
 
     def say(msg: str) -> None:
-        print(msg, file=out, flush=True)
+        with contextlib.suppress(BrokenPipeError):  # stdout closed (`demo | head`): the CLI exits 0 quietly
+            print(msg, file=out, flush=True)
 
     async with UpstreamReader(lambda spec, _end: servers[spec.name].server) as reader:
         rec = Reconciler(StaticDesiredState(specs), reader, bounds=Bounds(cooldown_s=0.2))

@@ -36,6 +36,7 @@ from mcp.server.subscriptions import (
 from mcp.shared.dispatcher import ProgressFnT
 
 from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
+from mcp_reconciler.api.version import __version__
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority, GrantPolicy, Session, View
 from mcp_reconciler.reconciler.errors import ReconcilerClosedError
@@ -121,7 +122,7 @@ class FrontDoor:
         self.notifications_sent = 0
         self.server = GatewayServer(
             "mcp-reconciler",
-            version="0.1.0",
+            version=__version__,
             instructions="A gateway over several MCP servers; names are <source>__<name>.",
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
