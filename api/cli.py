@@ -4,10 +4,11 @@ Every subcommand names the function that runs it (``set_defaults(func=...)``); `
 ``args.func(args)`` and returns its exit code. A command's module is imported only when that
 command runs, so ``status`` does not pay for uvicorn and the engine.
 
-Writing to a closed pipe (``mcp-reconciler status | head -3``) ends any command quietly with
-exit 0: stdout is flushed inside :func:`main`, where a ``BrokenPipeError`` is caught (also when
-an anyio task group wraps it), and then pointed at ``/dev/null`` so the interpreter's own flush
-at exit has nothing left to fail on. ``serve`` whose stdout closes stops cleanly (I14)."""
+Writing to a closed pipe (``mcp-reconciler status | head -3``) ends any command quietly: stdout
+is flushed inside :func:`main`, where a ``BrokenPipeError`` is caught (also when an anyio task
+group wraps it), and then pointed at ``/dev/null`` so the interpreter's own flush at exit has
+nothing left to fail on. The exit code is the command's own (0 if the closed pipe cut it short).
+``serve`` and ``reconcile`` notice at their next line of output and stop cleanly (I14)."""
 
 from __future__ import annotations
 
@@ -132,7 +133,9 @@ def _stdout_to_devnull() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (``--help``/``--version``/usage errors raise
-    ``SystemExit`` as argparse does). A closed stdout ends any command with 0, quietly."""
+    ``SystemExit`` as argparse does). A closed stdout is not an error and prints nothing: a
+    command that finished keeps its own exit code, one cut short by it exits 0."""
+    code = 0
     try:
         try:
             code = _main(argv)
@@ -143,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not _broken_pipe(exc):
             raise
         _stdout_to_devnull()
-        return 0
+        return code
 
 
 def _main(argv: Sequence[str] | None) -> int:

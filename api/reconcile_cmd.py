@@ -34,6 +34,7 @@ async def _run(path: str, once: bool) -> int:
             if once:
                 return 0
             with stdout_closed, anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+                print("SIGHUP reloads the config; Ctrl-C stops.", flush=True)  # scripts may signal from here on
                 async for sig in signals:
                     if sig == signal.SIGHUP:
                         out = await gw.refresh(["config"])

@@ -170,9 +170,9 @@ async def _serve_until_stopped(
         if insecure_no_auth:
             say("  WARNING: --insecure-no-auth: the control API accepts every request as operator")
         say(f"  revision {runtime.current_revision}: {len(tools)} tools {tools}")
-        say("  SIGHUP reloads the config; Ctrl-C stops.")
         runtime.add_listener(lambda new, old: say(f"  published revision {runtime.current_revision}"))
         with stdout_closed, anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            say("  SIGHUP reloads the config; Ctrl-C stops.")  # once it is true: scripts may signal now
             async for _ in signals:
                 out = await served.gateway.refresh(["config"])
                 say(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}")

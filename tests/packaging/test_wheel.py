@@ -11,13 +11,18 @@ ReconcilerClient`` imports the installed SDK while ``import sdk`` finds the dire
 answers the demo operator token (and 401 without it), ``mcp-reconciler status`` says ready, and
 an MCP client lists the demo's tools. Stopping it stops its upstream processes (I14).
 
-The wheel is built from a copy of the working tree (without ``.git``, venvs and build output):
-setuptools builds in place and would leave ``build/`` and stale files in the clone otherwise."""
+The steps are README.md's "Install from a wheel" block, run by bash as written, with documented
+substitutions: ``python3`` is this suite's interpreter, ``/tmp/mcp-venv`` a venv in the test's
+temporary directory, ``cd /tmp`` its own working directory, and ``serve`` gets ``--port 0`` (and
+``exec``, so the process the test stops is the gateway). The block runs in a copy of the working
+tree (without ``.git``, venvs and build output): setuptools builds in place and would otherwise
+leave ``build/`` and stale files in the clone."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -28,6 +33,7 @@ import pytest
 from mcp import Client
 
 from tests.support.gateway_process import alive, gateway_process, stop
+from tests.support.readme import block
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -75,46 +81,53 @@ async def _run(*argv: str | Path, cwd: Path, env: dict[str, str] | None = None) 
     return out
 
 
+def readme_script(venv: Path, work: Path) -> str:
+    """The README's wheel-install block as a bash script (see the module docstring)."""
+    lines = block("wheel-install").lines()
+    *setup, serve = [line.split("  #")[0].strip() for line in lines]
+    assert serve == f"MCP_RECONCILER_OPERATOR_TOKENS={DEMO_TOKEN} /tmp/mcp-venv/bin/mcp-reconciler serve", serve
+    script = "\n".join(["set -euo pipefail", *setup, serve.replace("/tmp/mcp-venv/bin/", "exec /tmp/mcp-venv/bin/")])
+    script = re.sub(r"^python3 ", f"{sys.executable} ", script, flags=re.MULTILINE)
+    script = script.replace("/tmp/mcp-venv", str(venv)).replace("cd /tmp\n", f"cd {work}\n")
+    assert "/tmp/mcp-venv" not in script and "cd /tmp\n" not in script, script  # every substitution applied
+    return script + " --port 0\n"
+
+
 async def test_wheel_in_a_fresh_venv_outside_the_clone(tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.mktemp("wheel")
     assert not tmp.resolve().is_relative_to(REPO_ROOT), "the install must happen outside the clone"
-    src, dist, venv, work = tmp / "src", tmp / "dist", tmp / "venv", tmp / "work"
+    src, venv, work = tmp / "src", tmp / "venv", tmp / "work"
     shutil.copytree(REPO_ROOT, src, ignore=_ignore, symlinks=True)
-
-    # Build and install exactly as the README says.
-    await _run(sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-w", dist, cwd=src)
-    (wheel,) = dist.glob("mcp_reconciler-*.whl")
-    await _run(sys.executable, "-m", "venv", venv, cwd=tmp)
-    await _run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel, cwd=tmp)
-
     # A project of one's own, with generic folder names.
     for name in ("sdk", "api"):
         (work / name).mkdir(parents=True)
         (work / name / "__init__.py").write_text(f'MARKER = "the working directory\'s own {name}"\n')
 
-    facts = json.loads(await _run(venv / "bin" / "python", "-c", INSPECT, cwd=work))
-    site = Path(facts["site"])
-    assert facts["path0"] == ""  # the working directory is first on sys.path (python -c)
-    assert not {"reconciler", "api", "sdk", "examples"} & set(facts["top_level"]), facts["top_level"]
-    assert facts["dist_roots"] == ["mcp_reconciler", f"mcp_reconciler-{facts['version']}.dist-info"]
-    assert Path(facts["sdk_file"]).is_relative_to(site)
-    assert facts["client_module"] == "mcp_reconciler.sdk.client"
-    assert facts["local_sdk"] == "the working directory's own sdk"
+    # README: build the wheel, install it into a fresh venv, --version, then `serve` from elsewhere:
+    # with no --config, the bundled demo from package data, in place (the venv is ours).
+    env = _clean_env()
+    script = readme_script(venv, work)
+    async with gateway_process(["bash", "-c", script], cwd=src, env=env, startup_timeout_s=STEP_TIMEOUT_S) as gw:
+        facts = json.loads(await _run(venv / "bin" / "python", "-c", INSPECT, cwd=work))
+        site = Path(facts["site"])
+        assert f"mcp-reconciler {facts['version']}" in gw.lines, gw.describe()  # --version: the metadata's
+        assert facts["path0"] == ""  # the working directory is first on sys.path (python -c)
+        assert not {"reconciler", "api", "sdk", "examples"} & set(facts["top_level"]), facts["top_level"]
+        assert facts["dist_roots"] == ["mcp_reconciler", f"mcp_reconciler-{facts['version']}.dist-info"]
+        assert Path(facts["sdk_file"]).is_relative_to(site)
+        assert facts["client_module"] == "mcp_reconciler.sdk.client"
+        assert facts["local_sdk"] == "the working directory's own sdk"
 
-    cli = venv / "bin" / "mcp-reconciler"
-    assert (await _run(cli, "--version", cwd=work)).strip() == f"mcp-reconciler {facts['version']}"
-
-    # `serve` with no --config: the bundled demo, from package data, in place (the venv is ours).
-    env = _clean_env(MCP_RECONCILER_OPERATOR_TOKENS=DEMO_TOKEN)
-    async with gateway_process([str(cli), "serve", "--port", "0"], cwd=work, env=env) as gw:
         demo = site / "mcp_reconciler" / "examples" / "demo"
-        assert gw.lines[0] == f"mcp-reconciler serving {demo / 'gateway.yaml'}", gw.describe()
+        assert f"mcp-reconciler serving {demo / 'gateway.yaml'}" in gw.lines, gw.describe()
         assert gw.data_dir == demo / "data"
         upstreams = gw.upstreams()
         assert sorted(c.rsplit("/", 1)[-1].split()[0] for c in upstreams.values()) == [
             "clock_server.py",
             "notes_server.py",
         ], upstreams
+        cwds = [Path(os.readlink(f"/proc/{pid}/cwd")) for pid in upstreams]  # they run from package data
+        assert all(d.is_relative_to(demo) for d in cwds), cwds
 
         async with httpx2.AsyncClient(base_url=gw.base_url, timeout=30) as http:
             health = await http.get("/healthz")
@@ -125,6 +138,7 @@ async def test_wheel_in_a_fresh_venv_outside_the_clone(tmp_path_factory: pytest.
             assert status.json()["state"] == "ready"
             assert {s["name"] for s in status.json()["sources"]} == {"notes", "clock"}
 
+        cli = venv / "bin" / "mcp-reconciler"
         operator = _clean_env(MCP_RECONCILER_URL=gw.base_url, MCP_RECONCILER_TOKEN=DEMO_TOKEN)
         assert (await _run(cli, "status", cwd=work, env=operator)).startswith("state       ready")
 

@@ -135,9 +135,15 @@ async def stop(process: anyio.abc.Process, sig: int = signal.SIGINT, timeout_s: 
 
 @contextlib.asynccontextmanager
 async def gateway_process(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    ready: str = _ENDPOINT.pattern,
+    startup_timeout_s: float = STARTUP_TIMEOUT_S,
 ) -> AsyncIterator[GatewayProcess]:
-    """Run ``argv`` (``... serve --port 0 ...``) until its banner names the endpoint; stop it on exit."""
+    """Run ``argv`` (``... serve --port 0 ...``) until a stdout line matches ``ready`` (default:
+    the banner naming the MCP endpoint, which sets ``url``); stop it on exit."""
     process = await anyio.open_process(
         list(argv), cwd=cwd, env=dict(os.environ if env is None else env), stdin=subprocess.DEVNULL
     )
@@ -147,9 +153,9 @@ async def gateway_process(
             assert process.stdout is not None and process.stderr is not None
             tg.start_soon(_pump, process.stdout, gw._append)
             tg.start_soon(_pump, process.stderr, gw.stderr.append)
-            m = _ENDPOINT.search(await gw.wait_line(_ENDPOINT.pattern))
-            assert m is not None
-            gw.url = m.group(1)
+            await gw.wait_line(ready, timeout_s=startup_timeout_s)
+            m = next((m for m in map(_ENDPOINT.search, gw.lines) if m), None)
+            gw.url = m.group(1) if m else ""
             try:
                 yield gw
             finally:
