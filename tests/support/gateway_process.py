@@ -54,6 +54,7 @@ class GatewayProcess:
     lines: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     _changed: anyio.Event = field(default_factory=anyio.Event)
+    _eof: bool = False
 
     @property
     def pid(self) -> int:
@@ -82,6 +83,13 @@ class GatewayProcess:
 
     def _append(self, line: str) -> None:
         self.lines.append(line)
+        self._notify()
+
+    def _end_of_output(self) -> None:
+        self._eof = True
+        self._notify()
+
+    def _notify(self) -> None:
         event, self._changed = self._changed, anyio.Event()
         event.set()
 
@@ -95,7 +103,8 @@ class GatewayProcess:
                     for line in self.lines[after:]:
                         if regex.search(line):
                             return line
-                    if self.process.returncode is not None:
+                    if self._eof:  # no line will come: report how it ended
+                        await self.process.wait()
                         raise AssertionError(f"gateway exited ({self.process.returncode}): {self.describe()}")
                     await changed.wait()
         except TimeoutError:
@@ -105,7 +114,9 @@ class GatewayProcess:
         return "stdout:\n" + "\n".join(self.lines) + "\nstderr:\n" + "\n".join(self.stderr[-40:])
 
 
-async def _pump(stream: anyio.abc.ByteReceiveStream, append: Callable[[str], None]) -> None:
+async def _pump(
+    stream: anyio.abc.ByteReceiveStream, append: Callable[[str], None], at_end: Callable[[], None] | None = None
+) -> None:
     buffered = b""
     with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
         async for chunk in stream:
@@ -115,6 +126,8 @@ async def _pump(stream: anyio.abc.ByteReceiveStream, append: Callable[[str], Non
                 append(raw.decode(errors="replace"))
     if buffered:
         append(buffered.decode(errors="replace"))
+    if at_end is not None:
+        at_end()
 
 
 async def stop(process: anyio.abc.Process, sig: int = signal.SIGINT, timeout_s: float = STOP_TIMEOUT_S) -> int:
@@ -151,7 +164,7 @@ async def gateway_process(
         async with anyio.create_task_group() as tg:
             gw = GatewayProcess(process, url="")
             assert process.stdout is not None and process.stderr is not None
-            tg.start_soon(_pump, process.stdout, gw._append)
+            tg.start_soon(_pump, process.stdout, gw._append, gw._end_of_output)
             tg.start_soon(_pump, process.stderr, gw.stderr.append)
             await gw.wait_line(ready, timeout_s=startup_timeout_s)
             m = next((m for m in map(_ENDPOINT.search, gw.lines) if m), None)
