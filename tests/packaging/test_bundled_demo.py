@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from mcp_reconciler.api.bundled_demo import bundled_demo, describe
 from mcp_reconciler.api.check_config import run as check_config
@@ -129,3 +130,12 @@ async def test_the_demo_serves_every_kind_it_lists_in_both_eras() -> None:
             assert json.loads(content.text) == {"title": "third", "body": "added"}  # type: ignore[union-attr]
             count_body = json.loads(count.content[0].text)  # type: ignore[union-attr]
             assert count_body["notes"] == 3 and count_body["pid"] != first_pid
+
+
+async def test_stdio_without_a_config_serves_the_bundled_demo_from_any_directory(tmp_path: Path) -> None:
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcp_reconciler.api.cli", "stdio"], cwd=str(tmp_path)
+    )
+    with anyio.fail_after(WAIT):
+        async with Client(server) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
