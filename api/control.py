@@ -1,14 +1,14 @@
-"""The control API: JSON over HTTP under ``/v1`` (operators and session owners).
+"""The control API's handlers: JSON over HTTP under ``/v1`` (operators and session owners).
 
-Every route is declared once in ``ROUTES`` with its models, which also generates the OpenAPI
-document (``api/openapi.py``). Errors are ``{"error": {"code", "message"}}`` and sanitized (I12)."""
+Each handler authenticates, validates its input against the wire models (``api/wire.py``) and
+talks to the engine facade (``reconciler/engine.py``) — never to the reconciler, its queue or
+its runtime — and to the front door for session notifications. Handlers raise
+:class:`~mcp_reconciler.api.errors.ApiError`; the route table and the glue that turns errors into
+``{"error": {"code", "message"}}`` answers (sanitized, I12) are in ``api/routes.py``."""
 
 from __future__ import annotations
 
-import json
-import logging
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,45 +16,42 @@ import anyio
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator, Principal
+from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.frontdoor import FrontDoor
-from mcp_reconciler.reconciler.authority import GrantError, GrantPolicy, Session, SessionLimitError
-from mcp_reconciler.reconciler.errors import ReconcilerError, RevisionUnavailableError
-from mcp_reconciler.reconciler.gateway import Gateway
-from mcp_reconciler.reconciler.holds import HoldError, HoldLimitError, HoldRegistry
+from mcp_reconciler.api.views import status_out
+from mcp_reconciler.reconciler.authority import GrantPolicy, Session
+from mcp_reconciler.reconciler.engine import Engine
+from mcp_reconciler.reconciler.errors import (
+    GrantError,
+    HoldError,
+    HoldLimitError,
+    RevisionUnavailableError,
+    SessionLimitError,
+)
+from mcp_reconciler.reconciler.holds import HoldRegistry
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 from mcp_reconciler.reconciler.workqueue import ALL
-
-log = logging.getLogger("mcp_reconciler.control")
 
 MAX_BODY_BYTES = 256 * 1024
 _INT = re.compile(r"-?[0-9]{1,18}")
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-MAX_MESSAGE_CHARS = 512  # error messages may quote the request (names, field paths): bounded (I12)
-
-
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    if len(message) > MAX_MESSAGE_CHARS:
-        message = message[: MAX_MESSAGE_CHARS - 1] + "…"
-    return JSONResponse(wire.dump(wire.ErrorOut(error=wire.ErrorBody(code=code, message=message))), status_code=status)
-
-
 @dataclass
 class Control:
-    gateway: Gateway
+    """The ``/v1`` handlers over the engine facade (refresh, status, generations, sessions,
+    holds) and the front door (session notifications). Every handler authenticates first."""
+
+    engine: Engine
     front: FrontDoor
-    holds: HoldRegistry
     auth: Authenticator
+
+    @property
+    def holds(self) -> HoldRegistry:
+        """The engine's revision holds."""
+        return self.engine.holds
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -85,7 +82,7 @@ class Control:
             raise ApiError(422, "invalid_body", f"{where}: {first['msg']}") from None
 
     def session_for(self, principal: Principal, session_id: str) -> Session:
-        session = self.front.authority.get(session_id)
+        session = self.engine.sessions.get(session_id)
         if session is None or (principal.role == "owner" and session.owner != principal.name):
             raise ApiError(404, "not_found", "no such session")  # another owner's session is "not found"
         return session
@@ -112,15 +109,7 @@ class Control:
         )
 
     async def status_model(self) -> wire.StatusOut:
-        raw = await self.gateway.status()
-        now = anyio.current_time()
-        deadlines = {live.revision: live.drain_deadline for live in self.gateway.rec.runtime.retiring}
-        for r in raw["retiring"]:
-            d = deadlines.get(r["revision"])
-            r["drain_deadline_in_s"] = round(d - now, 3) if d is not None else None
-        raw["holds"] = len(self.holds.list())
-        raw["sessions"] = len(self.front.authority.sessions())
-        return wire.StatusOut.model_validate(raw)
+        return status_out(await self.engine.status())
 
     # -- handlers ----------------------------------------------------------------------------
 
@@ -133,14 +122,13 @@ class Control:
         body: wire.RefreshIn = await self.body(request, wire.RefreshIn, optional=True)
         keys = body.sources or [ALL]
         if body.sources:
-            known = {s.name for s in (self.gateway.desired.last_good.specs if self.gateway.desired.last_good else ())}
+            known = self.engine.source_names()
             unknown = [s for s in body.sources if s not in known]
             if unknown:
                 raise ApiError(404, "unknown_source", f"no such source: {', '.join(unknown[:5])}")
-        await self.gateway.check_inputs()
-        ticket = self.gateway.rec.queue.request(keys)
+        ticket = await self.engine.submit(keys)
         if not body.wait:
-            accepted = wire.RefreshAccepted(ticket=ticket.seq, revision=self.gateway.rec.runtime.current_revision)
+            accepted = wire.RefreshAccepted(ticket=ticket.seq, revision=self.engine.current_revision)
             return JSONResponse(wire.dump(accepted), status_code=202)
         try:
             with anyio.fail_after(body.timeout_s):
@@ -159,9 +147,10 @@ class Control:
 
     async def get_generations(self, request: Request) -> Response:
         self.principal(request)
-        runtime = self.gateway.rec.runtime
+        engine = self.engine
+        current = engine.current
         gens = []
-        for live in runtime.live():
+        for live in engine.live():
             g = live.generation
             gens.append(
                 wire.GenerationOut(
@@ -169,28 +158,29 @@ class Control:
                     digest=g.digest,
                     built_at=g.built_at,
                     published_at=g.published_at,
-                    state="current" if live is runtime.current else "retiring",
+                    state="current" if live is current else "retiring",
                     pins=live.pins,
                     entries=g.catalog.entry_count,
                     stale_sources=list(g.catalog.stale_sources),
                 )
             )
         out = wire.GenerationsOut(
-            current=runtime.current_revision, generations=gens, pending_publication=runtime.pending is not None
+            current=current.revision if current is not None else None,
+            generations=gens,
+            pending_publication=engine.pending_publication,
         )
         return JSONResponse(wire.dump(out))
 
     async def get_catalog(self, request: Request) -> Response:
         self.principal(request)
-        runtime = self.gateway.rec.runtime
         live: LiveGeneration | None
         if "revision" in request.query_params:
             try:
-                live = runtime.get(self.int_param(request, "revision"))
+                live = self.engine.get(self.int_param(request, "revision"))
             except RevisionUnavailableError as exc:
                 raise ApiError(404, exc.code, str(exc)) from None
         else:
-            live = runtime.current
+            live = self.engine.current
             if live is None:
                 raise ApiError(503, "starting", "no generation is published yet")
         g = live.generation
@@ -223,14 +213,13 @@ class Control:
             owner = principal.name
         else:
             owner = body.owner or principal.name
-        runtime = self.gateway.rec.runtime
         try:
-            live = runtime.get(body.revision) if body.revision is not None else runtime.current
+            live = self.engine.get(body.revision) if body.revision is not None else self.engine.current
         except RevisionUnavailableError as exc:
             raise ApiError(409, exc.code, str(exc)) from None
         gen = live.generation if live is not None else None
         try:
-            session = self.front.authority.create(owner, gen, policy=GrantPolicy(body.grant_policy), names=body.names)
+            session = self.engine.sessions.create(owner, gen, policy=GrantPolicy(body.grant_policy), names=body.names)
         except GrantError as exc:
             raise ApiError(422, exc.code, str(exc)) from None
         except SessionLimitError as exc:
@@ -242,7 +231,7 @@ class Control:
     async def get_sessions(self, request: Request) -> Response:
         principal = self.principal(request)
         sessions = [
-            s for s in self.front.authority.sessions() if principal.role == "operator" or s.owner == principal.name
+            s for s in self.engine.sessions.sessions() if principal.role == "operator" or s.owner == principal.name
         ]
         return JSONResponse(wire.dump(wire.SessionsOut(sessions=[self.session_out(s) for s in sessions])))
 
@@ -252,7 +241,7 @@ class Control:
 
     async def delete_session(self, request: Request) -> Response:
         session = self.session_for(self.principal(request), request.path_params["id"])
-        self.front.authority.remove(session.id)
+        self.engine.sessions.remove(session.id)
         self.front.forget_session(session.id)
         return Response(status_code=204)
 
@@ -260,15 +249,15 @@ class Control:
         session = self.session_for(self.principal(request), request.path_params["id"])
         # Lock first, then reconcile: two refreshes of one session never interleave.
         async with session.lock:
-            timeout_s = self.gateway.rec.bounds.cycle_timeout_s + 5
+            timeout_s = self.engine.bounds.cycle_timeout_s + 5
             try:
-                outcome = await self.gateway.refresh([ALL], timeout_s=timeout_s)
+                outcome = await self.engine.refresh([ALL], timeout_s=timeout_s)
             except TimeoutError:
                 raise ApiError(504, "refresh_timeout", f"no reconcile cycle finished within {timeout_s:g} s") from None
-            live = self.gateway.rec.runtime.current
+            live = self.engine.current
             if live is None:
                 raise ApiError(503, "starting", "no generation is published yet")
-            added = self.front.authority.grant_all_visible(session, live.generation)
+            added = self.engine.sessions.grant_all_visible(session, live.generation)
         self.front.touch()
         out = wire.SessionRefreshOut(revision=outcome.revision, added=sorted(k.partition(":")[2] for k in added))
         return JSONResponse(wire.dump(out))
@@ -277,11 +266,11 @@ class Control:
         session = self.session_for(self.principal(request), request.path_params["id"])
         body: wire.GrantsIn = await self.body(request, wire.GrantsIn)
         async with session.lock:
-            live = self.gateway.rec.runtime.current
+            live = self.engine.current
             if live is None:
                 raise ApiError(503, "starting", "no generation is published yet")
             try:
-                added = self.front.authority.grant(session, body.names, live.generation)
+                added = self.engine.sessions.grant(session, body.names, live.generation)
             except GrantError as exc:
                 raise ApiError(422, exc.code, str(exc)) from None
         self.front.touch()
@@ -314,139 +303,3 @@ class Control:
             raise ApiError(404, "not_found", "no such hold")
         self.holds.release(info.id)
         return Response(status_code=204)
-
-
-@dataclass(frozen=True)
-class RouteSpec:
-    method: str
-    path: str
-    handler: str
-    summary: str
-    request: type[BaseModel] | None = None
-    responses: tuple[tuple[int, type[BaseModel] | None], ...] = ()
-    list_of: bool = False
-    auth: bool = True
-
-
-ROUTES: tuple[RouteSpec, ...] = (
-    RouteSpec(
-        "GET",
-        "/v1/status",
-        "get_status",
-        "Provenance: revision, freshness, sources, warnings (I11)",
-        responses=((200, wire.StatusOut),),
-    ),
-    RouteSpec(
-        "POST",
-        "/v1/refresh",
-        "post_refresh",
-        "Reconcile now; answered by a cycle that started after the request",
-        request=wire.RefreshIn,
-        responses=((200, wire.RefreshOut), (202, wire.RefreshAccepted)),
-    ),
-    RouteSpec(
-        "GET",
-        "/v1/generations",
-        "get_generations",
-        "Live generations (current and retiring)",
-        responses=((200, wire.GenerationsOut),),
-    ),
-    RouteSpec(
-        "GET",
-        "/v1/catalog",
-        "get_catalog",
-        "Entries of a live revision (query: revision)",
-        responses=((200, wire.CatalogOut),),
-    ),
-    RouteSpec(
-        "GET",
-        "/v1/sources",
-        "get_sources",
-        "Every source's live state",
-        responses=((200, wire.SourceOut),),
-        list_of=True,
-    ),
-    RouteSpec("GET", "/v1/sources/{name}", "get_source", "One source's live state", responses=((200, wire.SourceOut),)),
-    RouteSpec(
-        "POST",
-        "/v1/sessions",
-        "post_session",
-        "Create an agent session (returns its MCP bearer token once)",
-        request=wire.SessionIn,
-        responses=((201, wire.SessionCreated),),
-    ),
-    RouteSpec(
-        "GET", "/v1/sessions", "get_sessions", "Sessions visible to the caller", responses=((200, wire.SessionsOut),)
-    ),
-    RouteSpec("GET", "/v1/sessions/{id}", "get_session", "One session", responses=((200, wire.SessionOut),)),
-    RouteSpec("DELETE", "/v1/sessions/{id}", "delete_session", "End a session", responses=((204, None),)),
-    RouteSpec(
-        "POST",
-        "/v1/sessions/{id}/refresh",
-        "post_session_refresh",
-        "Reconcile, then grant the session every name now visible",
-        responses=((200, wire.SessionRefreshOut),),
-    ),
-    RouteSpec(
-        "POST",
-        "/v1/sessions/{id}/grants",
-        "post_grants",
-        "Grant names to a session (all or nothing)",
-        request=wire.GrantsIn,
-        responses=((200, wire.GrantsOut),),
-    ),
-    RouteSpec(
-        "POST",
-        "/v1/revisions/{n}/holds",
-        "post_hold",
-        "Keep a revision live for a run (bounded TTL)",
-        request=wire.HoldIn,
-        responses=((201, wire.HoldOut),),
-    ),
-    RouteSpec("DELETE", "/v1/holds/{id}", "delete_hold", "Release a revision hold", responses=((204, None),)),
-)
-
-
-def routes(control: Control) -> list[Route]:
-    out: list[Route] = []
-    for spec in ROUTES:
-        handler: Callable[[Request], Awaitable[Response]] = getattr(control, spec.handler)
-        out.append(Route(spec.path, endpoint=_wrap(handler), methods=[spec.method]))
-    # Last: anything else under /v1 answers a JSON error too (never Starlette's plain-text 404/405,
-    # nor a slash redirect that would turn "DELETE /v1/sessions/" into a request on the collection).
-    out.append(Route("/v1/{rest:path}", endpoint=_unmatched(list(out)), methods=_ANY_METHOD))
-    return out
-
-
-_ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-
-
-def _unmatched(known: list[Route]) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        allowed = sorted(
-            {m for route in known if route.path_regex.fullmatch(request.url.path) for m in route.methods or ()}
-        )
-        if allowed:
-            response = _error(405, "method_not_allowed", f"allowed methods: {', '.join(allowed)}")
-            response.headers["Allow"] = ", ".join(allowed)
-            return response
-        return _error(404, "no_such_endpoint", "no such control-API endpoint; see api/openapi.json")
-
-    return endpoint
-
-
-def _wrap(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except ApiError as exc:
-            return _error(exc.status, exc.code, exc.message)
-        except ReconcilerError as exc:
-            return _error(503 if exc.retryable else 409, exc.code, str(exc))
-        except json.JSONDecodeError:
-            return _error(400, "invalid_body", "the body is not valid JSON")
-        except Exception:
-            log.exception("control API request failed: %s %s", request.method, request.url.path)
-            return _error(500, "internal_error", "internal error; see the operator log")
-
-    return endpoint

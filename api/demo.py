@@ -2,7 +2,8 @@
 reconciled into generations while their catalogs change and a call is in flight.
 
 It prints every publication, shows a call finishing on the revision it pinned while a newer
-revision is published, and tears everything down. No network, no external service."""
+revision is published, and tears everything down. No network, no external service. It uses
+only the engine facade (``open_engine``), as an embedding application would."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from mcp.server import Server, ServerRequestContext
 
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.desired import StaticDesiredState
+from mcp_reconciler.reconciler.engine import open_engine
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import EntryKind, SourceSpec
-from mcp_reconciler.reconciler.reconcile import Reconciler
-from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
+from mcp_reconciler.reconciler.upstream import UpstreamConnection
 
 
 class DemoServer:
@@ -65,49 +66,59 @@ async def run_demo(out: TextIO = sys.stdout) -> int:
         with contextlib.suppress(BrokenPipeError):  # stdout closed (`demo | head`): the CLI exits 0 quietly
             print(msg, file=out, flush=True)
 
-    async with UpstreamReader(lambda spec, _end: servers[spec.name].server) as reader:
-        rec = Reconciler(StaticDesiredState(specs), reader, bounds=Bounds(cooldown_s=0.2))
-        reader.on_dirty = rec.trigger
-        rec.runtime.add_listener(lambda new, old: say(f"published {_describe(new)}"))
-        async with rec:
-            first = await rec.refresh(timeout_s=10)
-            say(f"initial cycle: {first.status}, revision {first.revision}")
+    opened: dict[str, UpstreamConnection] = {}
 
-            live = rec.runtime.current
-            assert live is not None
-            entry = live.generation.tools["tests__slow_report"]
-            conn = live.generation.source_state("tests").connection  # type: ignore[union-attr]
-            assert isinstance(conn, UpstreamConnection)
-            result: list[str] = []
+    def on_publish(new: Generation, old: Generation | None) -> None:
+        say(f"published {_describe(new)}")
+        for source in new.sources:
+            if isinstance(source.connection, UpstreamConnection):
+                opened[source.connection.connection_id] = source.connection
 
-            async def pinned_call() -> None:
-                async with live.operation() as op:
-                    res = await conn.send(
-                        types.CallToolRequest(params=types.CallToolRequestParams(name=entry.upstream_name)),
-                        types.CallToolResult,
-                    )
-                    block = res.content[0]
-                    result.append(f"call finished on revision {op.revision}: {getattr(block, 'text', '')}")
+    async with open_engine(
+        StaticDesiredState(specs),
+        lambda spec, _end: servers[spec.name].server,
+        bounds=Bounds(cooldown_s=0.2),
+        listeners=[on_publish],
+    ) as engine:
+        first = await engine.refresh(timeout_s=10)
+        say(f"initial cycle: {first.status}, revision {first.revision}")
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(pinned_call)
-                await anyio.wait_all_tasks_blocked()
-                say(f"a call is in flight, pinned to revision {live.revision}")
-                servers["notes"].tools.append("summarize")
-                out2 = await rec.refresh(["notes"], timeout_s=10)
-                say(
-                    f"upstream added a tool: cycle {out2.status}, revision {out2.revision}; "
-                    f"revision {live.revision} is {live.state.value} with {live.pins} pin(s)"
+        live = engine.current
+        assert live is not None
+        entry = live.generation.tools["tests__slow_report"]
+        conn = live.generation.source_state("tests").connection  # type: ignore[union-attr]
+        assert isinstance(conn, UpstreamConnection)
+        result: list[str] = []
+
+        async def pinned_call() -> None:
+            async with live.operation() as op:
+                res = await conn.send(
+                    types.CallToolRequest(params=types.CallToolRequestParams(name=entry.upstream_name)),
+                    types.CallToolResult,
                 )
-                servers["tests"].release.set()
-            say(result[0])
-            say(f"revision {live.revision} is now {live.state.value}")
-            out3 = await rec.refresh(timeout_s=10)
-            say(f"refresh with nothing changed: cycle {out3.status}, revision {out3.revision} (no new revision, I3)")
-            servers["notes"].tools.remove("read")
-            out4 = await rec.refresh(["notes"], timeout_s=10)
-            say(f"upstream removed a tool: cycle {out4.status}, revision {out4.revision}")
-        say(f"closed: {rec.runtime.connections_closed} upstream connections closed exactly once")
+                block = res.content[0]
+                result.append(f"call finished on revision {op.revision}: {getattr(block, 'text', '')}")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pinned_call)
+            await anyio.wait_all_tasks_blocked()
+            say(f"a call is in flight, pinned to revision {live.revision}")
+            servers["notes"].tools.append("summarize")
+            out2 = await engine.refresh(["notes"], timeout_s=10)
+            say(
+                f"upstream added a tool: cycle {out2.status}, revision {out2.revision}; "
+                f"revision {live.revision} is {live.state.value} with {live.pins} pin(s)"
+            )
+            servers["tests"].release.set()
+        say(result[0])
+        say(f"revision {live.revision} is now {live.state.value}")
+        out3 = await engine.refresh(timeout_s=10)
+        say(f"refresh with nothing changed: cycle {out3.status}, revision {out3.revision} (no new revision, I3)")
+        servers["notes"].tools.remove("read")
+        out4 = await engine.refresh(["notes"], timeout_s=10)
+        say(f"upstream removed a tool: cycle {out4.status}, revision {out4.revision}")
+    closed = sum(1 for c in opened.values() if not c.alive)
+    say(f"closed: {closed} of {len(opened)} upstream connections the engine opened")
     return 0
 
 

@@ -1,7 +1,9 @@
-"""Stable, sanitized client-facing errors (I12).
+"""Stable, sanitized client-facing errors (I12) — the edge's error module.
 
 Every engine error maps to one JSON-RPC error code and a short message that names revisions and
-exposed names only. Upstream error text, paths, hosts and ports go to the operator log."""
+exposed names only. Upstream error text, paths, hosts and ports go to the operator log.
+:class:`ApiError` is the control API's HTTP error (status, stable code, sanitized message).
+The engine's own error classes live in ``reconciler/errors.py``; none is redefined here."""
 
 from __future__ import annotations
 
@@ -10,17 +12,21 @@ from typing import Any
 
 from mcp import MCPError
 
-from mcp_reconciler.reconciler.authority import GrantError, QuarantinedNameError, UnavailableNameError, UnknownNameError
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.catalog import bounded
 from mcp_reconciler.reconciler.errors import (
     GenerationDrainedError,
+    GrantError,
+    OperationDeadlineError,
+    QuarantinedNameError,
     ReconcilerClosedError,
     ReconcilerError,
     RevisionUnavailableError,
     SourceReadError,
+    UnavailableNameError,
+    UnknownNameError,
+    UpstreamUnavailableError,
 )
-from mcp_reconciler.reconciler.pins import OperationDeadlineError
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
 
@@ -39,18 +45,23 @@ CODES: dict[str, int] = {
     RevisionUnavailableError.code: -32012,
     GenerationDrainedError.code: -32013,
     OperationDeadlineError.code: -32014,
-    "upstream_unavailable": -32015,
+    UpstreamUnavailableError.code: -32015,
     "upstream_error": -32016,
     ReconcilerClosedError.code: -32017,
 }
 
 
-class UpstreamUnavailable(ReconcilerError):
-    code = "upstream_unavailable"
-    retryable = True
+#: The engine's class under the name the front door imports (one class, one code: the old
+#: duplicate here answered exactly what ``to_mcp_error`` answers for this one).
+UpstreamUnavailable = UpstreamUnavailableError
 
-    def __init__(self) -> None:
-        super().__init__("upstream unavailable; retry later")
+
+class ApiError(Exception):
+    """A control-API error answer: HTTP ``status``, stable ``code``, sanitized ``message`` (I12)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
 
 
 def to_mcp_error(exc: BaseException, *, revision: int | None = None) -> MCPError:

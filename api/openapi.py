@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from mcp_reconciler.api import wire
-from mcp_reconciler.api.control import ROUTES
+from mcp_reconciler.api.routes import ROUTES
 from mcp_reconciler.api.version import __version__ as VERSION
 
 _ERRORS = {

@@ -9,6 +9,7 @@ import sys
 
 import anyio
 
+from mcp_reconciler.api.views import status_json
 from mcp_reconciler.reconciler.config import ConfigError
 from mcp_reconciler.reconciler.gateway import Gateway
 from mcp_reconciler.reconciler.generation import Generation
@@ -26,18 +27,19 @@ async def _run(path: str, once: bool) -> int:
 
     try:
         async with Gateway(path) as gw:
-            gw.rec.runtime.add_listener(on_publish)
-            cur = gw.rec.runtime.current
+            engine = gw.engine
+            engine.add_listener(on_publish)
+            cur = engine.current
             if cur is not None:
                 on_publish(cur.generation, None)
-            print(json.dumps(await gw.status(), indent=2, default=str), flush=True)
+            print(json.dumps(status_json(await engine.status()), indent=2), flush=True)
             if once:
                 return 0
             with stdout_closed, anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
                 print("SIGHUP reloads the config; Ctrl-C stops.", flush=True)  # scripts may signal from here on
                 async for sig in signals:
                     if sig == signal.SIGHUP:
-                        out = await gw.refresh(["config"])
+                        out = await engine.refresh(["config"])
                         print(f"SIGHUP: reload cycle {out.status}, revision {out.revision}", flush=True)
                         continue
                     break

@@ -12,6 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import uvicorn
@@ -20,12 +21,12 @@ from mcp.server.stdio import stdio_server
 from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.bundled_demo import BundledDemo, bundled_demo, describe
 from mcp_reconciler.api.control import Control
-from mcp_reconciler.api.control import routes as control_routes
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.http_app import build_app
-from mcp_reconciler.reconciler.authority import Authority, DriftPolicy, GrantPolicy
+from mcp_reconciler.api.routes import routes as control_routes
+from mcp_reconciler.api.views import status_json
+from mcp_reconciler.reconciler.authority import GrantPolicy
 from mcp_reconciler.reconciler.gateway import Gateway
-from mcp_reconciler.reconciler.holds import HoldRegistry
 
 log = logging.getLogger("mcp_reconciler.server")
 
@@ -44,18 +45,21 @@ class Served:
 
 
 def _front(gw: Gateway, transport: str) -> FrontDoor:
-    settings = gw.desired.settings
-    authority = Authority(gw.rec.bounds, drift_policy=DriftPolicy(settings.drift_policy if settings else "flag"))
+    settings = gw.settings
+    engine = gw.engine
+
+    async def status() -> dict[str, Any]:
+        return status_json(await engine.status())
 
     async def refresh() -> int | None:
-        return (await gw.refresh()).revision
+        return (await engine.refresh()).revision
 
     return FrontDoor(
-        gw.rec,
-        authority,
+        gw.rec,  # the front door still reads the runtime through the reconciler; it moves to the engine facade next
+        engine.sessions,
         grant_policy=GrantPolicy(settings.grant_policy if settings else "current"),
         expose_control_tools=bool(settings and settings.expose_control_tools),
-        status=gw.status,
+        status=status,
         refresh=refresh,
         transport=transport,  # type: ignore[arg-type]
     )
@@ -74,7 +78,7 @@ async def serve_http(
     """Start the gateway on ``config_path`` and serve it; leaving the block stops it all.
     ``port=0`` binds an ephemeral port (tests)."""
     async with Gateway(config_path, watch_interval_s=watch_interval_s) as gw:
-        settings = gw.desired.settings
+        settings = gw.settings
         bind_host = host or (settings.host if settings else "127.0.0.1")
         bind_port = port if port is not None else (settings.port if settings else 8765)
         front = _front(gw, "http")
@@ -86,8 +90,7 @@ async def serve_http(
                 "no control-API tokens configured (MCP_RECONCILER_OPERATOR_TOKENS / MCP_RECONCILER_OWNER_TOKENS): "
                 "every /v1 request will answer 401"
             )
-        holds = HoldRegistry(gw.rec.runtime)
-        control = Control(gw, front, holds, auth)
+        control = Control(gw.engine, front, auth)
         app = build_app(
             front, allowed_hosts=settings.allowed_hosts if settings else (), extra_routes=control_routes(control)
         )
@@ -109,7 +112,6 @@ async def serve_http(
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(front.run)
-                await tg.start(holds.run)
 
                 async def serve() -> None:
                     try:
@@ -127,7 +129,7 @@ async def serve_http(
                     # Close the engine while HTTP is still up, so calls in flight end with the
                     # sanitized "shutting down" error instead of a dropped stream (I12, I14).
                     with anyio.CancelScope(shield=True):
-                        await gw.rec.aclose()
+                        await gw.engine.aclose()
                     server.should_exit = True
         finally:
             sock.close()
@@ -152,7 +154,7 @@ async def _serve_until_stopped(
     # which exits 0 quietly on a closed pipe.
     stdout_closed = anyio.CancelScope()
     async with serve_http(path, host=host, port=port, insecure_no_auth=insecure_no_auth) as served:
-        runtime = served.gateway.rec.runtime
+        engine = served.gateway.engine
 
         def say(line: str) -> None:
             try:
@@ -160,7 +162,7 @@ async def _serve_until_stopped(
             except BrokenPipeError:
                 stdout_closed.cancel()
 
-        live = runtime.current
+        live = engine.current
         tools = sorted(live.generation.tools) if live is not None else []
         say(f"mcp-reconciler serving {path}")
         if demo is not None:
@@ -169,12 +171,12 @@ async def _serve_until_stopped(
         say(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz")
         if insecure_no_auth:
             say("  WARNING: --insecure-no-auth: the control API accepts every request as operator")
-        say(f"  revision {runtime.current_revision}: {len(tools)} tools {tools}")
-        runtime.add_listener(lambda new, old: say(f"  published revision {runtime.current_revision}"))
+        say(f"  revision {engine.current_revision}: {len(tools)} tools {tools}")
+        engine.add_listener(lambda new, old: say(f"  published revision {engine.current_revision}"))
         with stdout_closed, anyio.open_signal_receiver(signal.SIGHUP) as signals:
             say("  SIGHUP reloads the config; Ctrl-C stops.")  # once it is true: scripts may signal now
             async for _ in signals:
-                out = await served.gateway.refresh(["config"])
+                out = await engine.refresh(["config"])
                 say(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}")
     if stdout_closed.cancel_called:
         raise BrokenPipeError("stdout closed")

@@ -71,13 +71,17 @@ class StatusOut(_Model):
     stale_sources: list[str]
     sources: list[SourceOut]
     entries: int
-    diagnostics: list[DiagnosticOut]
+    diagnostics: list[DiagnosticOut] = Field(
+        description="the current revision's findings: merge-level ones (name collisions, sources over "
+        "bounds), then every entry a source's listing rejected; bounded, see diagnostics_total"
+    )
     retiring: list[RetiringOut]
     pending_publication: bool
     last_cycle: CycleOut | None
     inputs_changed_since_build: list[str] | None = None
     holds: int = 0
     sessions: int = 0
+    diagnostics_total: int = Field(default=0, description="all findings, also those past the listed bound")
 
 
 class RefreshIn(_Model):

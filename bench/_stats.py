@@ -1,6 +1,6 @@
 """Small helpers shared by the benchmark scripts (statistics, formatting, JSON output).
 
-Benchmarks print figures; they never assert (DESIGN.md "Layout": benchmarks are not timed tests)."""
+Benchmarks print figures; they never assert (docs/DESIGN.md "Layout": benchmarks are not timed tests)."""
 
 from __future__ import annotations
 

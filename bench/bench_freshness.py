@@ -1,4 +1,4 @@
-"""Stat-sweep cost of a freshness check (DESIGN.md "Freshness": checking must be cheap).
+"""Stat-sweep cost of a freshness check (docs/DESIGN.md "Freshness": checking must be cheap).
 
 Prints median and p99 wall time of ``take_fingerprint`` for 10, 100 and 1,000 tracked files,
 tracked two ways: as explicit paths, and as matches of one recursive glob (which adds the

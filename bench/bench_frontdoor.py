@@ -20,7 +20,7 @@ box is shared, so a ratio's two sides see the same background load.
    gateway HTTP -> HTTP upstream (primary: two HTTP hops vs one), and direct stdio vs gateway
    HTTP -> stdio upstream. Median, p99, gateway-added median (gateway - direct), ratio, and the
    CPU per call of the client, gateway and upstream processes.
-   Target (DESIGN.md "Hot path", the issue): gateway-added median <= 1.0x the direct median.
+   Target (docs/DESIGN.md "Hot path", the issue): gateway-added median <= 1.0x the direct median.
 2. Throughput: 1, 8, 32 concurrent downstream sessions (separate ``Client`` instances), each
    calling sequentially for a fixed time; calls/s and per-call median/p99, direct vs gateway,
    plus CPU ms per call of the gateway process and of the upstream process.
@@ -52,7 +52,7 @@ box is shared, so a ratio's two sides see the same background load.
    ``--only-list-scale`` runs only this section. No target is set: the figures are informational
    (no MET/MISSED is claimed).
 
-Benchmarks print figures; they never assert (DESIGN.md "Layout")."""
+Benchmarks print figures; they never assert (docs/DESIGN.md "Layout")."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ and ratios against baselines measured in the same run:
 - ``baseline: empty async cm`` — ``async with`` a no-op async context manager (the floor for
   ``async with live.operation()``).
 
-Targets (DESIGN.md "Hot path"): pin+release >= 500k pairs/s, < 2 us per pair.
+Targets (docs/DESIGN.md "Hot path"): pin+release >= 500k pairs/s, < 2 us per pair.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def pin_with(live, n: int) -> int:
 
 
 def hot_path(runtime, name: str, n: int) -> int:
-    """DESIGN.md hot path minus the forward: current generation -> routing lookup -> pin -> release."""
+    """docs/DESIGN.md hot path minus the forward: current generation -> routing lookup -> pin -> release."""
     tool = EntryKind.TOOL
     t0 = time.perf_counter_ns()
     for _ in range(n):

@@ -26,7 +26,7 @@ B. RSS after 1,000 reconnect cycles of a dying upstream, in process. The upstrea
 C. 50 real stdio reconnect cycles: the upstream subprocess is told to crash (``os._exit``) each
    cycle; the reader detects the EOF and respawns it. Reports RSS and that no child remains.
 
-Benchmarks print figures; they never assert (DESIGN.md "Layout")."""
+Benchmarks print figures; they never assert (docs/DESIGN.md "Layout")."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ from mcp_reconciler.reconciler.bounds import Bounds  # noqa: E402
 from mcp_reconciler.reconciler.desired import StaticDesiredState  # noqa: E402
 from mcp_reconciler.reconciler.generation import Generation  # noqa: E402
 from mcp_reconciler.reconciler.model import SourceSpec, SourceStatus  # noqa: E402
-from mcp_reconciler.reconciler.reconcile import Reconciler  # noqa: E402
+from mcp_reconciler.reconciler.reconcile import Reconciler, new_trigger_queue  # noqa: E402
 from mcp_reconciler.reconciler.runtime import LiveGeneration, Runtime  # noqa: E402
 from mcp_reconciler.reconciler.throttle import Backoff  # noqa: E402
 from mcp_reconciler.reconciler.transports import ObservedReadStream  # noqa: E402
@@ -214,9 +214,9 @@ async def gateway_call(rec: Reconciler, tool: str, args: dict[str, Any]) -> type
 async def engine(
     spec: SourceSpec, bounds: Bounds, **reader_kw: Any
 ) -> AsyncIterator[tuple[UpstreamReader, Reconciler, Publications]]:
-    async with UpstreamReader(bounds=bounds, **reader_kw) as reader:
-        async with Reconciler(StaticDesiredState([spec]), reader, bounds=bounds) as rec:
-            reader.on_dirty = rec.trigger
+    queue = new_trigger_queue(bounds)
+    async with UpstreamReader(bounds=bounds, on_dirty=queue.add, **reader_kw) as reader:
+        async with Reconciler(StaticDesiredState([spec]), reader, bounds=bounds, queue=queue) as rec:
             yield reader, rec, Publications(rec)
 
 

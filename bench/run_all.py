@@ -13,7 +13,7 @@ Every script's complete output is kept in the JSON file (``outputs``).
 The box may be shared: for each script the CPU used by processes *outside* the benchmarks
 (machine busy time from /proc/stat minus this process's children's CPU) is reported as
 ``bg`` load in cores, next to the load average. Verdicts are each script's own targets; rows
-without a target say ``info``. Benchmarks print figures; they never assert (DESIGN.md "Layout")."""
+without a target say ``info``. Benchmarks print figures; they never assert (docs/DESIGN.md "Layout")."""
 
 from __future__ import annotations
 

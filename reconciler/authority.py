@@ -28,7 +28,13 @@ from mcp.shared.uri_template import UriTemplate
 
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.digest import digest_parts
-from mcp_reconciler.reconciler.errors import ReconcilerError
+from mcp_reconciler.reconciler.errors import (
+    GrantError,
+    QuarantinedNameError,
+    SessionLimitError,
+    UnavailableNameError,
+    UnknownNameError,
+)
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
 
@@ -43,49 +49,6 @@ class DriftPolicy(enum.StrEnum):
     ALLOW = "allow"
     FLAG = "flag"
     QUARANTINE = "quarantine"
-
-
-class UnknownNameError(ReconcilerError):
-    code = "unknown_name"
-
-    def __init__(self, kind: EntryKind, name: str) -> None:
-        super().__init__(f"unknown {_noun(kind)}: {name}")
-        self.kind, self.name = kind, name
-
-
-class UnavailableNameError(ReconcilerError):
-    code = "currently_unavailable"
-    retryable = True
-
-    def __init__(self, kind: EntryKind, name: str, revision: int) -> None:
-        super().__init__(f"{_noun(kind)} {name} is currently unavailable (revision {revision}); it may return")
-        self.kind, self.name, self.revision = kind, name, revision
-
-
-class QuarantinedNameError(ReconcilerError):
-    code = "quarantined"
-
-    def __init__(self, kind: EntryKind, name: str) -> None:
-        super().__init__(
-            f"{_noun(kind)} {name} changed its definition since it was granted and is quarantined; "
-            "the session owner must grant it again"
-        )
-        self.kind, self.name = kind, name
-
-
-class GrantError(ReconcilerError):
-    code = "invalid_grant"
-
-
-class SessionLimitError(ReconcilerError):
-    code = "too_many_sessions"
-    retryable = True
-
-
-def _noun(kind: EntryKind) -> str:
-    return {"tool": "tool", "resource": "resource", "resource_template": "resource template", "prompt": "prompt"}[
-        kind.value
-    ]
 
 
 def grant_key(kind: EntryKind, name: str) -> str:

@@ -1,4 +1,4 @@
-"""Every limit the engine enforces, in one frozen place (DESIGN.md "Bounds")."""
+"""Every limit the engine enforces, in one frozen place (docs/DESIGN.md, "Bounds")."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ class Bounds:
     reconnect_backoff_min_s: float = 0.5
     reconnect_backoff_max_s: float = 30.0
     diagnostic_bytes: int = 512
+    status_diagnostics: int = 100  # diagnostics listed in one status answer (the total is reported)
     names_per_grant: int = 1_024
     names_per_session: int = 16_384
     sessions: int = 10_000

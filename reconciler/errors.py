@@ -1,7 +1,14 @@
-"""Typed engine errors. Messages are safe to show a client (I12): they name revisions and
-sources, never upstream text, paths, hosts or ports."""
+"""Typed engine errors — every error the engine raises on purpose, in one module. Messages are
+safe to show a client (I12): they name revisions, sources and exposed names, never upstream
+text, paths, hosts or ports. ``code`` is stable (the edges map it to JSON-RPC and HTTP codes);
+``retryable`` says whether the same request may succeed later.
+
+(The config loader's :class:`~mcp_reconciler.reconciler.config.ConfigError` stays beside the
+loader: it carries per-line problems of a file, not an engine state.)"""
 
 from __future__ import annotations
+
+from mcp_reconciler.reconciler.model import EntryKind
 
 
 class ReconcilerError(Exception):
@@ -51,6 +58,16 @@ class SourceReadError(ReconcilerError):
         self.detail = detail
 
 
+class UpstreamUnavailableError(SourceReadError):
+    """An upstream connection cannot be used: not open, died, or failed to connect. Clients get
+    "upstream unavailable; retry later"; ``detail`` is for operator logs only."""
+
+    code = "upstream_unavailable"
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__("upstream unavailable", detail=detail)
+
+
 class CycleFailedError(ReconcilerError):
     """A reconcile cycle failed as a whole (timeout, invalid desired state, closed runtime)."""
 
@@ -66,3 +83,86 @@ class ReconcilerClosedError(ReconcilerError):
 
     def __init__(self) -> None:
         super().__init__("the gateway is shutting down")
+
+
+class OperationDeadlineError(ReconcilerError):
+    """The operation ran past its own deadline (``Bounds.operation_deadline_s``)."""
+
+    code = "deadline_exceeded"
+    retryable = True
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the operation exceeded its deadline of {seconds:g} s")
+        self.seconds = seconds
+
+
+# -- authority (I9, I10) -----------------------------------------------------------------------
+
+
+def _noun(kind: EntryKind) -> str:
+    return {"tool": "tool", "resource": "resource", "resource_template": "resource template", "prompt": "prompt"}[
+        kind.value
+    ]
+
+
+class UnknownNameError(ReconcilerError):
+    """The session was never granted this name — indistinguishable from a name that does not exist (I9)."""
+
+    code = "unknown_name"
+
+    def __init__(self, kind: EntryKind, name: str) -> None:
+        super().__init__(f"unknown {_noun(kind)}: {name}")
+        self.kind, self.name = kind, name
+
+
+class UnavailableNameError(ReconcilerError):
+    """A granted name is absent from the session's generation; it works again if it returns (I9)."""
+
+    code = "currently_unavailable"
+    retryable = True
+
+    def __init__(self, kind: EntryKind, name: str, revision: int) -> None:
+        super().__init__(f"{_noun(kind)} {name} is currently unavailable (revision {revision}); it may return")
+        self.kind, self.name, self.revision = kind, name, revision
+
+
+class QuarantinedNameError(ReconcilerError):
+    """A granted tool's definition drifted and the drift policy is ``quarantine`` (I10)."""
+
+    code = "quarantined"
+
+    def __init__(self, kind: EntryKind, name: str) -> None:
+        super().__init__(
+            f"{_noun(kind)} {name} changed its definition since it was granted and is quarantined; "
+            "the session owner must grant it again"
+        )
+        self.kind, self.name = kind, name
+
+
+class GrantError(ReconcilerError):
+    """A grant request names something the generation does not offer, or exceeds a bound; nothing was granted."""
+
+    code = "invalid_grant"
+
+
+class SessionLimitError(ReconcilerError):
+    """The session bound (``Bounds.sessions``) is reached."""
+
+    code = "too_many_sessions"
+    retryable = True
+
+
+# -- revision holds --------------------------------------------------------------------------------
+
+
+class HoldError(ReconcilerError):
+    """An invalid hold request (e.g. a TTL outside the allowed range)."""
+
+    code = "invalid_hold"
+
+
+class HoldLimitError(ReconcilerError):
+    """Too many revision holds (in total or for one owner)."""
+
+    code = "too_many_holds"
+    retryable = True

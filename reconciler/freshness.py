@@ -1,4 +1,4 @@
-"""Input fingerprints: what the tracked files looked like at one instant (DESIGN.md "Freshness").
+"""Input fingerprints: what the tracked files looked like at one instant (docs/DESIGN.md, "Freshness").
 
 A fingerprint is a stat sweep, never a content hash: every tracked path is stamped with
 (exists, mtime_ns, size), absent paths included, and every glob with the exact, sorted set it

@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True, slots=True)
 class SourceHealth:
+    """One source's latest health, as of its newest read (immutable; replaced on change)."""
+
     source: str
     status: str = "connecting"  # ready | stale | failed | connecting
     last_ok_at: float | None = None
@@ -15,7 +17,6 @@ class SourceHealth:
     last_error_at: float | None = None
     consecutive_failures: int = 0
     entries: int = 0
-    next_attempt_at: float | None = None  # wall clock, when a reconnect is throttled (I8)
 
 
 class HealthBoard:
@@ -34,7 +35,6 @@ class HealthBoard:
             last_ok_at=at,
             consecutive_failures=0,
             entries=entries,
-            next_attempt_at=None,
         )
 
     def failed(self, source: str, at: float, reason: str) -> None:
@@ -47,13 +47,5 @@ class HealthBoard:
             consecutive_failures=h.consecutive_failures + 1,
         )
 
-    def throttled(self, source: str, next_attempt_at: float | None) -> None:
-        self._by_source[source] = replace(self.get(source), next_attempt_at=next_attempt_at)
-
     def snapshot(self) -> dict[str, SourceHealth]:
         return dict(self._by_source)
-
-    def forget(self, keep: set[str]) -> None:
-        for name in list(self._by_source):
-            if name not in keep:
-                del self._by_source[name]

@@ -14,18 +14,9 @@ from dataclasses import dataclass
 
 import anyio
 
-from mcp_reconciler.reconciler.errors import ReconcilerError
+from mcp_reconciler.reconciler.errors import HoldError, HoldLimitError
 from mcp_reconciler.reconciler.pins import Pin
 from mcp_reconciler.reconciler.runtime import Runtime
-
-
-class HoldError(ReconcilerError):
-    code = "invalid_hold"
-
-
-class HoldLimitError(ReconcilerError):
-    code = "too_many_holds"
-    retryable = True
 
 
 @dataclass(frozen=True, slots=True)

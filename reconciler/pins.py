@@ -12,21 +12,13 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from mcp_reconciler.reconciler.errors import GenerationDrainedError, ReconcilerClosedError, ReconcilerError
+from mcp_reconciler.reconciler.errors import GenerationDrainedError, ReconcilerClosedError
+from mcp_reconciler.reconciler.errors import (  # re-exported until api/frontdoor.py imports it from errors
+    OperationDeadlineError as OperationDeadlineError,
+)
 
 if TYPE_CHECKING:
     from mcp_reconciler.reconciler.runtime import LiveGeneration
-
-
-class OperationDeadlineError(ReconcilerError):
-    """The operation ran past its own deadline (``Bounds.operation_deadline_s``)."""
-
-    code = "deadline_exceeded"
-    retryable = True
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"the operation exceeded its deadline of {seconds:g} s")
-        self.seconds = seconds
 
 
 class Pin:

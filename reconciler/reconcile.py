@@ -4,19 +4,23 @@ publishes them (I2, I3, I6, I7, I14).
 One cycle: load the desired state, re-read the dirty sources (concurrently, each bounded by the
 cycle timeout), reuse every clean source's state by reference, keep the last-known-good state of
 a source that failed (marked stale), merge, and hand the candidate to the runtime, which
-publishes it, discards it as unchanged, or defers it."""
+publishes it, discards it as unchanged, or defers it.
+
+Wiring flows one way: the trigger queue exists before the reader (whose ``on_dirty`` sink is the
+queue's ``add``) and is handed to the Reconciler, which consumes it; nothing is patched in after
+construction. :func:`new_trigger_queue` builds the queue a Reconciler expects for its bounds."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
 import anyio
-from anyio.abc import TaskGroup
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
@@ -27,6 +31,7 @@ from mcp_reconciler.reconciler.health import HealthBoard
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState, SourceStatus
 from mcp_reconciler.reconciler.reader import SourceReader
 from mcp_reconciler.reconciler.runtime import Runtime
+from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.workqueue import ALL, Batch, TriggerQueue
 
 log = logging.getLogger("mcp_reconciler.reconciler")
@@ -53,11 +58,19 @@ class CycleOutcome:
         return self.status == "published"
 
 
-class Reconciler:
-    """Owns the trigger queue, the runtime and the loop.
+def new_trigger_queue(bounds: Bounds) -> TriggerQueue[CycleOutcome]:
+    """The trigger queue a :class:`Reconciler` with ``bounds`` consumes (cooldown and retry cap
+    from the bounds). Create it first: its ``add`` is the sink readers and watchers report to."""
+    return TriggerQueue(cooldown_s=bounds.cooldown_s, retry_max_s=bounds.cycle_retry_max_s)
 
-    ``async with Reconciler(desired, reader) as rec:`` starts the loop with an initial full
-    cycle; leaving the block closes everything exactly once (I14)."""
+
+class Reconciler:
+    """Consumes the trigger queue, owns the runtime and runs the loop.
+
+    ``async with Reconciler(desired, reader, queue=queue) as rec:`` starts the loop with an
+    initial full cycle; leaving the block closes everything exactly once (I14). ``queue``
+    (default: a new one from :func:`new_trigger_queue`) is where triggers arrive; whoever
+    else should mark sources dirty — the reader, an input watcher — is given ``queue.add``."""
 
     def __init__(
         self,
@@ -65,6 +78,7 @@ class Reconciler:
         reader: SourceReader,
         *,
         bounds: Bounds | None = None,
+        queue: TriggerQueue[CycleOutcome] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.bounds = bounds or Bounds()
@@ -72,9 +86,7 @@ class Reconciler:
         self._reader = reader
         self._wall = wall_clock
         self.runtime = Runtime(self.bounds, wall_clock=wall_clock)
-        self.queue: TriggerQueue[CycleOutcome] = TriggerQueue(
-            cooldown_s=self.bounds.cooldown_s, retry_max_s=self.bounds.cycle_retry_max_s
-        )
+        self.queue: TriggerQueue[CycleOutcome] = queue if queue is not None else new_trigger_queue(self.bounds)
         self.health = HealthBoard()
         self.last_outcome: CycleOutcome | None = None
         self.last_desired: DesiredState | None = None
@@ -82,36 +94,32 @@ class Reconciler:
         self._cycle_running = False
         self._cycle_idle = anyio.Event()
         self._cycle_idle.set()
-        self._tg: TaskGroup | None = None
+        self._exit = AsyncExitStack()
         self._closing = False
         self._closed = anyio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Reconciler:
-        await self.runtime.__aenter__()
-        try:
-            self._tg = anyio.create_task_group()
-            await self._tg.__aenter__()
-        except BaseException:
-            await self.runtime.__aexit__(None, None, None)
-            raise
-        self._tg.start_soon(self._loop)
-        self.queue.add(ALL)
+        # Exit runs in reverse: close (shielded), reap the loop, close the runtime, stop exporting pins.
+        async with AsyncExitStack() as stack:
+            stack.enter_context(telemetry.pin_gauges.observing(self.runtime))
+            await stack.enter_async_context(self.runtime)
+            tg = await stack.enter_async_context(background_tasks())
+            stack.push_async_callback(self._shielded_aclose)
+            tg.start_soon(self._loop)
+            self.queue.add(ALL)
+            self._exit = stack.pop_all()
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self._exit.__aexit__(exc_type, exc, tb)
+
+    async def _shielded_aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             await self.aclose()
-        try:
-            if self._tg is not None:
-                self._tg.cancel_scope.cancel()
-                await self._tg.__aexit__(None, None, None)
-        finally:
-            self._tg = None
-            await self.runtime.__aexit__(None, None, None)
 
     async def aclose(self) -> None:
         """Idempotent, concurrent-safe teardown (I14): stop taking batches, wait for the cycle in
@@ -321,11 +329,12 @@ class Reconciler:
 
     def _discard_orphans(self, states: Iterable[SourceState]) -> None:
         """A failed cycle must not leak connections its completed reads opened."""
-        refs = self.runtime.connection_refs()
-        orphans = [s.connection for s in states if s.connection is not None and id(s.connection) not in refs]
-        if orphans and self._tg is not None:
-            for conn in orphans:
-                self._tg.start_soon(self.runtime._close_connection, conn)
+        try:
+            self.runtime.close_unreferenced(s.connection for s in states if s.connection is not None)
+        except ReconcilerClosedError:
+            # The runtime's task group is gone (teardown raced the failure): the reader's own
+            # teardown closes every connection it opened.
+            log.info("failed cycle's new connections left to the reader's teardown")
 
 
 def _cycle_failure_reason(exc: BaseException) -> str:

@@ -18,13 +18,13 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Iterable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
 import anyio
 from anyio.abc import TaskGroup
-from opentelemetry.metrics import CallbackOptions, Observation
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
@@ -33,30 +33,11 @@ from mcp_reconciler.reconciler.errors import ReconcilerClosedError, RevisionUnav
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import Connection
 from mcp_reconciler.reconciler.pins import Operation, Pin
+from mcp_reconciler.reconciler.tasks import background_tasks
 
 log = logging.getLogger("mcp_reconciler.runtime")
 
 CONNECTION_CLOSE_TIMEOUT_S = 10.0
-
-
-_RUNTIMES: weakref.WeakSet[Runtime] = weakref.WeakSet()
-
-
-def _observe_pins(_options: CallbackOptions) -> Iterable[Observation]:
-    return [Observation(live.pins, {"revision": live.revision}) for rt in list(_RUNTIMES) for live in rt.live()]
-
-
-def _observe_pins_total(_options: CallbackOptions) -> Iterable[Observation]:
-    return [Observation(sum(rt.pins_total for rt in list(_RUNTIMES)))]
-
-
-# One instrument per process: the global meter keeps instruments and their callbacks forever.
-telemetry.meter.create_observable_gauge(
-    "reconciler.generation.pins", callbacks=[_observe_pins], description="Pins held per live generation"
-)
-telemetry.meter.create_observable_counter(
-    "reconciler.pins", callbacks=[_observe_pins_total], description="Pins taken on generations (cumulative)"
-)
 
 
 class LiveState(enum.Enum):
@@ -73,7 +54,6 @@ class LiveGeneration:
     __slots__ = (
         "__weakref__",
         "_closed_event",
-        "_forced",
         "_idle_waiter",
         "_operations",
         "_pins",
@@ -94,7 +74,6 @@ class LiveGeneration:
         self._state = LiveState.CURRENT
         self._operations: set[Operation] = set()
         self._closed_event = anyio.Event()
-        self._forced = False
         self._idle_waiter: anyio.Event | None = None
         self.drain_deadline: float | None = None  # anyio clock
         self.hold_until: float = float("-inf")  # anyio clock: revision holds extend the drain deadline
@@ -190,33 +169,33 @@ class Runtime:
         self._closes_in_flight = 0
         self._closes_idle = anyio.Event()
         self._closes_idle.set()
-        self._slot_freed = anyio.Event()
+        self._exit = AsyncExitStack()
         self.forced_drains = 0
-        self.pins_total = 0
+        self.pins_total = 0  # cumulative; exported by the owner's pin gauges (telemetry.pin_gauges)
         self.deferred_publications = 0
         self.connections_closed = 0
-        _RUNTIMES.add(self)  # observed by the one module-level pins gauge (no strong reference)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Runtime:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg_active = True
+        async with AsyncExitStack() as stack:
+            self._tg = await stack.enter_async_context(background_tasks())
+            self._tg_active = True
+            stack.push_async_callback(self._teardown)  # runs first on exit, then the tasks are reaped
+            self._exit = stack.pop_all()
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
+    ) -> None:
+        await self._exit.__aexit__(exc_type, exc, tb)
+
+    async def _teardown(self) -> None:
         try:
             with anyio.CancelScope(shield=True):
                 await self.aclose()
         finally:
-            assert self._tg is not None
-            self._tg_active = False
-            self._tg.cancel_scope.cancel()
-            result = await self._tg.__aexit__(exc_type, exc, tb)
-        return result
+            self._tg_active = False  # no background close may start from here on
 
     async def aclose(self) -> None:
         """Tear down exactly once; concurrent and repeated calls wait for the same teardown.
@@ -295,11 +274,18 @@ class Runtime:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
-    async def wait_slot_freed(self) -> None:
-        await self._slot_freed.wait()
-
     def connection_refs(self) -> dict[int, int]:
         return dict(self._refs)
+
+    def close_unreferenced(self, conns: Iterable[Connection]) -> None:
+        """Close, in the background, each of ``conns`` that no generation references — e.g. the
+        connections a failed cycle opened before it failed. Referenced connections are left to
+        their generations. Each close happens at most once, is bounded by
+        ``CONNECTION_CLOSE_TIMEOUT_S``, and teardown (``aclose``) waits for it (I14).
+
+        Raises ReconcilerClosedError once the runtime's task group is gone; the caller then
+        still owns the connections."""
+        self._close_later([c for c in conns if id(c) not in self._refs])
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -381,7 +367,6 @@ class Runtime:
             ):
                 break
         if not live.is_closed and not self._closing:
-            live._forced = True
             self.forced_drains += 1
             telemetry.forced_drains.add(1)
             log.warning(
@@ -410,12 +395,9 @@ class Runtime:
             self._retiring.remove(live)
         self._by_revision.pop(live.revision, None)
         self._close_later(self._release_refs(live.generation.catalog))
-        if was_retiring:
-            self._slot_freed.set()
-            self._slot_freed = anyio.Event()
-            if self._pending is not None and not self._closing:
-                pending, self._pending = self._pending, None
-                self._install(pending)  # the one retry; refs were taken when it was deferred
+        if was_retiring and self._pending is not None and not self._closing:
+            pending, self._pending = self._pending, None
+            self._install(pending)  # the one retry; refs were taken when it was deferred
 
     # -- connection reference counting ---------------------------------------------------------
 
@@ -440,7 +422,7 @@ class Runtime:
         return orphans
 
     def _close_orphans(self, catalog: Catalog) -> None:
-        self._close_later([c for c in catalog.connections() if id(c) not in self._refs])
+        self.close_unreferenced(catalog.connections())
 
     def _close_later(self, conns: Iterable[Connection]) -> None:
         for conn in conns:

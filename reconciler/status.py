@@ -1,42 +1,147 @@
-"""Provenance for status answers (I11): which revision, how fresh, from which inputs, and
-what is stale or failing — never old numbers presented as current."""
+"""Provenance for status answers (I11): which revision, how fresh, from which inputs, and what
+is stale, failing or rejected — never old numbers presented as current.
+
+:func:`build_status` reads the engine once and returns an :class:`EngineStatus`: frozen
+dataclasses all the way down (tuples, not lists), so a snapshot can be handed to any number of
+readers and mapped to a wire model at the edge (``api/views.py``) without anyone patching it.
+Every text in it is a sanitized reason (I12): source errors are the reader's sanitized reasons,
+diagnostic messages are bounded at construction and scrubbed of control characters here."""
 
 from __future__ import annotations
 
+import re
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
+import anyio
+
+from mcp_reconciler.reconciler.catalog import bounded
+from mcp_reconciler.reconciler.model import Diagnostic
 from mcp_reconciler.reconciler.reconcile import Reconciler
-from mcp_reconciler.reconciler.upstream import UpstreamReader
+
+State = Literal["starting", "ready", "degraded", "error"]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+_NAME_BYTES = 160
 
 
-def status(rec: Reconciler, reader: UpstreamReader | None = None) -> dict[str, Any]:
-    """A JSON-ready snapshot of the engine. Errors are the sanitized reasons only (I12)."""
+class ReconnectSchedule(Protocol):
+    """Knows when a throttled source may reconnect next (the upstream reader does, I8)."""
+
+    def next_attempt_at(self, source: str) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SourceReport:
+    """One source's live state. ``state`` is ready | stale | failed | connecting; ``last_error``
+    is a sanitized reason; ``diagnostics`` counts the entries the source's listing rejected."""
+
+    name: str
+    state: str
+    entries: int
+    last_ok_at: float | None
+    last_error: str | None
+    last_error_at: float | None
+    consecutive_failures: int
+    next_attempt_at: float | None
+    diagnostics: int
+
+
+@dataclass(frozen=True, slots=True)
+class RetiringReport:
+    """A superseded generation still draining; ``drain_deadline_in_s`` is counted from the
+    snapshot's time (negative once passed; a hold may extend it)."""
+
+    revision: int
+    pins: int
+    operations: int
+    superseded_at: float | None
+    drain_deadline_in_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    """The newest finished reconcile cycle."""
+
+    seq: int
+    status: str
+    finished_at: float
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatus:
+    """One consistent, immutable reading of the engine (I11).
+
+    ``diagnostics`` lists the current generation's findings — merge-level ones (name collisions,
+    sources over bounds) first, then every entry a source's listing rejected (in config order) —
+    at most ``Bounds.status_diagnostics`` of them; ``diagnostics_total`` says how many there are.
+    ``inputs_changed_since_build`` is set when inputs on disk changed after the served revision
+    was built (a reload is pending: ``reconciling`` is then true)."""
+
+    state: State
+    revision: int | None
+    digest: str | None
+    built_at: float | None
+    published_at: float | None
+    age_s: float | None
+    reconciling: bool
+    dirty: tuple[str, ...]
+    reload_mode: str | None
+    tracked_files: int
+    warnings: tuple[str, ...]
+    config_error: str | None
+    stale_sources: tuple[str, ...]
+    sources: tuple[SourceReport, ...]
+    entries: int
+    diagnostics: tuple[Diagnostic, ...]
+    diagnostics_total: int
+    retiring: tuple[RetiringReport, ...]
+    pending_publication: bool
+    last_cycle: CycleReport | None
+    inputs_changed_since_build: tuple[str, ...] | None = None
+    holds: int = 0
+    sessions: int = 0
+
+
+def build_status(
+    rec: Reconciler,
+    *,
+    reconnects: ReconnectSchedule | None = None,
+    inputs_changed: frozenset[str] = frozenset(),
+    holds: int = 0,
+    sessions: int = 0,
+    wall_clock: Callable[[], float] = time.time,
+) -> EngineStatus:
+    """Read ``rec`` (and the reader's reconnect schedule) into an :class:`EngineStatus`.
+
+    Synchronous and side-effect free: one consistent reading, no await between the parts."""
     live = rec.runtime.current
     desired = rec.last_desired
     gen = live.generation if live is not None else None
     health = rec.health.snapshot()
-    sources: list[dict[str, Any]] = []
-    specs = desired.specs if desired is not None else ()
-    for spec in specs:
+    sources: list[SourceReport] = []
+    for spec in desired.specs if desired is not None else ():
         h = health.get(spec.name)
         st = gen.source_state(spec.name) if gen is not None else None
         sources.append(
-            {
-                "name": spec.name,
-                "state": h.status if h is not None else "connecting",
-                "entries": len(st.entries) if st is not None else 0,
-                "last_ok_at": h.last_ok_at if h is not None else None,
-                "last_error": h.last_error if h is not None else None,
-                "last_error_at": h.last_error_at if h is not None else None,
-                "consecutive_failures": h.consecutive_failures if h is not None else 0,
-                "next_attempt_at": reader.next_attempt_at(spec.name) if reader is not None else None,
-                "diagnostics": len(st.diagnostics) if st is not None else 0,
-            }
+            SourceReport(
+                name=spec.name,
+                state=h.status if h is not None else "connecting",
+                entries=len(st.entries) if st is not None else 0,
+                last_ok_at=h.last_ok_at if h is not None else None,
+                last_error=h.last_error if h is not None else None,
+                last_error_at=h.last_error_at if h is not None else None,
+                consecutive_failures=h.consecutive_failures if h is not None else 0,
+                next_attempt_at=reconnects.next_attempt_at(spec.name) if reconnects is not None else None,
+                diagnostics=len(st.diagnostics) if st is not None else 0,
+            )
         )
-    stale = [s["name"] for s in sources if s["state"] != "ready"]
-    warnings = list(desired.warnings) if desired is not None else []
+    stale = tuple(s.name for s in sources if s.state != "ready")
     config_error = desired.config_error if desired is not None else None
+    state: State
     if config_error is not None:
         state = "error"  # inputs changed and the reload failed: explicit, never silently old
     elif gen is None:
@@ -45,33 +150,55 @@ def status(rec: Reconciler, reader: UpstreamReader | None = None) -> dict[str, A
         state = "degraded"
     else:
         state = "ready"
+    found: list[Diagnostic] = []
+    if gen is not None:
+        found.extend(gen.diagnostics)
+        for source in gen.sources:
+            found.extend(source.diagnostics)
+    limit = rec.bounds.status_diagnostics
+    diag_bytes = rec.bounds.diagnostic_bytes
+    now = anyio.current_time()
     last = rec.last_outcome
-    return {
-        "state": state,
-        "revision": gen.revision if gen is not None else None,
-        "digest": gen.digest if gen is not None else None,
-        "built_at": gen.built_at if gen is not None else None,
-        "published_at": gen.published_at if gen is not None else None,
-        "age_s": round(time.time() - gen.built_at, 3) if gen is not None else None,
-        "reconciling": rec.reconciling,
-        "dirty": sorted(rec.queue.dirty),
-        "reload_mode": desired.reload_mode if desired is not None else None,
-        "tracked_files": desired.tracked_files if desired is not None else 0,
-        "warnings": warnings,
-        "config_error": config_error,
-        "stale_sources": stale,
-        "sources": sources,
-        "entries": gen.catalog.entry_count if gen is not None else 0,
-        "diagnostics": [
-            {"code": d.code, "source": d.source, "name": d.name, "message": d.message}
-            for d in (gen.diagnostics if gen is not None else ())
-        ],
-        "retiring": [
-            {"revision": r.revision, "pins": r.pins, "operations": r.operations, "superseded_at": r.superseded_at}
+    return EngineStatus(
+        state=state,
+        revision=gen.revision if gen is not None else None,
+        digest=gen.digest if gen is not None else None,
+        built_at=gen.built_at if gen is not None else None,
+        published_at=gen.published_at if gen is not None else None,
+        age_s=round(wall_clock() - gen.built_at, 3) if gen is not None else None,
+        reconciling=rec.reconciling or bool(inputs_changed),
+        dirty=tuple(sorted(rec.queue.dirty)),
+        reload_mode=desired.reload_mode if desired is not None else None,
+        tracked_files=desired.tracked_files if desired is not None else 0,
+        warnings=tuple(desired.warnings) if desired is not None else (),
+        config_error=config_error,
+        stale_sources=stale,
+        sources=tuple(sources),
+        entries=gen.catalog.entry_count if gen is not None else 0,
+        diagnostics=tuple(_sanitized(d, diag_bytes) for d in found[:limit]),
+        diagnostics_total=len(found),
+        retiring=tuple(
+            RetiringReport(
+                revision=r.revision,
+                pins=r.pins,
+                operations=r.operations,
+                superseded_at=r.superseded_at,
+                drain_deadline_in_s=round(r.drain_deadline - now, 3) if r.drain_deadline is not None else None,
+            )
             for r in rec.runtime.retiring
-        ],
-        "pending_publication": rec.runtime.pending is not None,
-        "last_cycle": None
+        ),
+        pending_publication=rec.runtime.pending is not None,
+        last_cycle=None
         if last is None
-        else {"seq": last.seq, "status": last.status, "finished_at": last.finished_at, "error": last.error},
-    }
+        else CycleReport(seq=last.seq, status=last.status, finished_at=last.finished_at, error=last.error),
+        inputs_changed_since_build=tuple(sorted(inputs_changed)) if inputs_changed else None,
+        holds=holds,
+        sessions=sessions,
+    )
+
+
+def _sanitized(d: Diagnostic, limit: int) -> Diagnostic:
+    """Control characters (an upstream may put newlines or escapes in a name) become one space;
+    lengths stay bounded even if a construction site forgot to bound them."""
+    name = bounded(_CONTROL.sub(" ", d.name), _NAME_BYTES) if d.name is not None else None
+    return Diagnostic(code=d.code, message=bounded(_CONTROL.sub(" ", d.message), limit), source=d.source, name=name)

@@ -1,10 +1,18 @@
 """OpenTelemetry instruments for the engine (API only: an SDK/exporter is the host's choice).
 
-Names are stable and documented in README "Observability"."""
+Names are stable and documented in README "Observability". Instruments are process-global (the
+global meter keeps every instrument and its callbacks forever), so each is created once, here.
+The pin gauges observe only the runtimes their owner registered (:meth:`PinGauges.observing`)
+for as long as it is registered — nothing registers itself as a side effect of construction."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Protocol
+
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 tracer = trace.get_tracer("mcp_reconciler")
 meter = metrics.get_meter("mcp_reconciler")
@@ -31,3 +39,57 @@ forced_drains = meter.create_counter(
 )
 source_reads = meter.create_counter("reconciler.source.reads", description="Source listings, by outcome")
 reconnects = meter.create_counter("reconciler.reconnects", description="Upstream reconnect attempts")
+
+
+class _LivePins(Protocol):
+    @property
+    def revision(self) -> int: ...
+
+    @property
+    def pins(self) -> int: ...
+
+
+class PinSource(Protocol):
+    """What the pin gauges read: a runtime's live generations and its cumulative pin count."""
+
+    @property
+    def pins_total(self) -> int: ...
+
+    def live(self) -> Sequence[_LivePins]: ...
+
+
+class PinGauges:
+    """``reconciler.generation.pins`` (gauge per live revision) and ``reconciler.pins``
+    (cumulative pins taken), summed over the runtimes currently registered."""
+
+    def __init__(self, meter: Meter) -> None:
+        self._sources: list[PinSource] = []
+        meter.create_observable_gauge(
+            "reconciler.generation.pins", callbacks=[self._observe_pins], description="Pins held per live generation"
+        )
+        meter.create_observable_counter(
+            "reconciler.pins", callbacks=[self._observe_total], description="Pins taken on generations (cumulative)"
+        )
+
+    @contextmanager
+    def observing(self, source: PinSource) -> Iterator[None]:
+        """Export ``source``'s pins while the block runs; it is forgotten on exit, however it exits."""
+        self._sources.append(source)
+        try:
+            yield
+        finally:
+            self._sources.remove(source)
+
+    def observed(self) -> tuple[PinSource, ...]:
+        """The sources exported right now."""
+        return tuple(self._sources)
+
+    def _observe_pins(self, _options: CallbackOptions) -> Iterable[Observation]:
+        sources = list(self._sources)
+        return [Observation(live.pins, {"revision": live.revision}) for src in sources for live in src.live()]
+
+    def _observe_total(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(sum(src.pins_total for src in list(self._sources)))]
+
+
+pin_gauges = PinGauges(meter)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import anyio
 
+from mcp_reconciler.reconciler.backoff import exponential_delay
+
 
 @dataclass(slots=True)
 class _KeyState:
@@ -23,6 +25,10 @@ class _KeyState:
 
 
 class Backoff:
+    """Per-key reconnect throttle (keys are source names): :meth:`wait_s` says how long until
+    the next attempt is allowed; :meth:`attempt`, :meth:`failure` and :meth:`ended` record what
+    happened. Not thread-safe; O(1) per call."""
+
     def __init__(
         self,
         *,
@@ -54,10 +60,6 @@ class Backoff:
             return 0.0
         return max(0.0, st.next_allowed - self._clock())
 
-    def next_allowed(self, key: str) -> float | None:
-        st = self._keys.get(key)
-        return None if st is None or st.next_allowed == float("-inf") else st.next_allowed
-
     def failures(self, key: str) -> int:
         st = self._keys.get(key)
         return 0 if st is None else st.failures
@@ -76,8 +78,8 @@ class Backoff:
         """Record a failed attempt (or a short-lived connection); returns the delay imposed."""
         st = self._state(key)
         st.failures += 1
-        ceiling = min(self.cap_s, self.base_s * float(2 ** min(st.failures - 1, 30)))
-        delay = max(self.cooldown_s, self._rand() * ceiling)
+        jittered = exponential_delay(st.failures, base_s=self.base_s, cap_s=self.cap_s, spread=1.0, rand=self._rand())
+        delay = max(self.cooldown_s, jittered)
         st.next_allowed = max(st.next_allowed, self._clock() + delay)
         return delay
 
@@ -91,6 +93,3 @@ class Backoff:
     def reset(self, key: str) -> None:
         st = self._state(key)
         st.failures = 0
-
-    def forget(self, key: str) -> None:
-        self._keys.pop(key, None)

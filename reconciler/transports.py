@@ -5,7 +5,7 @@ stream end) is observed: the SDK has no public "closed" hook, and a dead upstrea
 source dirty instead of failing silently on the next call.
 
 stdio processes are started by the SDK's ``stdio_client`` in their own session (process group)
-and stopped by it the way DESIGN.md asks: close stdin, wait, SIGTERM the group, wait, SIGKILL.
+and stopped by it the way docs/DESIGN.md (I14, I15) says: close stdin, wait, SIGTERM the group, wait, SIGKILL.
 The gateway never signals any other process (I15)."""
 
 from __future__ import annotations

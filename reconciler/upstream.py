@@ -16,6 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -29,9 +30,10 @@ from pydantic import BaseModel
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
-from mcp_reconciler.reconciler.errors import SourceReadError
+from mcp_reconciler.reconciler.errors import SourceReadError, UpstreamUnavailableError
 from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
+from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
 from mcp_reconciler.reconciler.transports import transport_for
 
@@ -50,11 +52,6 @@ def default_targets(spec: SourceSpec, on_end: Callable[[], None]) -> Any:
 
 
 _ids = itertools.count(1)
-
-
-class UpstreamUnavailableError(SourceReadError):
-    def __init__(self, detail: str = "") -> None:
-        super().__init__("upstream unavailable", detail=detail)
 
 
 class _Probe(BaseModel):
@@ -250,9 +247,15 @@ class UpstreamConnection:
 class UpstreamReader:
     """The engine's ``SourceReader`` over MCP client sessions.
 
-    ``async with UpstreamReader(on_dirty=reconciler.trigger):`` owns every connection task and
+    ``async with UpstreamReader(targets, on_dirty=queue.add):`` owns every connection task and
     retry timer; leaving the block closes any connection still open (the runtime normally closed
     them already — closing is idempotent) and stops the timers.
+
+    ``on_dirty`` is the trigger sink, fixed at construction (the engine hands it the trigger
+    queue's ``add``): it receives a source name whenever that source should be re-listed — a
+    ``list_changed`` from its current connection, that connection's death, or a throttled
+    reconnect becoming allowed. It must not block. Without a sink the reader still lists, but
+    reports nothing.
 
     Reconnects are throttled per source (I8, :class:`~reconciler.throttle.Backoff`): a read that
     needs a new connection before its source's next allowed attempt fails fast with "reconnect
@@ -272,7 +275,7 @@ class UpstreamReader:
     ) -> None:
         self._targets = target_factory
         self.bounds = bounds or Bounds()
-        self.on_dirty = on_dirty
+        self._on_dirty = on_dirty
         self._mode = mode
         self.backoff = backoff or Backoff(
             base_s=self.bounds.reconnect_backoff_min_s,
@@ -285,22 +288,30 @@ class UpstreamReader:
         self._open: set[UpstreamConnection] = set()
         self._timers: set[str] = set()
         self._tg: TaskGroup | None = None
+        self._exit = AsyncExitStack()
         self.opened = 0
 
     async def __aenter__(self) -> UpstreamReader:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        async with AsyncExitStack() as stack:
+            self._tg = await stack.enter_async_context(background_tasks())
+            stack.push_async_callback(self._close_open)  # runs first on exit, before the tasks are cancelled
+            self._exit = stack.pop_all()
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        assert self._tg is not None
+    ) -> None:
+        await self._exit.__aexit__(exc_type, exc, tb)
+
+    async def _close_open(self) -> None:
         with anyio.CancelScope(shield=True):
             for conn in list(self._open):
                 await conn.aclose()
-        self._tg.cancel_scope.cancel()
-        return await self._tg.__aexit__(exc_type, exc, tb)
+
+    @property
+    def on_dirty(self) -> Callable[[str], None] | None:
+        """The trigger sink given at construction (read-only: wiring flows one way)."""
+        return self._on_dirty
 
     def current(self, source: str) -> UpstreamConnection | None:
         return self._current.get(source)
@@ -404,8 +415,8 @@ class UpstreamReader:
                 await anyio.sleep(delay_s)
             finally:
                 self._timers.discard(source)
-            if self.on_dirty is not None:
-                self.on_dirty(source)
+            if self._on_dirty is not None:
+                self._on_dirty(source)
 
         self._tg.start_soon(timer)
 
@@ -414,5 +425,5 @@ class UpstreamReader:
             return  # a superseded connection: its news is not about the current catalog
         if what == "dead" and conn.connected_at is not None:
             self.backoff.ended(conn.source, anyio.current_time() - conn.connected_at)
-        if self.on_dirty is not None:
-            self.on_dirty(conn.source)
+        if self._on_dirty is not None:
+            self._on_dirty(conn.source)

@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 import anyio
 
 from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler.backoff import exponential_delay
 from mcp_reconciler.reconciler.errors import ReconcilerClosedError
 
 T = TypeVar("T")
@@ -166,8 +167,11 @@ class TriggerQueue(Generic[T]):
         else:
             self._failures += 1
             self._dirty |= batch.keys
-            backoff = min(self.retry_max_s, self.cooldown_s * (2 ** min(self._failures, 30)))
-            self._not_before = max(self._not_before, self._clock() + backoff * (0.5 + 0.5 * self._jitter()))
+            # Equal jitter: between half and all of min(retry_max, cooldown * 2**failures).
+            backoff = exponential_delay(
+                self._failures + 1, base_s=self.cooldown_s, cap_s=self.retry_max_s, spread=0.5, rand=self._jitter()
+            )
+            self._not_before = max(self._not_before, self._clock() + backoff)
             self._wake.set()
         slot = self._slots.pop(batch.seq, None)
         if slot is not None:

@@ -7,11 +7,13 @@
             await run.mcp.call_tool("notes__count_notes", {})
 
 Retries: only idempotent requests (GET, DELETE) are retried, on connection failures and 503,
-with a short backoff. POSTs are never retried automatically."""
+with a short exponential backoff (0.4 s, 0.8 s, ...; ``reconciler/backoff.py``, the formula the
+engine uses too). POSTs are never retried automatically."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -22,6 +24,7 @@ import httpx2
 from pydantic import BaseModel
 
 from mcp_reconciler.api import wire
+from mcp_reconciler.reconciler.backoff import exponential_delay
 from mcp_reconciler.sdk.errors import NotFound, ReconcilerAPIError, Unreachable, error_for
 
 if TYPE_CHECKING:  # the MCP client is imported when a pinned run starts: the CLI starts faster
@@ -30,6 +33,7 @@ if TYPE_CHECKING:  # the MCP client is imported when a pinned run starts: the CL
 M = TypeVar("M", bound=BaseModel)
 
 REVISION_HEADER = "MCP-Reconciler-Revision"
+RETRY_BASE_S = 0.4  # the first retry's delay; each further retry doubles it
 REVISION_META = "io.mcp-reconciler/revision"
 
 
@@ -78,7 +82,7 @@ class ReconcilerClient:
         last: ReconcilerAPIError | None = None
         for attempt in range(attempts):
             if attempt:
-                await anyio.sleep(0.2 * 2**attempt)
+                await anyio.sleep(exponential_delay(attempt, base_s=RETRY_BASE_S, cap_s=math.inf))
             try:
                 kwargs: dict[str, Any] = {"json": json, "params": params}
                 if request_timeout_s is not None:

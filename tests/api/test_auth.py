@@ -10,7 +10,7 @@ import pytest
 
 from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator
-from mcp_reconciler.api.control import ROUTES
+from mcp_reconciler.api.routes import ROUTES
 from mcp_reconciler.sdk import Forbidden, NotFound, ReconcilerClient, Unauthenticated
 from tests.api.conftest import (
     ALICE,

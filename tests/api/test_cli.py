@@ -126,7 +126,7 @@ async def test_status_exit_4_when_not_ready(tmp_path: Path) -> None:
     async with served_gateway(cfg) as served:
         cfg.write_text("sources: [\n")  # invalid: the last good config keeps serving
         backdate(cfg)
-        await served.gateway.refresh()
+        await served.gateway.engine.refresh()
         r = await cli("status", url=served.base_url, token=OPERATOR_TOKEN)
         assert r.code == 4, r
         assert "CONFIG ERROR" in r.out and "gateway.yaml:" in r.out

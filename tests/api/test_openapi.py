@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_reconciler.api import openapi, wire
-from mcp_reconciler.api.control import ROUTES
+from mcp_reconciler.api.routes import ROUTES
 from tests.api.conftest import (
     ALICE,
     ALL_TOKENS,

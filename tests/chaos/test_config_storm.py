@@ -228,30 +228,30 @@ async def test_I11_config_rewritten_1000_times(tmp_path: Path, http_upstreams: H
                     return
                 async with lock:
                     disk = on_disk
-                    st = await gw.status()
+                    st = await gw.engine.status()
                     live = runtime.current
                 samples["total"] += 1
-                names = frozenset(s["name"] for s in st["sources"])
+                names = frozenset(s.name for s in st.sources)
                 if not any(names == v.names for v in variants):
                     violations.append(f"status names sources {sorted(names)}: never a valid config")
                 if live is not None and (problem := gen_ok(live.generation)):
                     violations.append(problem)
-                if st["config_error"] is not None:
+                if st.config_error is not None:
                     samples["config_error"] += 1
-                    if st["state"] != "error":
-                        violations.append(f"config_error reported with state {st['state']!r}")
-                if "inputs_changed_since_build" in st:
+                    if st.state != "error":
+                        violations.append(f"config_error reported with state {st.state!r}")
+                if st.inputs_changed_since_build is not None:
                     samples["changed"] += 1
-                    if not st.get("reconciling"):
+                    if not st.reconciling:
                         violations.append("inputs changed but the status does not say it is reconciling")
                 else:
                     # No change since the last load: the answer must match the file on disk.
                     samples["strict"] += 1
-                    if disk is None and st["config_error"] is None:
+                    if disk is None and st.config_error is None:
                         violations.append("the file on disk is invalid but status reports no config_error")
-                    if disk is not None and (st["config_error"] is not None or names != disk.names):
+                    if disk is not None and (st.config_error is not None or names != disk.names):
                         violations.append(
-                            f"status {sorted(names)} / config_error={st['config_error'] is not None} "
+                            f"status {sorted(names)} / config_error={st.config_error is not None} "
                             f"for a valid file naming {sorted(disk.names)}"
                         )
                 await anyio.sleep(SAMPLE_EVERY_S)
@@ -271,7 +271,7 @@ async def test_I11_config_rewritten_1000_times(tmp_path: Path, http_upstreams: H
         write(final.json_text, atomic=False)
         with anyio.fail_after(30):
             while True:
-                out = await gw.refresh(timeout_s=WAIT)
+                out = await gw.engine.refresh(timeout_s=WAIT)
                 live = runtime.current
                 assert live is not None
                 sources = _gen_sources(live.generation)
@@ -281,10 +281,10 @@ async def test_I11_config_rewritten_1000_times(tmp_path: Path, http_upstreams: H
         assert out.status in ("published", "unchanged"), out
         assert {name: entries for name, (_st, entries) in sources.items()} == final.tools
         assert set(live.generation.tools) == set().union(*final.tools.values())
-        st = await gw.status()
-        assert st["config_error"] is None and st["state"] == "ready", st["state"]
-        assert {s["name"] for s in st["sources"]} == final.names
-        assert st["revision"] == live.revision
+        st = await gw.engine.status()
+        assert st.config_error is None and st.state == "ready", st.state
+        assert {s.name for s in st.sources} == final.names
+        assert st.revision == live.revision
         # What a new session sees is exactly the final file's names.
         async with Client(served.url, mode="legacy", read_timeout_seconds=WAIT) as client:
             listed, rev = await all_tools(client)

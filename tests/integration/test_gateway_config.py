@@ -55,7 +55,7 @@ def pid_alive(pid: int) -> bool:
 async def wait_revision_above(gw: Gateway, revision: int) -> None:
     with anyio.fail_after(WAIT):
         while (gw.rec.runtime.current_revision or 0) <= revision:
-            await gw.refresh(timeout_s=WAIT)
+            await gw.engine.refresh(timeout_s=WAIT)
 
 
 async def test_I11_watched_input_change_respawns_snapshot_server(tmp_path: Path) -> None:
@@ -71,20 +71,20 @@ async def test_I11_watched_input_change_respawns_snapshot_server(tmp_path: Path)
         # window is re-checked once); wait for the one that serves the new data.
         with anyio.fail_after(WAIT):
             while (await count_notes(gw))[1] != 2:
-                await gw.refresh(timeout_s=WAIT)
+                await gw.engine.refresh(timeout_s=WAIT)
         rev2, n2, pid2 = await count_notes(gw)
         assert rev2 > rev1 and pid2 != pid1 and n2 == 2
         with anyio.fail_after(WAIT):  # the old process is gone once its generation drained
             while pid_alive(pid1):
                 await anyio.sleep(0.05)
-        st = await gw.status()
-        assert st["state"] == "ready" and st["tracked_files"] >= 3
+        st = await gw.engine.status()
+        assert st.state == "ready" and st.tracked_files >= 3
         # Deleting every watched file is a warning, never a silent zero.
         for f in (tmp_path / "data").iterdir():
             f.unlink()
         await wait_revision_above(gw, rev2)
-        st = await gw.status()
-        assert any("matched no files" in w for w in st["warnings"])
+        st = await gw.engine.status()
+        assert any("matched no files" in w for w in st.warnings)
     assert not pid_alive(pid2)
 
 
@@ -97,20 +97,20 @@ async def test_I11_invalid_config_edit_keeps_last_good_and_fix_recovers(tmp_path
         good = cfg.read_text()
         cfg.write_text(good + "  - name: broken\n    stdio: {args: []}\n")
         with anyio.fail_after(WAIT):
-            while (await gw.status())["config_error"] is None:
-                await gw.refresh(timeout_s=WAIT)
-        st = await gw.status()
-        assert st["state"] == "error"
-        assert "gateway.yaml:" in st["config_error"] and "sources[1]" in st["config_error"]
-        assert st["revision"] == rev1 and [s["name"] for s in st["sources"]] == ["notes"]
+            while (await gw.engine.status()).config_error is None:
+                await gw.engine.refresh(timeout_s=WAIT)
+        st = await gw.engine.status()
+        assert st.state == "error"
+        assert "gateway.yaml:" in st.config_error and "sources[1]" in st.config_error
+        assert st.revision == rev1 and [s.name for s in st.sources] == ["notes"]
         assert (await count_notes(gw))[1] == 1  # still serving the last good config
         clock = f"    stdio: {{command: python, args: [{REPO / 'examples/upstreams/clock_server.py'}]}}\n"
         cfg.write_text(good + "  - name: clock\n" + clock)
         with anyio.fail_after(WAIT):
             while "clock__now" not in gw.rec.runtime.current.generation.tools:  # type: ignore[union-attr]
-                await gw.refresh(timeout_s=WAIT)
-        st = await gw.status()
-        assert st["config_error"] is None and st["state"] == "ready"
+                await gw.engine.refresh(timeout_s=WAIT)
+        st = await gw.engine.status()
+        assert st.config_error is None and st.state == "ready"
 
 
 def test_check_config_cli_reports_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

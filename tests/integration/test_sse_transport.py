@@ -4,8 +4,9 @@ The upstream is ``tests.support.upstream_server --transport sse``, a subprocess 
 (``GET /sse`` event stream + ``POST /messages/``). The reader uses its default target factory, so
 the source's transport ``{"kind": "sse", "url": "http://127.0.0.1:PORT/sse"}`` goes through
 ``reconciler.transports`` and the SDK's ``sse_client``. Triggers come from the upstream itself
-(``reader.on_dirty = rec.trigger``): list_changed pushed on the event stream, and death observed as
-the end of that stream (health checks are off here, so the stream end alone must be noticed).
+(the reader is built with the queue's ``add`` as its sink): list_changed pushed on the event
+stream, and death observed as the end of that stream (health checks are off here, so the
+stream end alone must be noticed).
 
 SSE is a legacy transport, but a 2.3 server answers both protocol eras on it, so both client modes
 are exercised. Every wait is bounded; the autouse ``no_leaked_children`` fixture checks I14.
@@ -27,10 +28,11 @@ from mcp import MCPError
 
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.desired import StaticDesiredState
+from mcp_reconciler.reconciler.errors import UpstreamUnavailableError
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import SourceSpec, SourceStatus
-from mcp_reconciler.reconciler.reconcile import Reconciler
-from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader, UpstreamUnavailableError
+from mcp_reconciler.reconciler.reconcile import Reconciler, new_trigger_queue
+from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
 from tests.integration.conftest import REPO_ROOT, HttpUpstreams, server_argv, wait_for_file
 from tests.support.observe import Publications
 from tests.support.upstream_server import CONTROL_TOOLS
@@ -78,9 +80,9 @@ async def engine(
 ) -> AsyncIterator[tuple[UpstreamReader, Reconciler, Publications]]:
     reader_kw.setdefault("health_interval_s", None)  # death must be seen from the stream's end
     reader_kw.setdefault("connect_timeout_s", 5.0)
-    async with UpstreamReader(bounds=FAST, **reader_kw) as reader:
-        async with Reconciler(StaticDesiredState(list(specs)), reader, bounds=FAST) as rec:
-            reader.on_dirty = rec.trigger
+    queue = new_trigger_queue(FAST)
+    async with UpstreamReader(bounds=FAST, on_dirty=queue.add, **reader_kw) as reader:
+        async with Reconciler(StaticDesiredState(list(specs)), reader, bounds=FAST, queue=queue) as rec:
             yield reader, rec, Publications(rec)
 
 

@@ -2,7 +2,7 @@
 
 Every test drives ``UpstreamReader()`` with its default target factory (real transports from
 ``reconciler.transports``) and a ``Reconciler`` whose triggers come from the upstreams themselves
-(``reader.on_dirty = rec.trigger``): list_changed, death detection and health checks. Waits are
+(the reader is built with the queue's ``add`` as its sink): list_changed, death detection and health checks. Waits are
 bounded (``anyio.fail_after``) and synchronise on publications (a runtime listener) — polling
 is used only to wait for an external process (pid/marker files).
 """
@@ -26,11 +26,12 @@ from mcp import MCPError
 
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.desired import StaticDesiredState
+from mcp_reconciler.reconciler.errors import UpstreamUnavailableError
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import SourceSpec, SourceStatus
-from mcp_reconciler.reconciler.reconcile import Reconciler
+from mcp_reconciler.reconciler.reconcile import Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.throttle import Backoff
-from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader, UpstreamUnavailableError
+from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
 from tests.integration.conftest import (
     HttpUpstreams,
     child_pids,
@@ -62,9 +63,9 @@ async def engine(
     """A reader over real transports feeding a reconciler; upstream events trigger it."""
     reader_kw.setdefault("health_interval_s", None)
     reader_kw.setdefault("connect_timeout_s", 5.0)
-    async with UpstreamReader(bounds=reader_bounds or bounds, **reader_kw) as reader:
-        async with Reconciler(StaticDesiredState(list(specs)), reader, bounds=bounds) as rec:
-            reader.on_dirty = rec.trigger
+    queue = new_trigger_queue(bounds)
+    async with UpstreamReader(bounds=reader_bounds or bounds, on_dirty=queue.add, **reader_kw) as reader:
+        async with Reconciler(StaticDesiredState(list(specs)), reader, bounds=bounds, queue=queue) as rec:
             yield reader, rec, Publications(rec)
 
 

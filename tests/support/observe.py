@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 
+from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.reconcile import Reconciler
 from mcp_reconciler.reconciler.runtime import Runtime
@@ -14,8 +15,8 @@ from mcp_reconciler.reconciler.runtime import Runtime
 WAIT = 20.0
 
 
-def _runtime(target: Any) -> Runtime:
-    if isinstance(target, Runtime):
+def _runtime(target: Any) -> Runtime | Engine:
+    if isinstance(target, Runtime | Engine):  # the facade has the same listener/revision API
         return target
     if isinstance(target, Reconciler):
         return target.runtime
@@ -23,8 +24,8 @@ def _runtime(target: Any) -> Runtime:
 
 
 class Publications:
-    """Records every publication of a runtime (given a ``Runtime``, a ``Reconciler`` or a
-    ``Served`` gateway); :meth:`wait_for` waits (bounded, without sleeping) for a generation
+    """Records every publication of a runtime (given a ``Runtime``, an ``Engine``, a
+    ``Reconciler`` or a ``Served`` gateway); :meth:`wait_for` waits (bounded, without sleeping) for a generation
     matching a predicate — the current one or a later one."""
 
     def __init__(self, target: Any) -> None:

@@ -1,11 +1,11 @@
 """A runnable real MCP upstream for integration tests (stdio, streamable HTTP or legacy SSE).
 
     python -m tests.support.upstream_server --transport stdio|http|sse [--port N]
-        [--tools a,b,c | --tools-file PATH] [--page-size N] [--pid-file PATH]
+        [--tools a,b,c | --tools-file PATH] [--page-size N] [--pid-file PATH] [--bad-tools N]
 
 Run it with the repository root as the working directory (or on ``PYTHONPATH``).
 
-It is a *spawn-snapshot* server, like the staleness incident in DESIGN.md: ``--tools-file`` (a
+It is a *spawn-snapshot* server, like the staleness incident in docs/DESIGN.md: ``--tools-file`` (a
 JSON list of names) is read once, at spawn, and never again. Every catalog tool echoes its
 arguments plus ``{"pid": ..., "snapshot": <tools at spawn>}``. Control tools are always listed
 and callable beside the catalog:
@@ -37,6 +37,11 @@ first event names the POST endpoint), ``POST /messages/?session_id=...`` carries
 messages. Each GET stream is one connection served by ``Server.run`` (both eras are answered on
 it; list_changed reaches a legacy client pushed on that same stream).
 
+``--bad-tools N`` also lists N tool definitions a gateway must reject one by one (I13), cycling
+through: a name with a space and a newline, a name over the exposed-name bound (128), a
+description over 8 KiB (carrying a fake credential), and an ``inputSchema`` that is not a valid
+JSON Schema (:data:`BAD_TOOL_SECRET` is in the long description; it must never be echoed).
+
 Lists paginate with ``--page-size`` (cursor = offset). ``--pid-file`` is written atomically once
 the server is ready: for stdio just before serving, for HTTP and SSE once the port accepts
 connections.
@@ -62,6 +67,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 CONTROL_TOOLS = ("block", "crash", "flood", "set_tools", "progress", "fail_protocol", "fail_result")
+BAD_TOOL_SECRET = "token=bad-tool-s3cr3t-0123456789"
 CRASH_EXIT_CODE = 3
 
 _CONTROL_SCHEMAS: dict[str, dict[str, Any]] = {
@@ -104,11 +110,28 @@ class _ListChangedServer(Server[Any]):
         )
 
 
+def bad_tool(i: int) -> types.Tool:
+    """The ``i``-th invalid definition (see ``--bad-tools``)."""
+    kind = i % 4
+    if kind == 0:
+        return types.Tool(name=f"bad name\n{i}", input_schema={"type": "object"})
+    if kind == 1:
+        return types.Tool(name=f"bad_long_{i}_" + "n" * 200, input_schema={"type": "object"})
+    if kind == 2:
+        return types.Tool(
+            name=f"bad_description_{i}", description=BAD_TOOL_SECRET + " " + "x" * 9000, input_schema={"type": "object"}
+        )
+    return types.Tool(
+        name=f"bad_json_schema_{i}", input_schema={"type": "object", "properties": {"x": {"type": "no-such-type"}}}
+    )
+
+
 class UpstreamServer:
-    def __init__(self, tools: list[str], *, page_size: int = 100) -> None:
+    def __init__(self, tools: list[str], *, page_size: int = 100, bad_tools: int = 0) -> None:
         if page_size < 1:
             raise ValueError("page size must be at least 1")
         self.snapshot = list(tools)  # what was loaded at spawn; never reloaded
+        self.bad_tools = bad_tools
         self.tools = list(tools)
         self.descriptions: dict[str, str] = {}
         self.page_size = page_size
@@ -140,15 +163,13 @@ class UpstreamServer:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        names = self.names()
+        listed = [self._tool(n) for n in self.names()] + [bad_tool(i) for i in range(self.bad_tools)]
         try:
             start = int(params.cursor) if params is not None and params.cursor else 0
         except ValueError:
-            start = len(names)
+            start = len(listed)
         end = start + self.page_size
-        return types.ListToolsResult(
-            tools=[self._tool(n) for n in names[start:end]], next_cursor=str(end) if end < len(names) else None
-        )
+        return types.ListToolsResult(tools=listed[start:end], next_cursor=str(end) if end < len(listed) else None)
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -315,6 +336,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     group.add_argument("--tools-file", help="JSON list of tool names, read once at spawn")
     p.add_argument("--page-size", type=int, default=100)
     p.add_argument("--pid-file")
+    p.add_argument("--bad-tools", type=int, default=0, help="also list N invalid tool definitions")
     args = p.parse_args(argv)
     if args.transport in ("http", "sse") and not args.port:
         p.error(f"--port is required with --transport {args.transport}")
@@ -334,7 +356,7 @@ def load_tools(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    upstream = UpstreamServer(load_tools(args), page_size=args.page_size)
+    upstream = UpstreamServer(load_tools(args), page_size=args.page_size, bad_tools=args.bad_tools)
     if args.transport == "stdio":
         anyio.run(serve_stdio, upstream, args.pid_file)
     else:

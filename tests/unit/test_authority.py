@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_reconciler.reconciler.authority import (
-    Authority,
-    DriftPolicy,
-    GrantError,
-    GrantPolicy,
-    QuarantinedNameError,
-    UnavailableNameError,
-    UnknownNameError,
-)
+from mcp_reconciler.reconciler.authority import Authority, DriftPolicy, GrantPolicy
 from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.errors import GrantError, QuarantinedNameError, UnavailableNameError, UnknownNameError
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import EntryKind
 from tests.support.fakes import catalog, state
@@ -111,7 +104,7 @@ def test_I9_view_digest_changes_only_with_the_sessions_view() -> None:
 
 
 def test_session_count_is_bounded_at_n_and_n_plus_1() -> None:
-    from mcp_reconciler.reconciler.authority import SessionLimitError
+    from mcp_reconciler.reconciler.errors import SessionLimitError
 
     auth = Authority(Bounds(sessions=3))
     g = gen(1, ["x"])

@@ -305,7 +305,7 @@ async def test_secrets_stay_out_of_the_desired_state_repr_and_config_error(setup
 
 
 def test_engine_modules_import_no_http_framework() -> None:
-    """DESIGN.md layout: reconciler/ has no HTTP framework imports (checked on the source)."""
+    """docs/DESIGN.md layering: reconciler/ has no HTTP framework imports (checked on the source)."""
     forbidden = {"starlette", "fastapi", "aiohttp", "uvicorn", "httpx", "mcp", "flask", "django"}
     root = Path(config_source.__file__).parent
     for name in ("config.py", "freshness.py", "config_source.py"):

@@ -13,7 +13,7 @@ from mcp_reconciler.api.demo import run_demo
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.desired import StaticDesiredState
 from mcp_reconciler.reconciler.model import EntryKind, SourceSpec, SourceStatus
-from mcp_reconciler.reconciler.reconcile import Reconciler
+from mcp_reconciler.reconciler.reconcile import Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
 from tests.support.servers import DynamicServer, tool
 
@@ -151,9 +151,9 @@ async def test_I8_failed_first_listing_is_retried_without_outside_trigger() -> N
 
     server = Server("a", version="1", on_list_tools=flaky, on_call_tool=srv._call_tool)
     b = Bounds(cooldown_s=0.0, reconnect_backoff_min_s=0.05, reconnect_backoff_max_s=0.1)
-    async with UpstreamReader(lambda s, _e: server, bounds=b) as reader:
-        async with Reconciler(StaticDesiredState(specs("a")), reader, bounds=b) as rec:
-            reader.on_dirty = rec.trigger
+    queue = new_trigger_queue(b)
+    async with UpstreamReader(lambda s, _e: server, bounds=b, on_dirty=queue.add) as reader:
+        async with Reconciler(StaticDesiredState(specs("a")), reader, bounds=b, queue=queue) as rec:
             published = anyio.Event()
             rec.runtime.add_listener(lambda new, old: published.set() if "a__x" in new.tools else None)
             with anyio.fail_after(WAIT):
@@ -174,9 +174,9 @@ async def test_I6_ended_listen_stream_reconnects_and_keeps_seeing_changes() -> N
 
     server = Server("s", version="1", on_list_tools=list_tools, on_subscriptions_listen=handler)
     b = Bounds(cooldown_s=0.0, reconnect_backoff_min_s=0.05, reconnect_backoff_max_s=0.1)
-    async with UpstreamReader(lambda s, _e: server, bounds=b) as reader:
-        async with Reconciler(StaticDesiredState(specs("a")), reader, bounds=b) as rec:
-            reader.on_dirty = rec.trigger
+    queue = new_trigger_queue(b)
+    async with UpstreamReader(lambda s, _e: server, bounds=b, on_dirty=queue.add) as reader:
+        async with Reconciler(StaticDesiredState(specs("a")), reader, bounds=b, queue=queue) as rec:
             await rec.refresh(timeout_s=WAIT)
             conn = rec.runtime.current.generation.source_state("a").connection  # type: ignore[union-attr]
             assert isinstance(conn, UpstreamConnection)

@@ -6,7 +6,8 @@ import anyio
 import pytest
 
 from mcp_reconciler.reconciler.bounds import Bounds
-from mcp_reconciler.reconciler.holds import HoldError, HoldLimitError, HoldRegistry
+from mcp_reconciler.reconciler.errors import HoldError, HoldLimitError
+from mcp_reconciler.reconciler.holds import HoldRegistry
 from mcp_reconciler.reconciler.runtime import Runtime
 from tests.support.fakes import FakeConnection, catalog, state
 

@@ -8,9 +8,13 @@ import anyio
 import pytest
 
 from mcp_reconciler.reconciler.bounds import Bounds
-from mcp_reconciler.reconciler.errors import GenerationDrainedError, ReconcilerClosedError, RevisionUnavailableError
+from mcp_reconciler.reconciler.errors import (
+    GenerationDrainedError,
+    OperationDeadlineError,
+    ReconcilerClosedError,
+    RevisionUnavailableError,
+)
 from mcp_reconciler.reconciler.model import EntryKind
-from mcp_reconciler.reconciler.pins import OperationDeadlineError
 from mcp_reconciler.reconciler.runtime import LiveState, Runtime
 from tests.support.fakes import FakeConnection, catalog, state
 

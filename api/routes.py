@@ -1,0 +1,175 @@
+"""The control API's route table and its HTTP glue.
+
+Every ``/v1`` route is declared once in :data:`ROUTES` with its models; the same table builds the
+Starlette routes (:func:`routes`) and the OpenAPI document (``api/openapi.py``). Every answer
+that is not a handler's own is ``{"error": {"code", "message"}}``, with a bounded, sanitized
+message (I12): handler errors (``ApiError``), engine errors (503 when retryable, else 409), bad
+JSON (400), unknown paths (404) and methods (405, with ``Allow``), and anything unexpected (500,
+details only in the operator log)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from mcp_reconciler.api import wire
+from mcp_reconciler.api.control import Control
+from mcp_reconciler.api.errors import ApiError
+from mcp_reconciler.reconciler.errors import ReconcilerError
+
+log = logging.getLogger("mcp_reconciler.control")
+
+MAX_MESSAGE_CHARS = 512  # error messages may quote the request (names, field paths): bounded (I12)
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 1] + "…"
+    return JSONResponse(wire.dump(wire.ErrorOut(error=wire.ErrorBody(code=code, message=message))), status_code=status)
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    """One ``/v1`` operation: method, path, the ``Control`` handler's name, and its models."""
+
+    method: str
+    path: str
+    handler: str
+    summary: str
+    request: type[BaseModel] | None = None
+    responses: tuple[tuple[int, type[BaseModel] | None], ...] = ()
+    list_of: bool = False
+    auth: bool = True
+
+
+ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec(
+        "GET",
+        "/v1/status",
+        "get_status",
+        "Provenance: revision, freshness, sources, warnings (I11)",
+        responses=((200, wire.StatusOut),),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/refresh",
+        "post_refresh",
+        "Reconcile now; answered by a cycle that started after the request",
+        request=wire.RefreshIn,
+        responses=((200, wire.RefreshOut), (202, wire.RefreshAccepted)),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/generations",
+        "get_generations",
+        "Live generations (current and retiring)",
+        responses=((200, wire.GenerationsOut),),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/catalog",
+        "get_catalog",
+        "Entries of a live revision (query: revision)",
+        responses=((200, wire.CatalogOut),),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/sources",
+        "get_sources",
+        "Every source's live state",
+        responses=((200, wire.SourceOut),),
+        list_of=True,
+    ),
+    RouteSpec("GET", "/v1/sources/{name}", "get_source", "One source's live state", responses=((200, wire.SourceOut),)),
+    RouteSpec(
+        "POST",
+        "/v1/sessions",
+        "post_session",
+        "Create an agent session (returns its MCP bearer token once)",
+        request=wire.SessionIn,
+        responses=((201, wire.SessionCreated),),
+    ),
+    RouteSpec(
+        "GET", "/v1/sessions", "get_sessions", "Sessions visible to the caller", responses=((200, wire.SessionsOut),)
+    ),
+    RouteSpec("GET", "/v1/sessions/{id}", "get_session", "One session", responses=((200, wire.SessionOut),)),
+    RouteSpec("DELETE", "/v1/sessions/{id}", "delete_session", "End a session", responses=((204, None),)),
+    RouteSpec(
+        "POST",
+        "/v1/sessions/{id}/refresh",
+        "post_session_refresh",
+        "Reconcile, then grant the session every name now visible",
+        responses=((200, wire.SessionRefreshOut),),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/sessions/{id}/grants",
+        "post_grants",
+        "Grant names to a session (all or nothing)",
+        request=wire.GrantsIn,
+        responses=((200, wire.GrantsOut),),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/revisions/{n}/holds",
+        "post_hold",
+        "Keep a revision live for a run (bounded TTL)",
+        request=wire.HoldIn,
+        responses=((201, wire.HoldOut),),
+    ),
+    RouteSpec("DELETE", "/v1/holds/{id}", "delete_hold", "Release a revision hold", responses=((204, None),)),
+)
+
+
+def routes(control: Control) -> list[Route]:
+    """Starlette routes for every entry of :data:`ROUTES` on ``control``, then a catch-all that
+    answers unknown ``/v1`` paths and methods with a JSON error."""
+    out: list[Route] = []
+    for spec in ROUTES:
+        handler: Callable[[Request], Awaitable[Response]] = getattr(control, spec.handler)
+        out.append(Route(spec.path, endpoint=_wrap(handler), methods=[spec.method]))
+    # Last: anything else under /v1 answers a JSON error too (never Starlette's plain-text 404/405,
+    # nor a slash redirect that would turn "DELETE /v1/sessions/" into a request on the collection).
+    out.append(Route("/v1/{rest:path}", endpoint=_unmatched(list(out)), methods=_ANY_METHOD))
+    return out
+
+
+_ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+def _unmatched(known: list[Route]) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        allowed = sorted(
+            {m for route in known if route.path_regex.fullmatch(request.url.path) for m in route.methods or ()}
+        )
+        if allowed:
+            response = _error(405, "method_not_allowed", f"allowed methods: {', '.join(allowed)}")
+            response.headers["Allow"] = ", ".join(allowed)
+            return response
+        return _error(404, "no_such_endpoint", "no such control-API endpoint; see api/openapi.json")
+
+    return endpoint
+
+
+def _wrap(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return _error(exc.status, exc.code, exc.message)
+        except ReconcilerError as exc:
+            return _error(503 if exc.retryable else 409, exc.code, str(exc))
+        except json.JSONDecodeError:
+            return _error(400, "invalid_body", "the body is not valid JSON")
+        except Exception:
+            log.exception("control API request failed: %s %s", request.method, request.url.path)
+            return _error(500, "internal_error", "internal error; see the operator log")
+
+    return endpoint

@@ -1,0 +1,77 @@
+"""Engine snapshots as wire models: the one place an :class:`~mcp_reconciler.reconciler.status.
+EngineStatus` becomes the control API's ``StatusOut`` (and the JSON the CLI and the front door's
+``gateway_status`` tool print). The mapping is field for field; nothing is added or patched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_reconciler.api import wire
+from mcp_reconciler.reconciler.status import EngineStatus
+
+
+def status_out(st: EngineStatus) -> wire.StatusOut:
+    """``st`` as the ``/v1/status`` answer."""
+    return wire.StatusOut(
+        state=st.state,
+        revision=st.revision,
+        digest=st.digest,
+        built_at=st.built_at,
+        published_at=st.published_at,
+        age_s=st.age_s,
+        reconciling=st.reconciling,
+        dirty=list(st.dirty),
+        reload_mode=st.reload_mode,
+        tracked_files=st.tracked_files,
+        warnings=list(st.warnings),
+        config_error=st.config_error,
+        stale_sources=list(st.stale_sources),
+        sources=[
+            wire.SourceOut(
+                name=s.name,
+                state=s.state,
+                entries=s.entries,
+                last_ok_at=s.last_ok_at,
+                last_error=s.last_error,
+                last_error_at=s.last_error_at,
+                consecutive_failures=s.consecutive_failures,
+                next_attempt_at=s.next_attempt_at,
+                diagnostics=s.diagnostics,
+            )
+            for s in st.sources
+        ],
+        entries=st.entries,
+        diagnostics=[
+            wire.DiagnosticOut(code=d.code, source=d.source, name=d.name, message=d.message) for d in st.diagnostics
+        ],
+        diagnostics_total=st.diagnostics_total,
+        retiring=[
+            wire.RetiringOut(
+                revision=r.revision,
+                pins=r.pins,
+                operations=r.operations,
+                superseded_at=r.superseded_at,
+                drain_deadline_in_s=r.drain_deadline_in_s,
+            )
+            for r in st.retiring
+        ],
+        pending_publication=st.pending_publication,
+        last_cycle=None
+        if st.last_cycle is None
+        else wire.CycleOut(
+            seq=st.last_cycle.seq,
+            status=st.last_cycle.status,
+            finished_at=st.last_cycle.finished_at,
+            error=st.last_cycle.error,
+        ),
+        inputs_changed_since_build=list(st.inputs_changed_since_build)
+        if st.inputs_changed_since_build is not None
+        else None,
+        holds=st.holds,
+        sessions=st.sessions,
+    )
+
+
+def status_json(st: EngineStatus) -> dict[str, Any]:
+    """``st`` as JSON-ready data (the ``/v1/status`` body)."""
+    return wire.dump(status_out(st))

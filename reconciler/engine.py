@@ -1,0 +1,276 @@
+"""The engine facade: the one narrow surface the edges (control API, CLI commands, front door,
+demo) use — refresh, status, readiness, the current and live generations, publication
+listeners, the bounds, sessions and revision holds. Edges never reach through it into the
+reconciler, its queue or its runtime.
+
+Wiring flows one way, at construction. A composition root (:func:`open_engine` here, ``Gateway``
+for a config file) creates the trigger queue first, hands ``queue.add`` to everything that marks
+sources dirty (the upstream reader, the input watcher) and the queue to the ``Reconciler`` that
+consumes it, then builds the :class:`Engine` over the reconciler. Everything is entered on one
+``AsyncExitStack`` and leaves it in reverse order, exactly once (I14).
+
+The engine's own background tasks — the input watcher, per-source polling (``poll_seconds``)
+and revision-hold expiry — run while the engine is entered and stop before the reconciler
+closes. Input checks (I11): every refresh and status answer first runs a stat sweep over the
+watched inputs, so no answer predates a change on disk."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from types import TracebackType
+
+import anyio
+
+from mcp_reconciler.reconciler.authority import Authority, DriftPolicy
+from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.desired import DesiredStateSource
+from mcp_reconciler.reconciler.holds import HoldRegistry
+from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler, new_trigger_queue
+from mcp_reconciler.reconciler.runtime import Listener, LiveGeneration
+from mcp_reconciler.reconciler.status import EngineStatus, ReconnectSchedule, build_status
+from mcp_reconciler.reconciler.tasks import background_tasks
+from mcp_reconciler.reconciler.upstream import TargetFactory, UpstreamReader, default_targets
+from mcp_reconciler.reconciler.workqueue import ALL, Ticket
+
+log = logging.getLogger("mcp_reconciler.engine")
+
+#: A stat sweep over watched inputs: the dirty keys (source names, ``"config"``) that changed
+#: since the last load. ``ConfigDesiredState.poll`` is one.
+InputCheck = Callable[[], Awaitable[set[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether the engine can serve: a generation is published and the newest config is valid.
+    ``reason`` names why not (``no_generation_published`` | ``config_invalid``)."""
+
+    ready: bool
+    revision: int | None
+    reason: str | None = None
+
+
+class Engine:
+    """A running engine, as the edges see it.
+
+    Built by a composition root over a :class:`Reconciler` (entered before the engine is);
+    ``async with engine:`` runs its background tasks (input watcher, source polling, hold
+    expiry) until the block ends. Every method is safe to call from any task; only the
+    awaitable ones wait, and each wait is bounded (refresh by its timeout, input checks by one
+    stat sweep)."""
+
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        *,
+        reconnects: ReconnectSchedule | None = None,
+        inputs: InputCheck | None = None,
+        drift_policy: DriftPolicy = DriftPolicy.FLAG,
+        watch_interval_s: float | None = 1.0,
+    ) -> None:
+        self._rec = reconciler
+        self._runtime = reconciler.runtime
+        self._trigger = reconciler.queue.add
+        self._reconnects = reconnects
+        self._inputs = inputs
+        self._watch_interval_s = watch_interval_s
+        self._sessions = Authority(reconciler.bounds, drift_policy=drift_policy)
+        self._holds = HoldRegistry(reconciler.runtime)
+        self._exit = AsyncExitStack()
+
+    async def __aenter__(self) -> Engine:
+        async with AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(background_tasks())
+            # start_soon, not start: entering must not yield to the loop, or the loop's initial
+            # cycle would start before a caller's first refresh and that refresh would need a second.
+            tg.start_soon(self._holds.run)
+            if self._watch_interval_s is not None:
+                if self._inputs is not None:
+                    tg.start_soon(self._watch, self._watch_interval_s)
+                tg.start_soon(self._poll_sources, min(1.0, self._watch_interval_s))
+            self._exit = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._exit.__aexit__(exc_type, exc, tb)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def bounds(self) -> Bounds:
+        """The bounds this engine enforces (immutable)."""
+        return self._rec.bounds
+
+    @property
+    def closed(self) -> bool:
+        """True once teardown began: no new operation may start, no publication happens."""
+        return self._runtime.closed
+
+    @property
+    def current(self) -> LiveGeneration | None:
+        """The current generation (``None`` before the first publication or after teardown)."""
+        return self._runtime.current
+
+    @property
+    def current_revision(self) -> int | None:
+        """The current revision, or ``None``."""
+        return self._runtime.current_revision
+
+    def get(self, revision: int) -> LiveGeneration:
+        """The live (current or retiring) generation ``revision``; RevisionUnavailableError if
+        it is not live."""
+        return self._runtime.get(revision)
+
+    def live(self) -> list[LiveGeneration]:
+        """Every live generation: the current one first, then retiring ones, newest first."""
+        return self._runtime.live()
+
+    @property
+    def pending_publication(self) -> bool:
+        """Whether a publication is deferred because the retiring set is full (I5)."""
+        return self._runtime.pending is not None
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(new, previous)`` synchronously after every publication; returns a
+        remover. A listener that raises is logged and does not affect publication."""
+        return self._runtime.add_listener(listener)
+
+    def source_names(self) -> frozenset[str]:
+        """The sources of the desired state the newest cycle loaded."""
+        desired = self._rec.last_desired
+        return frozenset(s.name for s in desired.specs) if desired is not None else frozenset()
+
+    @property
+    def sessions(self) -> Authority:
+        """Downstream sessions and their grants (I9, I10)."""
+        return self._sessions
+
+    @property
+    def holds(self) -> HoldRegistry:
+        """Revision holds (bounded, expiring pins for SDK runs); expired while the engine runs."""
+        return self._holds
+
+    def readiness(self) -> Readiness:
+        """Ready iff a generation is published and the newest config loaded is valid."""
+        desired = self._rec.last_desired
+        revision = self._runtime.current_revision
+        if desired is not None and desired.config_error is not None:
+            return Readiness(False, revision, "config_invalid")
+        if revision is None:
+            return Readiness(False, None, "no_generation_published")
+        return Readiness(True, revision)
+
+    async def status(self) -> EngineStatus:
+        """A frozen status snapshot, taken after an input check: when watched inputs changed
+        since the served revision was built, it says so (``inputs_changed_since_build``) rather
+        than answer as current (I11)."""
+        changed = await self.check_inputs()
+        return build_status(
+            self._rec,
+            reconnects=self._reconnects,
+            inputs_changed=changed,
+            holds=len(self._holds.list()),
+            sessions=len(self._sessions.sessions()),
+        )
+
+    # -- acting ------------------------------------------------------------------------------
+
+    async def check_inputs(self) -> frozenset[str]:
+        """Stat sweep now; mark every changed input's key dirty and return the keys."""
+        if self._inputs is None:
+            return frozenset()
+        keys = frozenset(await self._inputs())
+        for key in keys:
+            self._trigger(key)
+        return keys
+
+    async def submit(self, keys: Iterable[str] = (ALL,)) -> Ticket[CycleOutcome]:
+        """Check inputs, mark ``keys`` dirty and return a ticket for the first cycle that starts
+        afterwards (I7): ``await ticket.wait()`` for its outcome, or drop the ticket — abandoning
+        it cancels nothing. ReconcilerClosedError once the engine is closing."""
+        await self.check_inputs()
+        return self._rec.queue.request(keys)
+
+    async def refresh(self, keys: Iterable[str] = (ALL,), *, timeout_s: float | None = 30.0) -> CycleOutcome:
+        """Check inputs, then reconcile ``keys``: the outcome of a cycle that started after this
+        call (I7). TimeoutError if none finished within ``timeout_s``; giving up cancels nothing."""
+        await self.check_inputs()
+        return await self._rec.refresh(keys, timeout_s=timeout_s)
+
+    async def aclose(self) -> None:
+        """Close the engine now (idempotent, concurrent-safe): no new cycles; running operations
+        end with a retryable error; every connection closes exactly once (I14). The owner's
+        ``async with`` exit still reaps the tasks."""
+        await self._rec.aclose()
+
+    # -- background --------------------------------------------------------------------------
+
+    async def _watch(self, interval_s: float) -> None:
+        while True:
+            await anyio.sleep(interval_s)
+            try:
+                await self.check_inputs()
+            except Exception:
+                log.exception("input watcher sweep failed")
+
+    async def _poll_sources(self, tick_s: float) -> None:
+        """Jittered per-source polling for sources that set ``poll_seconds``."""
+        due: dict[str, float] = {}
+        while True:
+            await anyio.sleep(tick_s)
+            desired = self._rec.last_desired
+            if desired is None:
+                continue
+            now = anyio.current_time()
+            for spec in desired.specs:
+                if not spec.poll_seconds:
+                    due.pop(spec.name, None)
+                    continue
+                nxt = due.get(spec.name)
+                if nxt is None:
+                    due[spec.name] = now + spec.poll_seconds * (0.8 + 0.4 * random.random())
+                elif now >= nxt:
+                    self._trigger(spec.name)
+                    due[spec.name] = now + spec.poll_seconds * (0.8 + 0.4 * random.random())
+
+
+@asynccontextmanager
+async def open_engine(
+    desired: DesiredStateSource,
+    targets: TargetFactory = default_targets,
+    *,
+    bounds: Bounds | None = None,
+    inputs: InputCheck | None = None,
+    watch_interval_s: float | None = 1.0,
+    drift_policy: DriftPolicy = DriftPolicy.FLAG,
+    health_interval_s: float | None = 30.0,
+    mode: str = "auto",
+    listeners: Iterable[Listener] = (),
+) -> AsyncIterator[Engine]:
+    """Assemble and run an engine over upstream MCP connections; leaving the block closes it.
+
+    ``desired`` says which sources to serve; ``targets`` builds what the MCP client connects to
+    for each (default: stdio, HTTP or SSE from the spec; tests and embeddings return an
+    in-process ``mcp.server.Server``). The loop starts with a full cycle; await
+    ``engine.refresh()`` to wait for it. Upstream ``list_changed`` notifications, upstream deaths
+    and changed ``inputs`` mark their sources dirty without anyone wiring anything afterwards.
+    ``listeners`` are registered before the loop starts, so they see every publication."""
+    bounds = bounds or Bounds()
+    queue = new_trigger_queue(bounds)
+    async with AsyncExitStack() as stack:
+        reader = await stack.enter_async_context(
+            UpstreamReader(targets, bounds=bounds, on_dirty=queue.add, health_interval_s=health_interval_s, mode=mode)
+        )
+        rec = Reconciler(desired, reader, bounds=bounds, queue=queue)
+        engine = Engine(
+            rec, reconnects=reader, inputs=inputs, drift_policy=drift_policy, watch_interval_s=watch_interval_s
+        )
+        for listener in listeners:
+            engine.add_listener(listener)
+        await stack.enter_async_context(rec)
+        yield await stack.enter_async_context(engine)
