@@ -2,7 +2,13 @@
 
 DNS-rebinding protection is on: only loopback Host/Origin values are accepted unless the
 operator lists more. ``json_response`` stays off, or progress and new-era cancellation would be
-lost (SDK behaviour)."""
+lost (SDK behaviour).
+
+Direction of the wiring: this module depends on the front door, never the reverse. It builds
+the SDK's session manager (``sdk_compat.GatewaySessionManager``: one bounded event store per
+session) from the front door's ``server`` and hands the front door only what its notifier
+asks — "is this session's GET stream open?" — as a ``PushGate``; readiness comes from the front
+door's catalog access."""
 
 from __future__ import annotations
 
@@ -17,8 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from mcp_reconciler.api.event_store import PerSessionEventStoreManager
+from mcp_reconciler.api.event_store import BoundedEventStore
 from mcp_reconciler.api.frontdoor import FrontDoor
+from mcp_reconciler.api.sdk_compat import GatewaySessionManager
 
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
@@ -32,8 +39,11 @@ def build_app(
     session_idle_timeout_s: float = 1800.0,
     extra_routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
-    manager = PerSessionEventStoreManager(
-        app=front.server,
+    """The ASGI app serving ``front`` at ``/mcp`` plus the health routes and ``extra_routes``.
+    Its lifespan runs the session manager; ``front.run`` (the notifier) is the caller's to run."""
+    manager = GatewaySessionManager(
+        front.server,
+        event_store_factory=BoundedEventStore,
         json_response=False,
         stateless=False,
         session_idle_timeout=session_idle_timeout_s,
@@ -43,7 +53,7 @@ def build_app(
             allowed_origins=[*LOOPBACK_ORIGINS, *allowed_origins],
         ),
     )
-    front.manager = manager
+    front.gate_pushes(manager)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -54,14 +64,10 @@ def build_app(
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> JSONResponse:
-        rec = front.rec
-        desired = rec.last_desired
-        ready = rec.runtime.current is not None and (desired is None or desired.config_error is None)
-        body: dict[str, Any] = {"ready": ready, "revision": rec.runtime.current_revision}
-        if desired is not None and desired.config_error is not None:
-            body["reason"] = "config_invalid"
-        elif rec.runtime.current is None:
-            body["reason"] = "no_generation_published"
+        ready, reason = front.catalog.readiness()
+        body: dict[str, Any] = {"ready": ready, "revision": front.catalog.current_revision}
+        if reason is not None:
+            body["reason"] = reason
         return JSONResponse(body, status_code=200 if ready else 503)
 
     routes: list[BaseRoute] = [

@@ -55,7 +55,7 @@ def _front(gw: Gateway, transport: str) -> FrontDoor:
         return (await engine.refresh()).revision
 
     return FrontDoor(
-        gw.rec,  # the front door still reads the runtime through the reconciler; it moves to the engine facade next
+        engine,
         engine.sessions,
         grant_policy=GrantPolicy(settings.grant_policy if settings else "current"),
         expose_control_tools=bool(settings and settings.expose_control_tools),

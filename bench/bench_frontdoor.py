@@ -790,6 +790,7 @@ async def bench_throughput(plan: Plan, drv: Driver, up_url: str, served: Any) ->
 async def bench_hot_path(plan: Plan, served: Any, gw_medians: dict[str, float]) -> dict[str, Any]:
     import mcp_types as types
 
+    from mcp_reconciler.api.frontdoor.revisions import choose_generation
     from mcp_reconciler.reconciler.model import EntryKind
     from mcp_reconciler.reconciler.upstream import UpstreamConnection
 
@@ -798,7 +799,7 @@ async def bench_hot_path(plan: Plan, served: Any, gw_medians: dict[str, float]) 
     gen = live.generation
     name = exposed_tool(served, "h")
     source = gen.tools[name].source
-    deadline = front.rec.bounds.operation_deadline_s
+    deadline = front.catalog.operation_deadline_s
     authority = front.authority
     session = authority.create("bench:hot-path", gen)  # grant policy "current": every visible name
     tool_kind = EntryKind.TOOL
@@ -853,8 +854,8 @@ async def bench_hot_path(plan: Plan, served: Any, gw_medians: dict[str, float]) 
         with contextlib.suppress(Exception):
             t = time.perf_counter_ns()
             for _ in range(ni):
-                front._generation(ctx, session, None)
-            record("generation", "FrontDoor._generation (pick the live gen)", ni, time.perf_counter_ns() - t, False)
+                choose_generation(front.catalog, ctx, session, None)
+            record("generation", "choose_generation (pick the live gen)", ni, time.perf_counter_ns() - t, False)
         entry = gen.tools[name]
         t = time.perf_counter_ns()
         for _ in range(ni):
@@ -876,7 +877,7 @@ async def bench_hot_path(plan: Plan, served: Any, gw_medians: dict[str, float]) 
             t = time.perf_counter_ns()
             for _ in range(ni):
                 view = authority.view(session, gen)
-                [front._definition(e, types.Tool, "name", False) for e in view.entries[tool_kind]]
+                [front.listing.definition(e, False) for e in view.entries[tool_kind]]
             record(
                 "view",
                 f"tools/list view ({len(session.grants)} grants; auto era: per call)",

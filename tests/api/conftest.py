@@ -24,9 +24,9 @@ import anyio
 import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from mcp_reconciler.api.auth import Authenticator
+from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import Served, serve_http
 from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
     REPO_ROOT,
@@ -111,7 +111,7 @@ async def mcp_client(
     message_handler: Any = None,
 ) -> AsyncIterator[Client]:
     """A downstream MCP client on the served front door with extra HTTP ``headers``."""
-    async with create_mcp_http_client(headers=headers or {}) as http:
+    async with mcp_http_client(headers=headers or {}) as http:
         async with Client(
             streamable_http_client(served.url, http_client=http), mode=mode, message_handler=message_handler
         ) as client:

@@ -168,7 +168,7 @@ async def test_I9_200_sessions_each_get_exactly_their_notifications(tmp_path: Pa
             """Every session is bound and its GET stream (where pushes ride) is open."""
             with anyio.fail_after(WAIT):
                 while len(served.front.bindings) < expected_bindings or not all(
-                    served.front._get_stream_open(b) for b in served.front.bindings.values()
+                    served.front.notifier.can_push(b) for b in served.front.bindings.values()
                 ):
                     await anyio.sleep(0.02)
 
@@ -239,4 +239,4 @@ async def test_I9_new_era_session_without_listen_holds_no_pending_notification(t
             while binding.pending:
                 await anyio.sleep(0.01)
         assert binding.notifications == 0
-        assert not served.front._any_pending()
+        assert not served.front.notifier.any_pending()

@@ -12,9 +12,9 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from mcp_reconciler.api.frontdoor import PAGE_SIZE, REVISION_META
+from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.errors import RevisionUnavailableError
 from mcp_reconciler.reconciler.runtime import LiveState
@@ -148,7 +148,7 @@ async def test_revision_request(mode: str, tmp_path: Path) -> None:
 
             # The header does the same for every request of a client.
             headers = {"MCP-Reconciler-Revision": str(old)}
-            async with create_mcp_http_client(headers=headers) as http:
+            async with mcp_http_client(headers=headers) as http:
                 async with downstream(streamable_http_client(served.url, http_client=http), mode) as (pinned, _):
                     tools, rev = await all_tools(pinned)
                     assert rev == old and "up__b" in {t.name for t in tools}
@@ -167,7 +167,7 @@ async def test_revision_request(mode: str, tmp_path: Path) -> None:
         assert err.code == -32012
         assert f"the current revision is {new}" in err.message
         assert err.data["current_revision"] == new and err.data["code"] == "revision_unavailable"
-        async with create_mcp_http_client(headers={"MCP-Reconciler-Revision": str(old)}) as http:
+        async with mcp_http_client(headers={"MCP-Reconciler-Revision": str(old)}) as http:
             async with Client(streamable_http_client(served.url, http_client=http), mode=mode) as pinned:
                 err = await call_error(pinned, "up__a")
                 assert err.code == -32012 and str(new) in err.message

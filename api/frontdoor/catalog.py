@@ -1,0 +1,55 @@
+"""The front door's one window onto the engine.
+
+Every part of the front door reads the catalog through :class:`CatalogAccess`, a thin, read-only
+view of the engine facade (:class:`~mcp_reconciler.reconciler.engine.Engine`): the current and
+live generations, the operation deadline, publications and readiness. Nothing in the front door
+reaches into the reconciler or its runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mcp_reconciler.reconciler.engine import Engine
+from mcp_reconciler.reconciler.runtime import LiveGeneration
+
+
+class CatalogAccess:
+    """Read-only access to the engine's live generations for the front door. Every method reads
+    the engine's state at call time; none of them blocks or changes it."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def current(self) -> LiveGeneration | None:
+        """The current (newest published) generation, or ``None`` before the first publication."""
+        return self._engine.current
+
+    def get(self, revision: int) -> LiveGeneration:
+        """The live generation with ``revision``; raises the engine's ``RevisionUnavailableError``
+        when it is not live (never published, or retired)."""
+        return self._engine.get(revision)
+
+    @property
+    def closed(self) -> bool:
+        """The engine is shutting down: no new operation may start."""
+        return self._engine.closed
+
+    @property
+    def current_revision(self) -> int | None:
+        """The current generation's revision, or ``None`` before the first publication."""
+        return self._engine.current_revision
+
+    @property
+    def operation_deadline_s(self) -> float:
+        """The engine's bound on one forwarded operation (seconds)."""
+        return self._engine.bounds.operation_deadline_s
+
+    def on_publish(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` synchronously after every publication; returns a remover."""
+        return self._engine.add_listener(lambda new, old: callback())
+
+    def readiness(self) -> tuple[bool, str | None]:
+        """``(ready, reason)`` for ``/readyz``: ready once a generation is published and the
+        config last read is valid; ``reason`` is ``config_invalid`` or ``no_generation_published``."""
+        readiness = self._engine.readiness()
+        return readiness.ready, readiness.reason

@@ -1,0 +1,126 @@
+"""The front door assembled: its parts, wired once, and the SDK ``Server`` that serves them.
+
+Wiring flows one way. Every part gets what it reads at construction — the engine through one
+:class:`~mcp_reconciler.api.frontdoor.catalog.CatalogAccess`, the authority, the session table —
+and nothing is assigned into a part afterwards, with one narrow exception: the HTTP layer, which
+is built *from* the front door's server, hands back a
+:class:`~mcp_reconciler.api.frontdoor.notify.PushGate` (:meth:`FrontDoor.gate_pushes`). The
+front door never sees the HTTP session manager, the Starlette app or the engine's internals.
+
+A new capability lands as a new part: a module with a class that takes what it reads in its
+constructor and exposes handlers, registered on the server here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import NotificationOptions, Server, ServerRequestContext
+
+from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
+from mcp_reconciler.api.frontdoor.control_tools import ControlTools, RefreshFn, StatusFn
+from mcp_reconciler.api.frontdoor.forwarding import Forwarder
+from mcp_reconciler.api.frontdoor.listing import Listing
+from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
+from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions, Transport
+from mcp_reconciler.api.version import __version__
+from mcp_reconciler.reconciler.authority import Authority, GrantPolicy
+from mcp_reconciler.reconciler.engine import Engine
+
+
+class GatewayServer(Server[Any]):
+    """Advertises ``listChanged`` for tools, resources and prompts to legacy clients, even when
+    the transport asks for initialization options without arguments (SDK pitfall)."""
+
+    def create_initialization_options(
+        self, notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        """The SDK's options, with every ``list_changed`` advertised unless the caller says otherwise."""
+        return super().create_initialization_options(
+            notification_options
+            or NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True),
+            *args,
+            **kwargs,
+        )
+
+
+class FrontDoor:
+    """One downstream MCP server over the engine, for both protocol eras. Serve :attr:`server`
+    on a transport and run :meth:`run` (the notifier) beside it in the same task group; every
+    result carries the revision it came from, and every session sees exactly its grants."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        authority: Authority,
+        *,
+        grant_policy: GrantPolicy = GrantPolicy.CURRENT,
+        expose_control_tools: bool = False,
+        status: StatusFn | None = None,
+        refresh: RefreshFn | None = None,
+        transport: Transport = "http",
+    ) -> None:
+        self.authority = authority
+        self.catalog = CatalogAccess(engine)
+        self.sessions = Sessions(self.catalog, authority, grant_policy=grant_policy, transport=transport)
+        self.notifier = Notifier(self.catalog, authority, self.sessions.bindings)
+        self.control = ControlTools(self.catalog, status=status, refresh=refresh) if expose_control_tools else None
+        self.listing = Listing(
+            self.catalog, authority, self.sessions, extra_tools=self.control.tools if self.control else ()
+        )
+        self.forwarder = Forwarder(self.catalog, authority, self.sessions)
+        self.server = GatewayServer(
+            "mcp-reconciler",
+            version=__version__,
+            instructions="A gateway over several MCP servers; names are <source>__<name>.",
+            on_list_tools=self.listing.list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self.listing.list_resources,
+            on_list_resource_templates=self.listing.list_templates,
+            on_read_resource=self.forwarder.read_resource,
+            on_list_prompts=self.listing.list_prompts,
+            on_get_prompt=self.forwarder.get_prompt,
+            on_subscriptions_listen=self._listen,
+            # O(1) schema lookup for the SDK's per-call header check in the 2026 era; without it
+            # the SDK runs our whole tools/list (O(granted names)) before every call.
+            get_tool_input_schema=self.listing.tool_input_schema,
+        )
+        self.server.middleware.append(self.sessions.bind_at_handshake)
+
+    @property
+    def bindings(self) -> Mapping[str, Binding]:
+        """Every downstream identity currently bound, by binding key (read-only view)."""
+        return self.sessions.bindings
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The per-session notifier; run it in the owner's task group for the server's lifetime."""
+        await self.notifier.run(task_status=task_status)
+
+    def gate_pushes(self, gate: PushGate) -> None:
+        """Called once by the HTTP layer: hold legacy pushes until ``gate`` reports the client's
+        GET stream open (see ``notify``)."""
+        self.notifier.gate_pushes(gate)
+
+    def touch(self) -> None:
+        """Re-evaluate every session's view now (after grants change outside a publication)."""
+        self.notifier.touch()
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop every binding of a session that was deleted (its token no longer authenticates),
+        closing their listen streams."""
+        for key in self.sessions.forget(session_id):
+            self.notifier.drop(key)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        if self.control is not None and params.name in self.control.names:
+            return await self.control.call(params.name)
+        return await self.forwarder.call_tool(ctx, params)
+
+    async def _listen(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        return await self.notifier.listen(self.sessions.binding(ctx), ctx, params)

@@ -1,0 +1,169 @@
+"""Notifications: telling each session that its view changed (I9, ADR 0006).
+
+After every publication (and on :meth:`Notifier.touch`, when grants change outside one) the
+notifier compares each unpinned binding's view of the current generation with the view it was
+last told about; the kinds that differ become *pending* and are delivered as ``list_changed``,
+coalesced per binding (many publications, one notification per kind while it waits). A
+publication that does not change a session's view sends it nothing. A pinned session's view
+does not follow publications, so it is never told.
+
+Delivery depends on the era. Legacy: a push on the binding's connection — over HTTP it rides
+the client's standalone GET stream, and a push made before that stream is open would be
+dropped by the SDK, so it is *held* (pending) and retried every :data:`RETRY_S` until the
+stream opens or the session goes. The HTTP layer answers "is it open?" through the narrow
+:class:`PushGate` it hands the front door; without one (stdio, in-memory) the connection
+itself carries pushes. New era: an event on the binding's own subscription bus, served by its
+``subscriptions/listen`` handler; a binding that never listened has nowhere to be told and its
+pending kinds are dropped (its first listen starts from a fresh list anyway).
+
+The loop is one task owned by the server's task group (:meth:`Notifier.run`); it sleeps on an
+event, not a poll, unless something is held."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import anyio
+import mcp_types as types
+from mcp.server import ServerRequestContext
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ToolsListChanged,
+)
+
+from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
+from mcp_reconciler.api.frontdoor.sessions import Binding
+from mcp_reconciler.reconciler.authority import Authority
+from mcp_reconciler.reconciler.model import EntryKind
+
+log = logging.getLogger("mcp_reconciler.frontdoor")
+
+RETRY_S = 0.1  # held legacy pushes are retried this often while any is pending
+
+
+class PushGate(Protocol):
+    """What the front door asks the HTTP layer before a legacy push (the only direction: the
+    HTTP layer implements this, the front door never sees the session manager)."""
+
+    def standalone_stream_open(self, http_session_id: str) -> bool | None:
+        """Whether the HTTP session's GET stream is open now; ``None`` once the session is gone."""
+        ...
+
+
+class Notifier:
+    """Delivers per-binding ``list_changed`` as described in the module docstring. Guarantees: a
+    binding is told at most once per kind per pass, only about kinds whose view changed since it
+    was last told, and never after its session is gone."""
+
+    def __init__(self, catalog: CatalogAccess, authority: Authority, bindings: Mapping[str, Binding]) -> None:
+        self._catalog = catalog
+        self._authority = authority
+        self._bindings = bindings
+        self._gate: PushGate | None = None
+        self._buses: dict[str, InMemorySubscriptionBus] = {}
+        self._listeners: dict[str, ListenHandler] = {}
+        self._wake = anyio.Event()
+        # Subscribed now, not when the loop starts: a publication in between still wakes it.
+        self._unsubscribe = catalog.on_publish(self.touch)
+
+    def gate_pushes(self, gate: PushGate) -> None:
+        """Hold legacy HTTP pushes until ``gate`` says the session's GET stream is open. Called
+        once, by the HTTP layer, before the server serves its first request."""
+        if self._gate is not None:
+            raise RuntimeError("the push gate is already set")
+        self._gate = gate
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The notifier loop; run it in the owner's task group for the server's lifetime."""
+        task_status.started()
+        try:
+            while True:
+                with anyio.move_on_after(RETRY_S if self.any_pending() else float("inf")):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
+                await self._notify_all()
+        finally:
+            self._unsubscribe()
+
+    def touch(self) -> None:
+        """Re-evaluate every binding's view on the loop's next pass."""
+        self._wake.set()
+
+    def any_pending(self) -> bool:
+        """Whether any binding has a change it has not been told about yet."""
+        return any(b.pending for b in self._bindings.values())
+
+    def can_push(self, binding: Binding) -> bool:
+        """Whether a legacy push can reach ``binding`` now (its GET stream is open, or its
+        transport carries pushes itself). A binding whose HTTP session is gone loses its pending
+        kinds: there is no one left to tell."""
+        if binding.http_session_id is None or self._gate is None:
+            return True  # stdio / in-memory: the connection itself carries pushes
+        open_ = self._gate.standalone_stream_open(binding.http_session_id)
+        if open_ is None:
+            binding.pending = set()  # the session is gone
+            return False
+        return open_
+
+    def drop(self, key: str) -> None:
+        """Close the listen stream and bus of a binding that was removed."""
+        self._buses.pop(key, None)
+        handler = self._listeners.pop(key, None)
+        if handler is not None:
+            handler.close()
+
+    async def listen(
+        self, binding: Binding, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """Serve a new-era ``subscriptions/listen`` for ``binding`` on its own bus, so one
+        identity's changes never reach another's stream."""
+        handler = self._listeners.get(binding.key)
+        if handler is None:
+            bus = self._buses.setdefault(binding.key, InMemorySubscriptionBus())
+            handler = self._listeners[binding.key] = ListenHandler(bus)
+        return await handler(ctx, params)
+
+    async def _notify_all(self) -> None:
+        live = self._catalog.current()
+        if live is None:
+            return
+        for binding in list(self._bindings.values()):
+            if binding.session.pinned_revision is not None:
+                continue  # a pinned session's view does not follow publications
+            view = self._authority.view(binding.session, live.generation)
+            binding.pending |= view.changed_kinds(binding.last_view)
+            binding.last_view = view
+            if binding.pending:
+                await self._deliver(binding)
+
+    async def _deliver(self, binding: Binding) -> None:
+        kinds = binding.pending
+        if binding.era == "legacy":
+            if binding.conn is None or not self.can_push(binding):
+                return  # held until the client's GET stream is open; retried on the next tick
+            try:
+                await sdk_compat.push_list_changed(binding.conn, kinds)
+            except Exception:
+                log.info("session %s: list_changed push failed", binding.session.id)
+                return
+        else:
+            bus = self._buses.get(binding.key)
+            if bus is None:
+                # No listen stream yet: the next listen starts from a fresh list anyway. Drop the
+                # pending kinds, or the notifier would re-poll this binding every tick forever.
+                binding.pending = set()
+                return
+            if EntryKind.TOOL in kinds:
+                await bus.publish(ToolsListChanged())
+            if kinds & {EntryKind.RESOURCE, EntryKind.RESOURCE_TEMPLATE}:
+                await bus.publish(ResourcesListChanged())
+            if EntryKind.PROMPT in kinds:
+                await bus.publish(PromptsListChanged())
+        binding.notifications += 1
+        binding.pending = set()

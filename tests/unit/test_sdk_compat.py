@@ -1,0 +1,264 @@
+"""Every MCP SDK private the gateway uses (``api/sdk_compat.py``), checked on real SDK objects.
+
+Each test builds the object the SDK builds (a served ``Server`` over the in-memory transport, or
+the streamable-HTTP session manager behind uvicorn on 127.0.0.1), asserts the private attribute
+is there — failing with a message that names it — and exercises it once through the compat
+function the gateway calls. When an SDK release moves one of them, this file says which."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+import uvicorn
+from mcp import Client
+from mcp.server import Server, ServerRequestContext
+from mcp.server.connection import Connection
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.event_store import BoundedEventStore
+from mcp_reconciler.reconciler.model import EntryKind
+
+pytestmark = pytest.mark.anyio
+WAIT = 10.0
+
+
+def require(obj: object, attr: str, where: str) -> Any:
+    """``obj.<attr>``, or a test failure naming the SDK attribute that moved."""
+    if not hasattr(obj, attr):
+        pytest.fail(f"mcp SDK changed: {where}.{attr} is gone (api/sdk_compat.py relies on it)")
+    return getattr(obj, attr)
+
+
+class Recorder:
+    """A low-level server whose ``tools/list`` records the request context, plus a message
+    handler that counts the ``list_changed`` notifications the client receives."""
+
+    def __init__(self) -> None:
+        self.contexts: list[ServerRequestContext[Any]] = []
+        self.received: list[str] = []
+        self.got = anyio.Event()
+        self.server: Server[Any] = Server("compat", version="1", on_list_tools=self._list_tools)
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        self.contexts.append(ctx)
+        return types.ListToolsResult(tools=[])
+
+    async def on_message(self, message: Any) -> None:
+        if isinstance(
+            message,
+            types.ToolListChangedNotification
+            | types.ResourceListChangedNotification
+            | types.PromptListChangedNotification,
+        ):
+            self.received.append(message.method)
+            event, self.got = self.got, anyio.Event()
+            event.set()
+
+    async def wait_received(self, count: int) -> None:
+        with anyio.fail_after(WAIT):
+            while len(self.received) < count:
+                await self.got.wait()
+
+
+def test_the_installed_sdk_is_the_minor_version_this_module_was_tested_with() -> None:
+    """pyproject pins ``mcp`` to the minor in ``sdk_compat.TESTED_SDK``; raise both together,
+    after this file passes on the new minor."""
+    import importlib.metadata
+    import tomllib
+    from pathlib import Path
+
+    installed = importlib.metadata.version("mcp")
+    assert installed.startswith(f"{sdk_compat.TESTED_SDK}."), (installed, sdk_compat.TESTED_SDK)
+    major, minor = (int(x) for x in sdk_compat.TESTED_SDK.split("."))
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert f"mcp>={major}.{minor},<{major}.{minor + 1}" in pyproject["project"]["dependencies"]
+
+
+# -- 1. ServerSession._connection --------------------------------------------------------------
+
+
+async def test_server_session_connection_is_the_per_connection_object() -> None:
+    """``ServerSession._connection``: one ``Connection`` for every request of a legacy
+    connection, with the public surface the front door uses through sdk_compat (a stable key in
+    its scratch state, the exit stack that runs on close, the list_changed pushes)."""
+    rec = Recorder()
+    closed: list[str] = []
+    async with Client(rec.server, mode="legacy", message_handler=rec.on_message) as client:
+        await client.list_tools(cache_mode="bypass")
+        await client.list_tools(cache_mode="bypass")
+        first, second = rec.contexts
+        assert first.session is not second.session  # per request: useless as a session key
+        conn = require(first.session, "_connection", "mcp.server.session.ServerSession")
+        assert isinstance(conn, Connection), "mcp SDK changed: ServerSession._connection is no Connection"
+        assert sdk_compat.connection_of(first) is conn
+        assert sdk_compat.connection_of(second) is conn, "one Connection per legacy connection"
+
+        assert sdk_compat.http_session_id(conn) is None  # in-memory: no transport session id
+        key = sdk_compat.connection_key(conn)
+        assert key and sdk_compat.connection_key(conn) == key, "the minted key is kept in Connection.state"
+
+        sdk_compat.on_connection_close(conn, closed.append, key)
+        await sdk_compat.push_list_changed(conn, {EntryKind.TOOL, EntryKind.RESOURCE_TEMPLATE, EntryKind.PROMPT})
+        await rec.wait_received(3)
+        assert sorted(rec.received) == [
+            "notifications/prompts/list_changed",
+            "notifications/resources/list_changed",
+            "notifications/tools/list_changed",
+        ]
+        assert closed == []
+    with anyio.fail_after(WAIT):
+        while not closed:  # the server side unwinds the exit stack as the client disconnects
+            await anyio.sleep(0.01)
+    assert closed == [key]
+
+
+def test_connection_of_names_the_private_when_it_is_gone() -> None:
+    ctx: Any = SimpleNamespace(session=object())
+    with pytest.raises(sdk_compat.SDKChangedError, match=r"ServerSession\._connection"):
+        sdk_compat.connection_of(ctx)
+
+
+# -- 2 and 3. the streamable-HTTP session manager ----------------------------------------------
+
+
+def test_session_manager_admission_hook_exists() -> None:
+    """``StreamableHTTPSessionManager._admit_session``: the hook that builds each session's
+    transport; sdk_compat checks it at import time and names it when it is missing."""
+    hook = require(StreamableHTTPSessionManager, "_admit_session", "StreamableHTTPSessionManager")
+    assert callable(hook)
+    with pytest.raises(sdk_compat.SDKChangedError, match=r"Empty\._admit_session"):
+
+        class Empty:
+            pass
+
+        sdk_compat._require_hook(Empty, "_admit_session")
+
+
+class CountingStore(BoundedEventStore):
+    created: list[CountingStore] = []
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stored = 0
+        CountingStore.created.append(self)
+
+    async def store_event(self, stream_id: Any, message: Any) -> Any:
+        self.stored += 1
+        return await super().store_event(stream_id, message)
+
+
+@contextlib.asynccontextmanager
+async def served(manager: StreamableHTTPSessionManager) -> AsyncIterator[str]:
+    """``manager`` behind uvicorn on an ephemeral 127.0.0.1 port; yields the MCP URL."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    app = Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(manager))], lifespan=lifespan)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=3))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, [sock])
+            with anyio.fail_after(WAIT):
+                while not server.started:
+                    await anyio.sleep(0.01)
+            try:
+                yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+            finally:
+                server.should_exit = True
+    finally:
+        sock.close()
+
+
+async def test_session_manager_privates_on_a_served_session() -> None:
+    """``_server_instances``, ``StreamableHTTPServerTransport._request_streams`` with
+    ``GET_STREAM_KEY``, and ``_event_store``: a legacy HTTP session gets its own store from the
+    factory (the store the transport actually writes to), its GET stream is seen opening, a push
+    rides it, and once the client ends the session the probe answers ``None``."""
+    CountingStore.created.clear()
+    rec = Recorder()
+    manager = sdk_compat.GatewaySessionManager(
+        rec.server,
+        event_store_factory=CountingStore,
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    require(manager, "_server_instances", "StreamableHTTPSessionManager")
+    async with served(manager) as url:
+        async with Client(url, mode="legacy", message_handler=rec.on_message) as client:
+            await client.list_tools(cache_mode="bypass")
+            conn = sdk_compat.connection_of(rec.contexts[0])
+            session_id = sdk_compat.http_session_id(conn)
+            assert session_id is not None, "a stateful HTTP connection carries its mcp-session-id"
+            assert sdk_compat.connection_key(conn) == session_id
+
+            transport = manager.transport(session_id)
+            assert isinstance(transport, StreamableHTTPServerTransport)
+            require(transport, "_request_streams", "StreamableHTTPServerTransport")
+            store = require(transport, "_event_store", "StreamableHTTPServerTransport")
+            assert len(CountingStore.created) == 1 and store is CountingStore.created[0]
+
+            with anyio.fail_after(WAIT):  # the client opens its GET stream after the handshake
+                while not manager.standalone_stream_open(session_id):
+                    await anyio.sleep(0.01)
+            before = store.stored
+            await sdk_compat.push_list_changed(conn, {EntryKind.TOOL})
+            await rec.wait_received(1)
+            assert store.stored > before, "the push went through this session's own event store"
+
+            async with Client(url, mode="legacy") as other:
+                await other.list_tools(cache_mode="bypass")
+                other_id = sdk_compat.http_session_id(sdk_compat.connection_of(rec.contexts[-1]))
+                assert other_id not in (None, session_id)
+                other_transport = manager.transport(other_id)  # type: ignore[arg-type]
+                assert other_transport is not None
+                assert other_transport._event_store is CountingStore.created[1] is not store
+        with anyio.fail_after(WAIT):  # the client's DELETE ended the session
+            while manager.standalone_stream_open(session_id) is not None:
+                await anyio.sleep(0.01)
+        assert manager.transport(session_id) is None
+
+
+def test_session_manager_probe_names_the_private_when_it_is_gone() -> None:
+    manager = sdk_compat.GatewaySessionManager(Server("x"))
+    del manager._server_instances
+    with pytest.raises(sdk_compat.SDKChangedError, match=r"StreamableHTTPSessionManager\._server_instances"):
+        manager.standalone_stream_open("s")
+
+
+def test_event_store_and_factory_are_exclusive() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        sdk_compat.GatewaySessionManager(
+            Server("x"), event_store=BoundedEventStore(), event_store_factory=BoundedEventStore
+        )
+
+
+# -- 4. mcp.shared._httpx_utils.create_mcp_http_client -----------------------------------------
+
+
+async def test_mcp_http_client_has_the_sdk_transport_defaults() -> None:
+    """``mcp.shared._httpx_utils.create_mcp_http_client`` (a private module): the client the
+    SDK's pinned runs and the tests send extra headers with."""
+    import mcp.shared._httpx_utils as httpx_utils
+
+    require(httpx_utils, "create_mcp_http_client", "mcp.shared._httpx_utils")
+    async with sdk_compat.mcp_http_client({"MCP-Reconciler-Revision": "7"}) as http:
+        assert http.headers["MCP-Reconciler-Revision"] == "7"
+        assert http.timeout.read == 300.0 and http.timeout.connect == 30.0
