@@ -165,9 +165,7 @@ async def test_I20_flag_policy_serves_projected_text_with_provenance_and_diagnos
         assert [(c, p) for c, p, _ in diagnostics(status, "benign__convert_units")] == [
             ("metadata_projected", "description")
         ]
-        assert not [
-            d for d in status.diagnostics if d.source == "benign" and d.name != "benign__convert_units"
-        ]
+        assert not [d for d in status.diagnostics if d.source == "benign" and d.name != "benign__convert_units"]
 
         # The trusted source is served verbatim, and says so.
         mail = tools["mail__send_email"]
