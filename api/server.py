@@ -9,7 +9,7 @@ import logging
 import signal
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,23 @@ import uvicorn
 from mcp.server.stdio import stdio_server
 
 from mcp_reconciler.api.auth import Authenticator
-from mcp_reconciler.api.control import Control
+from mcp_reconciler.api.console import Console
+from mcp_reconciler.api.control import MAX_BODY_BYTES, Control
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.http_app import build_app
+from mcp_reconciler.api.http_limits import (
+    ACCEPT_BACKLOG,
+    BodyLimit,
+    ConnectionGuard,
+    descriptor_budget,
+    install_accept_error_handler,
+)
+from mcp_reconciler.api.lifecycle import DrainGate, GatewayUvicorn
 from mcp_reconciler.api.routes import routes as control_routes
+from mcp_reconciler.api.sdk_compat import GatewaySessionManager
 from mcp_reconciler.api.views import status_json
 from mcp_reconciler.reconciler.authority import GrantPolicy
+from mcp_reconciler.reconciler.config import GatewaySettings
 from mcp_reconciler.reconciler.gateway import Gateway
 
 log = logging.getLogger("mcp_reconciler.server")
@@ -33,11 +44,14 @@ BUNDLED_DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo" / "g
 
 @dataclass
 class Served:
+    """A served gateway. Setting :attr:`hurry` while it stops cuts the shutdown grace short."""
+
     gateway: Gateway
     front: FrontDoor
     url: str
     port: int
     control: Control | None = None
+    hurry: anyio.Event = field(default_factory=anyio.Event)
 
     @property
     def base_url(self) -> str:
@@ -75,12 +89,14 @@ async def serve_http(
     authenticator: Authenticator | None = None,
     insecure_no_auth: bool = False,
 ) -> AsyncIterator[Served]:
-    """Start the gateway on ``config_path`` and serve it; leaving the block stops it all.
-    ``port=0`` binds an ephemeral port (tests)."""
+    """Start the gateway on ``config_path`` and serve it; leaving the block stops it all, in the
+    order ``api/lifecycle.py`` gives (stop accepting, grace, close the engine while HTTP is up,
+    stop HTTP, stop upstreams). ``port=0`` binds an ephemeral port (tests)."""
     async with Gateway(config_path, watch_interval_s=watch_interval_s) as gw:
-        settings = gw.settings
-        bind_host = host or (settings.host if settings else "127.0.0.1")
-        bind_port = port if port is not None else (settings.port if settings else 8765)
+        settings = gw.settings or GatewaySettings()
+        limits = settings.limits
+        bind_host = host or settings.host
+        bind_port = port if port is not None else settings.port
         front = _front(gw, "http")
         auth = authenticator or Authenticator.from_env(insecure_no_auth=insecure_no_auth)
         if auth.insecure_no_auth:
@@ -92,7 +108,28 @@ async def serve_http(
             )
         control = Control(gw.engine, front, auth)
         app = build_app(
-            front, allowed_hosts=settings.allowed_hosts if settings else (), extra_routes=control_routes(control)
+            front,
+            allowed_hosts=settings.allowed_hosts,
+            extra_routes=control_routes(control),
+            session_idle_timeout_s=limits.session_idle_s,
+            max_sessions=limits.transport_sessions,
+            max_sessions_per_client=limits.transport_sessions_per_client,
+            max_body_bytes=limits.body_bytes,
+        )
+        gate = DrainGate(BodyLimit(app, {"/mcp": limits.body_bytes, "/v1": MAX_BODY_BYTES}))
+        budget = descriptor_budget(limits.connections, limits.fd_reserve)
+        if budget.connections < limits.connections:
+            log.warning(
+                "the descriptor limit (%d, %d in use, %d reserved) allows %d downstream connections, "
+                "not the %d configured (gateway.limits.connections)",
+                budget.soft_limit,
+                budget.in_use,
+                budget.reserve,
+                budget.connections,
+                limits.connections,
+            )
+        guard = ConnectionGuard(
+            connections=budget.connections, header_timeout_s=limits.header_timeout_s, header_bytes=limits.header_bytes
         )
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
         # listening socket's proto says TCP; with proto 0, Nagle + delayed ACK add ~40 ms per response.
@@ -106,59 +143,143 @@ async def serve_http(
             sock.close()
             raise OSError(f"cannot listen on {bind_host}:{bind_port}: {exc.strerror}; choose another --port") from exc
         actual_port = sock.getsockname()[1]
-        server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=3, access_log=False)
+        server = GatewayUvicorn(
+            uvicorn.Config(
+                gate,
+                http=guard.protocol(),
+                log_level="warning",
+                lifespan="on",
+                timeout_graceful_shutdown=3,
+                timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]  # uvicorn accepts a float
+                backlog=ACCEPT_BACKLOG,
+                access_log=False,
+            )
         )
+        hurry = anyio.Event()
         try:
-            async with anyio.create_task_group() as tg:
-                await tg.start(front.run)
+            with install_accept_error_handler():
+                async with anyio.create_task_group() as tg:
+                    await tg.start(front.run)
+                    await tg.start(guard.run)
 
-                async def serve() -> None:
+                    async def serve() -> None:
+                        try:
+                            await server.serve([sock])
+                        finally:
+                            tg.cancel_scope.cancel()  # uvicorn stopped on its own: stop the rest
+
+                    tg.start_soon(serve)
+                    with anyio.fail_after(30):
+                        while not server.started:  # noqa: ASYNC110 - uvicorn exposes no started event
+                            await anyio.sleep(0.01)
                     try:
-                        await server.serve([sock])
+                        yield Served(gw, front, f"http://{bind_host}:{actual_port}/mcp", actual_port, control, hurry)
                     finally:
-                        tg.cancel_scope.cancel()  # uvicorn stopped (signal or should_exit): stop the rest
-
-                tg.start_soon(serve)
-                with anyio.fail_after(30):
-                    while not server.started:  # noqa: ASYNC110 - uvicorn exposes no started event
-                        await anyio.sleep(0.01)
-                try:
-                    yield Served(gw, front, f"http://{bind_host}:{actual_port}/mcp", actual_port, control)
-                finally:
-                    # Close the engine while HTTP is still up, so calls in flight end with the
-                    # sanitized "shutting down" error instead of a dropped stream (I12, I14).
-                    with anyio.CancelScope(shield=True):
-                        await gw.engine.aclose()
-                    server.should_exit = True
+                        with anyio.CancelScope(shield=True):
+                            await _stop(gw, server, gate, app.state.session_manager, settings.shutdown_grace_s, hurry)
         finally:
             sock.close()
+
+
+async def _stop(
+    gw: Gateway,
+    server: GatewayUvicorn,
+    gate: DrainGate,
+    sessions: GatewaySessionManager,
+    grace_s: float,
+    hurry: anyio.Event,
+) -> None:
+    """Steps 1-3 of ``api/lifecycle.py``; uvicorn's own shutdown (step 4) follows ``should_exit``."""
+    server.stop_accepting()
+    gate.close()
+    running = gw.engine.operations()
+    if running:
+        log.info("stopping: %d operation(s) in flight get up to %.1f s to finish", running, grace_s)
+        async with anyio.create_task_group() as tg:
+
+            async def cut_short() -> None:
+                await hurry.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(cut_short)
+            left = await gw.engine.settle(grace_s)
+            tg.cancel_scope.cancel()
+        if left:
+            log.info("stopping: ending %d operation(s) still in flight", left)
+    # Close the engine while HTTP is still up, so calls in flight end with the sanitized
+    # "shutting down" error instead of a dropped stream (I12, I14).
+    await gw.engine.aclose()
+    # Legacy sessions' GET streams never end by themselves: end them, so HTTP stops without
+    # waiting out its graceful timeout (and cancelling them) on their account.
+    await sessions.terminate_all()
+    server.should_exit = True
 
 
 async def run_serve(
     config_path: str | Path | None, host: str | None, port: int | None, insecure_no_auth: bool = False
 ) -> int:
+    """``mcp-reconciler serve``: serve until SIGINT or SIGTERM (either stops gracefully, exit 0; a
+    second one cuts the grace short), reloading the config on SIGHUP. Output lines on stdout are
+    best effort (``api/console.py``): an unwritable stdout never stops the gateway."""
     path = Path(config_path) if config_path else BUNDLED_DEMO
-    async with serve_http(path, host=host, port=port, insecure_no_auth=insecure_no_auth) as served:
-        engine = served.gateway.engine
-        live = engine.current
-        tools = sorted(live.generation.tools) if live is not None else []
-        print(f"mcp-reconciler serving {path}", flush=True)
-        print(f"  MCP endpoint: {served.url}   (both protocol eras)", flush=True)
-        print(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz", flush=True)
-        if insecure_no_auth:
-            print("  WARNING: --insecure-no-auth: the control API accepts every request as operator", flush=True)
-        print(f"  revision {engine.current_revision}: {len(tools)} tools {tools}", flush=True)
-        print("  SIGHUP reloads the config; Ctrl-C stops.", flush=True)
+    console = Console()
+    stop = anyio.Event()
+    reload = anyio.Event()
+    state: dict[str, Served] = {}
+    # Signals are ours for the whole run, teardown included (see api/lifecycle.py).
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async with anyio.create_task_group() as tg:
+            startup = anyio.CancelScope()
 
-        def on_publish(new: object, old: object) -> None:
-            print(f"  published revision {engine.current_revision}", flush=True)
+            async def on_signals() -> None:
+                async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        reload.set()
+                    elif not stop.is_set():
+                        log.info("received %s: stopping", signal.Signals(signum).name)
+                        stop.set()
+                        if "served" not in state:
+                            startup.cancel()  # still starting: stop starting
+                    else:
+                        log.info(
+                            "received %s while stopping: ending operations in flight now", signal.Signals(signum).name
+                        )
+                        if "served" in state:
+                            state["served"].hurry.set()
 
-        engine.add_listener(on_publish)
-        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
-            async for _ in signals:
-                out = await engine.refresh(["config"])
-                print(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}", flush=True)
+            tg.start_soon(on_signals)
+            with startup:
+                async with serve_http(path, host=host, port=port, insecure_no_auth=insecure_no_auth) as served:
+                    state["served"] = served
+                    engine = served.gateway.engine
+                    live = engine.current
+                    tools = sorted(live.generation.tools) if live is not None else []
+                    console.say(f"mcp-reconciler serving {path}")
+                    console.say(f"  MCP endpoint: {served.url}   (both protocol eras)")
+                    console.say(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz")
+                    if insecure_no_auth:
+                        console.say("  WARNING: --insecure-no-auth: the control API accepts every request as operator")
+                    console.say(f"  revision {engine.current_revision}: {len(tools)} tools {tools}")
+                    console.say("  SIGHUP reloads the config; Ctrl-C (or SIGTERM) stops.")
+
+                    def on_publish(new: object, old: object) -> None:
+                        console.say(f"  published revision {engine.current_revision}")
+
+                    engine.add_listener(on_publish)
+
+                    async def reloads() -> None:
+                        nonlocal reload
+                        while True:
+                            await reload.wait()
+                            reload = anyio.Event()  # SIGHUPs during a reload coalesce into one more
+                            out = await engine.refresh(["config"])
+                            console.say(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}")
+
+                    async with anyio.create_task_group() as inner:
+                        inner.start_soon(reloads)
+                        await stop.wait()
+                        inner.cancel_scope.cancel()
+            tg.cancel_scope.cancel()
     return 0
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "GatewaySettings",
     "HttpTransportConfig",
     "InterpolatedStr",
+    "LimitsConfig",
     "LoadedConfig",
     "SourceConfig",
     "SseTransportConfig",
@@ -303,6 +304,32 @@ class SourceConfig(_Frozen):
         return self
 
 
+class LimitsConfig(_Frozen):
+    """What one HTTP client can make the gateway hold (the ``gateway.limits:`` mapping, I18).
+    Read when ``serve`` starts; a reload does not change them."""
+
+    #: Open downstream HTTP connections; at the bound the oldest idle one is closed to make room.
+    #: Clamped at startup to what the descriptor limit leaves after ``fd_reserve``.
+    connections: int = Field(default=1024, ge=1)
+    #: Descriptors kept free for config reads, upstream processes and connections, and logs.
+    fd_reserve: int = Field(default=256, ge=16)
+    #: A connection must deliver a complete request head this soon after it opens (or after its
+    #: previous response), or it is closed.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    #: An idle keep-alive connection is closed after this long.
+    keep_alive_s: float = Field(default=5.0, gt=0)
+    #: Request line plus headers, in bytes (431 beyond).
+    header_bytes: int = Field(default=64 * 1024, ge=1024)
+    #: ``/mcp`` request body, in bytes (413 beyond, answered while the body streams).
+    body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: Streamable-HTTP transport sessions (2025-11-25 era) open at once, all clients together.
+    transport_sessions: int = Field(default=4096, ge=1)
+    #: Transport sessions per client: per bearer credential, or per peer address without one.
+    transport_sessions_per_client: int = Field(default=256, ge=1)
+    #: A transport session with no request in flight and no open stream for this long is closed.
+    session_idle_s: float = Field(default=300.0, gt=0)
+
+
 class GatewaySettings(_Frozen):
     """Gateway-wide settings (the ``gateway:`` mapping). Every key is optional."""
 
@@ -315,6 +342,10 @@ class GatewaySettings(_Frozen):
     grant_policy: Literal["current", "none"] = "current"
     drift_policy: Literal["allow", "flag", "quarantine"] = "flag"
     allowed_hosts: tuple[str, ...] = ()  # extra Host values accepted on /mcp (DNS-rebinding protection)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    #: On SIGTERM/SIGINT, operations in flight get this long to finish before they are ended
+    #: with a retryable "shutting down" error.
+    shutdown_grace_s: float = Field(default=10.0, ge=0)
 
     def bounds(self, base: Bounds | None = None) -> Bounds:
         """``base`` (default: the design's defaults) with this file's overrides applied."""

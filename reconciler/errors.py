@@ -76,10 +76,11 @@ class CycleFailedError(ReconcilerError):
 
 
 class ReconcilerClosedError(ReconcilerError):
-    """The engine is closed; no new cycles, pins or publications."""
+    """The engine is closed; no new cycles, pins or publications. Retryable: the same request
+    may succeed on another replica, or on this gateway once it is back."""
 
     code = "closed"
-    retryable = False
+    retryable = True
 
     def __init__(self) -> None:
         super().__init__("the gateway is shutting down")

@@ -1,0 +1,123 @@
+"""Stopping a served gateway with a signal while calls are in flight (issue 10, item 9; I14).
+
+The gateway runs as its own process (``mcp-reconciler serve``); its stdio upstream ignores stdin
+close *and* SIGTERM (``--linger``), so only the supervisor's process-group SIGKILL stops it. One
+call per protocol era is in flight, held by the upstream's ``block`` tool, when the first signal
+arrives; a second signal follows while the gateway is still tearing down. Expected:
+
+- both calls end with a clean JSON-RPC error (``-32017``, ``retryable: true``), not a cut stream
+  or a plain-text 500;
+- the process exits 0 and prints no traceback, the second signal included;
+- no upstream process is left (the lingering one included: I14).
+
+Unwritable stdout (item 10): with stdout on ``/dev/full`` or on a pipe nobody reads, ``serve``
+starts, serves, reloads on SIGHUP (which prints a line) and stops on SIGTERM with exit 0."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+
+from mcp_reconciler.api.sdk_compat import mcp_http_client
+from tests.chaos.conftest import pid_alive
+from tests.chaos.gateway_process import GatewayProcess, write_json
+from tests.e2e.conftest import upstream_source
+from tests.integration.conftest import free_port, read_pid, wait_for_file
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+GRACE_S = 1.0
+ERA_MODES = {"legacy": "legacy", "2026": "auto"}
+
+
+async def _held_call(url: str, token: str, mode: str, marker: Path, outcome: dict[str, Any]) -> None:
+    """One client holding one ``up__block`` call; records how the call ended."""
+    try:
+        async with mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode=mode, read_timeout_seconds=60) as c:
+                try:
+                    outcome["result"] = await c.call_tool("up__block", {"marker": str(marker)})
+                except MCPError as exc:
+                    outcome["error"] = exc
+                except Exception as exc:  # a cut stream, an HTTP 500: what must not happen
+                    outcome["broken"] = repr(exc)
+    except BaseException as exc:  # the client's own exit once the gateway is gone is not the call's outcome
+        outcome.setdefault("exit", repr(exc))
+        if not isinstance(exc, Exception):
+            raise
+
+
+@pytest.mark.parametrize(("first", "second"), [("SIGTERM", "SIGTERM"), ("SIGINT", "SIGTERM"), ("SIGTERM", "SIGINT")])
+async def test_signal_with_calls_in_flight_stops_cleanly(first: str, second: str, tmp_path: Path) -> None:
+    pid_file = tmp_path / "up.pid"
+    cfg = write_json(
+        tmp_path / "gateway.yaml",
+        {
+            "gateway": {"cooldown_s": 0.05, "shutdown_grace_s": GRACE_S},
+            "sources": [upstream_source("up", "--tools", "echo", "--linger", "--pid-file", str(pid_file))],
+        },
+    )
+    gw = GatewayProcess(tmp_path, cfg)
+    try:
+        await gw.started()
+        upstream_pid = await read_pid(pid_file)
+        token = await gw.session_token()
+        outcomes: dict[str, dict[str, Any]] = {era: {} for era in ERA_MODES}
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for era, mode in ERA_MODES.items():
+                    tg.start_soon(_held_call, gw.url, token, mode, tmp_path / f"{era}.marker", outcomes[era])
+                for era in ERA_MODES:
+                    await wait_for_file(tmp_path / f"{era}.marker")
+                gw.signal(getattr(signal, first))
+                # Both calls are answered within the grace plus a bound, while teardown goes on.
+                with anyio.fail_after(GRACE_S + 10):
+                    while not all(("error" in o or "broken" in o or "result" in o) for o in outcomes.values()):
+                        await anyio.sleep(0.02)
+                gw.signal(getattr(signal, second))  # the upstream is still lingering: teardown is running
+            code = await gw.exited(30)
+        stderr = gw.stderr()
+        for era, o in outcomes.items():
+            assert "broken" not in o and "result" not in o, (era, o, stderr[-3000:])
+            err = o["error"]
+            assert err.error.code == -32017, (era, err.error)
+            assert err.error.message == "the gateway is shutting down", (era, err.error)
+            assert isinstance(err.error.data, dict) and err.error.data.get("retryable") is True, (era, err.error)
+        assert code == 0, (code, stderr[-3000:])
+        assert "Traceback" not in stderr, stderr[-3000:]
+        assert not pid_alive(upstream_pid), f"upstream {upstream_pid} outlived the gateway"
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("stdout", ["full", "closed-pipe"])
+async def test_unwritable_stdout_never_stops_the_gateway(stdout: str, tmp_path: Path) -> None:
+    cfg = write_json(
+        tmp_path / "gateway.yaml",
+        {"gateway": {"cooldown_s": 0.05}, "sources": [upstream_source("up", "--tools", "echo")]},
+    )
+    gw = GatewayProcess(tmp_path, cfg, stdout=stdout, port=free_port())
+    try:
+        await gw.started()
+        for _ in range(3):  # each reload prints a line to the broken stdout
+            seq = (await gw.status())["last_cycle"]["seq"]
+            gw.signal(signal.SIGHUP)
+            with anyio.fail_after(20):  # the reload's cycle finished, and the process lives on
+                while (await gw.status())["last_cycle"]["seq"] <= seq:
+                    await anyio.sleep(0.05)
+            assert gw.proc.poll() is None, gw.stderr()[-3000:]
+        assert await gw.healthy()
+        gw.signal(signal.SIGTERM)
+        code = await gw.exited(30)
+        stderr = gw.stderr()
+        assert code == 0, (code, stderr[-3000:])
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr[-3000:]
+        assert "stdout is not writable" in stderr  # said once, in the log
+    finally:
+        gw.close()
