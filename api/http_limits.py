@@ -51,6 +51,10 @@ log = logging.getLogger("mcp_reconciler.http")
 #: them, so they count against the descriptor reserve, twice (accepted, and evicted-not-yet-closed).
 ACCEPT_BACKLOG = 128
 
+#: The kernel's accept queue, set on the listening socket after asyncio set it to
+#: :data:`ACCEPT_BACKLOG`: queued connections hold no descriptor of ours until accepted.
+LISTEN_QUEUE = 1024
+
 _RPC_INVALID_REQUEST = -32600
 
 

@@ -24,6 +24,7 @@ from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.http_app import build_app
 from mcp_reconciler.api.http_limits import (
     ACCEPT_BACKLOG,
+    LISTEN_QUEUE,
     BodyLimit,
     ConnectionGuard,
     descriptor_budget,
@@ -172,6 +173,10 @@ async def serve_http(
                     with anyio.fail_after(30):
                         while not server.started:  # noqa: ASYNC110 - uvicorn exposes no started event
                             await anyio.sleep(0.01)
+                    # asyncio uses its backlog both for listen() and as the accepts per loop tick;
+                    # keep the batch small (descriptor budget) but the kernel's queue long, so a
+                    # connection flood does not drop a legitimate client's SYN.
+                    sock.listen(LISTEN_QUEUE)
                     try:
                         yield Served(gw, front, f"http://{bind_host}:{actual_port}/mcp", actual_port, control, hurry)
                     finally:

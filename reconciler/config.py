@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import glob
 import os
 import re
 import types
@@ -40,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.freshness import raise_if_exhausted, strict_glob
 from mcp_reconciler.reconciler.model import SourceSpec
 
 __all__ = [
@@ -472,6 +472,8 @@ def _read_document(path: Path, display: str) -> _Document | ConfigProblem:
     except FileNotFoundError:
         return ConfigProblem(display, None, "", "file not found")
     except OSError as exc:
+        # Out of descriptors or memory says nothing about the file: not a config problem.
+        raise_if_exhausted(exc, display)
         return ConfigProblem(display, None, "", f"cannot read file: {exc.strerror or type(exc).__name__}")
     try:
         text = raw.decode("utf-8")
@@ -668,7 +670,7 @@ def _display_for(match: Path, main_abs_dir: Path, main_display: str) -> str:
 def _expand_includes(patterns: Sequence[str], main_abs: Path) -> list[Path]:
     found: set[str] = set()
     for pattern in patterns:
-        for match in glob.glob(pattern, recursive=True):
+        for match in strict_glob(pattern):
             if os.path.isfile(match):
                 found.add(os.path.abspath(match))
     found.discard(str(main_abs))
@@ -687,7 +689,9 @@ def load_config(
 ) -> LoadedConfig:
     """Read, validate and interpolate the config at ``path`` and its drop-ins.
 
-    Raises :class:`ConfigError` listing every problem found. ``environ`` defaults to
+    Raises :class:`ConfigError` listing every problem found, and
+    :class:`~reconciler.freshness.InputsUnreadableError` when a file or directory could not be
+    read for lack of resources (that says nothing about the config). ``environ`` defaults to
     ``os.environ``; ``max_sources`` to ``Bounds().sources`` (enforced across all files)."""
     env = os.environ if environ is None else environ
     limit = Bounds().sources if max_sources is None else max_sources
