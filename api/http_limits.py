@@ -18,9 +18,11 @@ Every resource a client can make the gateway hold here has a bound and a clear r
   reads, upstream processes and connections, and logs. Accept failures that still happen are
   logged rate-limited (:func:`install_accept_error_handler`): asyncio logs one traceback per
   failed ``accept()``, 100 per loop tick, which is how 20,000 idle sockets wrote 86 MB of log.
-* **Request heads** (in the guard's protocol). The request line plus headers may take at most
-  ``header_bytes``; past that the answer is 431 and the connection closes. httptools (the parser
-  uvicorn picks) has no such limit of its own: it buffers a header of any size.
+* **Request heads** (in the guard's protocol). The request line plus headers, through the blank
+  line that ends them, may take at most ``header_bytes``; past that the answer is 431 and the
+  connection closes, before the parser or the app sees the excess. httptools (the parser
+  uvicorn picks) has no limit of its own: it buffers a header of any size (a 100 MB header cost
+  400 MB of RSS). h11 has one (``h11_max_incomplete_event_size``) but costs the hot path.
 * **Request bodies** (:class:`BodyLimit`). Bodies are counted while they stream; past the
   path's limit the answer is 413 at once (``Connection: close``), before the rest is read.
 
@@ -358,16 +360,20 @@ class ConnectionGuard:
 
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol reporting to a :class:`ConnectionGuard`: idle from
-    connection (and after each keep-alive response) until a request head completes, with the
-    head's size counted as it arrives."""
+    connection (and after each keep-alive response) until a request head completes.
+
+    The head is measured in raw bytes, through its terminating blank line, *before* the parser
+    sees them: a head over the limit is refused whether it arrives in one read or trickles in,
+    and the app never starts for it."""
 
     guard: ClassVar[ConnectionGuard]
     head_bytes: int = 0
     _in_head: bool = True
+    _tail: bytes = b""  # the last bytes of the head so far: a terminator may span two reads
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.head_bytes, self._in_head = 0, True
+        self._new_head()
         self.guard.opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -375,15 +381,19 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)  # parser callbacks (head complete, body) run in here
-        if self._in_head and self.transport is not None and not self.transport.is_closing():
-            # Everything received while no head has completed belongs to the head.
-            self.head_bytes += len(data)
-            if self.head_bytes > self.guard.header_bytes:
+        if self._in_head:
+            seen = self._tail + data
+            ends = [i + len(t) for t in (b"\r\n\r\n", b"\n\n") if (i := seen.find(t)) >= 0]
+            counted = min(ends) - len(self._tail) if ends else len(data)
+            if self.head_bytes + counted > self.guard.header_bytes:
                 self.guard.oversized_head(self)
+                return
+            self.head_bytes += counted
+            self._tail = seen[-3:]
+        super().data_received(data)
 
     def on_headers_complete(self) -> None:
-        self._in_head, self.head_bytes = False, 0
+        self._in_head = False
         self.guard.busy(self)
         super().on_headers_complete()
 
@@ -393,8 +403,11 @@ class GuardedProtocol(HttpToolsProtocol):
         open_ = transport is not None and not transport.is_closing()
         # A queued pipelined request is not a wait for a new head.
         if open_ and cycle is not None and cycle.keep_alive and not self.pipeline:
-            self._in_head = True
+            self._new_head()
             self.guard.waiting(self)
+
+    def _new_head(self) -> None:
+        self._in_head, self.head_bytes, self._tail = True, 0, b""
 
     def drop(self, farewell: bytes = b"") -> None:
         """Close now (``farewell``, if any, is written first)."""

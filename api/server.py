@@ -53,6 +53,8 @@ class Served:
     port: int
     control: Control | None = None
     hurry: anyio.Event = field(default_factory=anyio.Event)
+    connections: ConnectionGuard | None = None  # the HTTP connection bound (I18), for status and tests
+    transport_sessions: GatewaySessionManager | None = None  # streamable-HTTP sessions, counted per client
 
     @property
     def base_url(self) -> str:
@@ -178,7 +180,16 @@ async def serve_http(
                     # connection flood does not drop a legitimate client's SYN.
                     sock.listen(LISTEN_QUEUE)
                     try:
-                        yield Served(gw, front, f"http://{bind_host}:{actual_port}/mcp", actual_port, control, hurry)
+                        yield Served(
+                            gw,
+                            front,
+                            f"http://{bind_host}:{actual_port}/mcp",
+                            actual_port,
+                            control,
+                            hurry,
+                            guard,
+                            app.state.session_manager,
+                        )
                     finally:
                         with anyio.CancelScope(shield=True):
                             await _stop(gw, server, gate, app.state.session_manager, settings.shutdown_grace_s, hurry)
