@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,6 +151,7 @@ async def serve_http(
                 gate,
                 http=guard.protocol(),
                 log_level="warning",
+                log_config=None,  # uvicorn's records go through the gateway's handler (redacted, rate-limited)
                 lifespan="on",
                 timeout_graceful_shutdown=3,
                 timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]  # uvicorn accepts a float
@@ -243,7 +244,7 @@ async def run_serve(
     reload = anyio.Event()
     state: dict[str, Served] = {}
     # Signals are ours for the whole run, teardown included (see api/lifecycle.py).
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals, _sole_error():
         async with anyio.create_task_group() as tg:
             startup = anyio.CancelScope()
 
@@ -297,6 +298,18 @@ async def run_serve(
                         inner.cancel_scope.cancel()
             tg.cancel_scope.cancel()
     return 0
+
+
+@contextlib.contextmanager
+def _sole_error() -> Iterator[None]:
+    """Re-raise the one error of a task group as itself (the CLI maps ``ConfigError`` and
+    ``OSError`` to exit codes and messages; a group would surface as a traceback)."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 async def run_stdio(config_path: str | Path) -> int:

@@ -29,7 +29,7 @@ import re
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -128,17 +128,20 @@ class InterpolatedStr(str):
     embed it never reveal the secret that was substituted."""
 
     template: str
+    #: The environment values substituted into it (secrets: the log system redacts them).
+    values: tuple[str, ...]
 
-    def __new__(cls, value: str, template: str) -> InterpolatedStr:
+    def __new__(cls, value: str, template: str, values: tuple[str, ...] = ()) -> InterpolatedStr:
         obj = super().__new__(cls, value)
         obj.template = template
+        obj.values = values
         return obj
 
     def __repr__(self) -> str:
         return repr(self.template)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (InterpolatedStr, (str(self), self.template))
+        return (InterpolatedStr, (str(self), self.template, self.values))
 
 
 def display_transport(transport: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,7 +179,7 @@ def _interpolate(template: str, environ: Mapping[str, str]) -> tuple[str, list[_
         return template, []
     out: list[str] = []
     issues: list[_InterpolationIssue] = []
-    substituted = False
+    substituted: list[str] = []
     pos = 0
     for m in _VAR_TOKEN.finditer(template):
         out.append(template[pos : m.start()])
@@ -207,10 +210,10 @@ def _interpolate(template: str, environ: Mapping[str, str]) -> tuple[str, list[_
             )
             continue
         out.append(value)
-        substituted = True
+        substituted.append(value)
     out.append(template[pos:])
     value_str = "".join(out)
-    return (InterpolatedStr(value_str, template) if substituted else value_str), issues
+    return (InterpolatedStr(value_str, template, tuple(substituted)) if substituted else value_str), issues
 
 
 # --------------------------------------------------------------------------------------------
@@ -391,6 +394,9 @@ class LoadedConfig:
     specs: tuple[SourceSpec, ...]
     files: tuple[Path, ...]
     include_globs: tuple[str, ...]
+    #: Every value ``${VAR}`` interpolation substituted: secrets wherever they land (the log
+    #: system redacts them by value, ``reconciler/redaction.py``).
+    secret_values: frozenset[str] = field(default=frozenset(), repr=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -592,13 +598,17 @@ class _Declared:
     loc: tuple[int | str, ...]  # path of the source mapping inside its document
 
 
-def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[ConfigProblem]) -> SourceSpec | None:
+def _build_spec(
+    declared: _Declared, environ: Mapping[str, str], problems: list[ConfigProblem], secrets: set[str] | None = None
+) -> SourceSpec | None:
     src, doc = declared.source, declared.doc
     base_dir = doc.path.parent
     before = len(problems)
 
     def expand(value: str, *loc: int | str) -> str:
         result, issues = _interpolate(value, environ)
+        if secrets is not None and isinstance(result, InterpolatedStr):
+            secrets.update(result.values)
         full = (*declared.loc, *loc)
         for issue in issues:
             problems.append(
@@ -783,7 +793,8 @@ def load_config(
             )
         )
 
-    specs = [_build_spec(item, env, problems) for item in declared]
+    secrets: set[str] = set()
+    specs = [_build_spec(item, env, problems, secrets) for item in declared]
     if problems or main is None or include_globs is None:
         # Report in reading order: main file first, then drop-ins, each top to bottom.
         rank = {main_display: 0} | {
@@ -797,6 +808,7 @@ def load_config(
         specs=tuple(spec for spec in specs if spec is not None),
         files=tuple(files),
         include_globs=tuple(include_globs),
+        secret_values=frozenset(secrets),
     )
 
 

@@ -44,6 +44,7 @@ from mcp_reconciler.reconciler.freshness import (
     Tracker,
     take_fingerprint,
 )
+from mcp_reconciler.reconciler.redaction import SECRETS
 
 __all__ = ["CONFIG_KEY", "ConfigDesiredState"]
 
@@ -126,6 +127,7 @@ class ConfigDesiredState:
             self._error = outcome.error
             tracker = outcome.tracker
             if outcome.loaded is not None:
+                SECRETS.add(outcome.loaded.secret_values)  # before anything can log them
                 self._logged_error = None
                 self._good = outcome.loaded
                 self._good_at = time.time()

@@ -240,8 +240,9 @@ class UpstreamServer:
             )
         if name == "garbage" and name in self.control_tools:
             n = int(args.get("n", 0))
-            # Whole lines straight to the stdout descriptor, between protocol messages.
-            os.write(1, b"".join(b"garbage line %d: not json-rpc\n" % i for i in range(n)))
+            # Whole lines straight onto the protocol stream, between protocol messages (the SDK
+            # points fd 1 at stderr while it serves; the wire is the duplicate taken before).
+            os.write(WIRE_FD, b"".join(b"garbage line %d: not json-rpc\n" % i for i in range(n)))
             return _text({"tool": name, "garbage": n})
         if name == "stderr" and name in self.control_tools:
             n, text = int(args.get("n", 0)), str(args.get("text", ""))
@@ -286,8 +287,14 @@ def write_pid_file(path: str | None) -> None:
 # -- serving -------------------------------------------------------------------------------------
 
 
+WIRE_FD = 1  # the protocol stream (stdio): a duplicate of the original stdout, see serve_stdio
+
+
 async def serve_stdio(upstream: UpstreamServer, pid_file: str | None, linger: bool = False) -> None:
     from mcp.server.stdio import stdio_server
+
+    global WIRE_FD
+    WIRE_FD = os.dup(1)
 
     async with stdio_server() as (read, write):
         write_pid_file(pid_file)
