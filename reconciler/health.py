@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-
 #: The cause recorded when a ready source's connection ended and its reconnect is held back.
 CONNECTION_LOST = "upstream connection lost; reconnect pending"
 
