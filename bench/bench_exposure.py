@@ -255,21 +255,23 @@ def _stream_until_answered(gw: Gateway, head: bytes, chunk: bytes, limit: int, *
     s.setblocking(False)
     sent, answer, t0 = 0, b"", time.monotonic()
     frame = (b"%x\r\n" % len(chunk) + chunk + b"\r\n") if chunked else chunk
+    unsent = b""  # a frame is written whole (non-blocking sends may take part of it)
     try:
-        while sent < limit:
+        while sent < limit or unsent:
             try:
                 answer += s.recv(4096)
                 if answer:
                     break
             except BlockingIOError:
                 pass
+            if not unsent:
+                unsent, sent = frame, sent + len(chunk)
             try:
-                s.send(frame)
-                sent += len(chunk)
+                unsent = unsent[s.send(unsent) :]
             except BlockingIOError:
                 time.sleep(0.001)
         s.setblocking(True)
-        s.settimeout(120)
+        s.settimeout(300)
         while b"\r\n" not in answer:
             more = s.recv(4096)
             if not more:
