@@ -45,7 +45,9 @@ BUNDLED_DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo" / "g
 
 @dataclass
 class Served:
-    """A served gateway. Setting :attr:`hurry` while it stops cuts the shutdown grace short."""
+    """A served gateway. Leaving ``serve_http`` gives operations in flight :attr:`grace_s` to
+    finish (0 by default: an embedder's exit ends them at once; ``serve`` sets the config's
+    ``shutdown_grace_s``); setting :attr:`hurry` while it stops cuts the grace short."""
 
     gateway: Gateway
     front: FrontDoor
@@ -55,6 +57,7 @@ class Served:
     hurry: anyio.Event = field(default_factory=anyio.Event)
     connections: ConnectionGuard | None = None  # the HTTP connection bound (I18), for status and tests
     transport_sessions: GatewaySessionManager | None = None  # streamable-HTTP sessions, counted per client
+    grace_s: float = 0.0
 
     @property
     def base_url(self) -> str:
@@ -152,6 +155,7 @@ async def serve_http(
                 http=guard.protocol(),
                 log_level="warning",
                 log_config=None,  # uvicorn's records go through the gateway's handler (redacted, rate-limited)
+                ws="none",  # no WebSocket routes: an Upgrade request is just a request
                 lifespan="on",
                 timeout_graceful_shutdown=3,
                 timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]  # uvicorn accepts a float
@@ -180,20 +184,21 @@ async def serve_http(
                     # keep the batch small (descriptor budget) but the kernel's queue long, so a
                     # connection flood does not drop a legitimate client's SYN.
                     sock.listen(LISTEN_QUEUE)
+                    served = Served(
+                        gw,
+                        front,
+                        f"http://{bind_host}:{actual_port}/mcp",
+                        actual_port,
+                        control,
+                        hurry,
+                        guard,
+                        app.state.session_manager,
+                    )
                     try:
-                        yield Served(
-                            gw,
-                            front,
-                            f"http://{bind_host}:{actual_port}/mcp",
-                            actual_port,
-                            control,
-                            hurry,
-                            guard,
-                            app.state.session_manager,
-                        )
+                        yield served
                     finally:
                         with anyio.CancelScope(shield=True):
-                            await _stop(gw, server, gate, app.state.session_manager, settings.shutdown_grace_s, hurry)
+                            await _stop(gw, server, gate, app.state.session_manager, served.grace_s, hurry)
         finally:
             sock.close()
 
@@ -268,6 +273,8 @@ async def run_serve(
             with startup:
                 async with serve_http(path, host=host, port=port, insecure_no_auth=insecure_no_auth) as served:
                     state["served"] = served
+                    settings = served.gateway.settings
+                    served.grace_s = settings.shutdown_grace_s if settings is not None else 10.0
                     engine = served.gateway.engine
                     live = engine.current
                     tools = sorted(live.generation.tools) if live is not None else []
@@ -289,7 +296,11 @@ async def run_serve(
                         while True:
                             await reload.wait()
                             reload = anyio.Event()  # SIGHUPs during a reload coalesce into one more
-                            out = await engine.refresh(["config"])
+                            try:
+                                out = await engine.refresh(["config"])
+                            except Exception as exc:  # a timeout, or the engine closing: never fatal
+                                log.warning("SIGHUP: reload did not finish: %s", type(exc).__name__)
+                                continue
                             console.say(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}")
 
                     async with anyio.create_task_group() as inner:
@@ -313,12 +324,21 @@ def _sole_error() -> Iterator[None]:
 
 
 async def run_stdio(config_path: str | Path) -> int:
-    """One downstream session over this process's stdin/stdout (logs go to stderr)."""
-    async with Gateway(config_path) as gw:
-        front = _front(gw, "stdio")
-        async with anyio.create_task_group() as tg:
-            await tg.start(front.run)
-            async with stdio_server() as (read, write):
-                await front.server.run(read, write, front.server.create_initialization_options())
-            tg.cancel_scope.cancel()
+    """One downstream session over this process's stdin/stdout (logs go to stderr). SIGTERM and
+    SIGINT end the session and stop the gateway the same way stdin's end does (I14), exit 0."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals, _sole_error():
+        async with Gateway(config_path) as gw:
+            front = _front(gw, "stdio")
+            async with anyio.create_task_group() as tg:
+
+                async def on_signals() -> None:
+                    async for signum in signals:
+                        log.info("received %s: stopping", signal.Signals(signum).name)
+                        tg.cancel_scope.cancel()
+
+                await tg.start(front.run)
+                tg.start_soon(on_signals)
+                async with stdio_server() as (read, write):
+                    await front.server.run(read, write, front.server.create_initialization_options())
+                tg.cancel_scope.cancel()
     return 0

@@ -33,6 +33,20 @@ from tests.integration.conftest import free_port, read_pid, wait_for_file
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 GRACE_S = 1.0
+
+
+def reap_orphan(pid_file: Path) -> None:
+    """If the test failed and left the lingering upstream behind (PPID 1), kill it by its pid:
+    never leave it for the next test (it would sleep for ten minutes)."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pid_file.read_text())
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 ERA_MODES = {"legacy": "legacy", "2026": "auto"}
 
 
@@ -94,6 +108,7 @@ async def test_signal_with_calls_in_flight_stops_cleanly(first: str, second: str
         assert not pid_alive(upstream_pid), f"upstream {upstream_pid} outlived the gateway"
     finally:
         gw.close()
+        reap_orphan(pid_file)
 
 
 @pytest.mark.parametrize("stdout", ["full", "closed-pipe"])
@@ -121,3 +136,43 @@ async def test_unwritable_stdout_never_stops_the_gateway(stdout: str, tmp_path: 
         assert "stdout is not writable" in stderr  # said once, in the log
     finally:
         gw.close()
+
+
+async def test_sigterm_stops_the_stdio_gateway_and_its_upstreams(tmp_path: Path) -> None:
+    """``mcp-reconciler stdio`` too: SIGTERM while its session is open stops every upstream
+    (the lingering one included) and exits 0."""
+    import subprocess
+    import sys
+
+    from tests.integration.conftest import REPO_ROOT
+
+    pid_file = tmp_path / "up.pid"
+    cfg = write_json(
+        tmp_path / "gateway.yaml",
+        {"sources": [upstream_source("up", "--tools", "echo", "--linger", "--pid-file", str(pid_file))]},
+    )
+    proc = subprocess.Popen(  # noqa: ASYNC220 - one process, owned and reaped below
+        [sys.executable, "-m", "mcp_reconciler.api.cli", "stdio", "--config", str(cfg)],
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,  # held open: the session does not end by itself
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        upstream_pid = await read_pid(pid_file)
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            while proc.poll() is None:
+                await anyio.sleep(0.02)
+        assert proc.stderr is not None
+        stderr = proc.stderr.read().decode(errors="replace")
+        assert proc.returncode == 0, (proc.returncode, stderr[-3000:])
+        assert "Traceback" not in stderr, stderr[-3000:]
+        assert not pid_alive(upstream_pid), f"upstream {upstream_pid} outlived the gateway"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        reap_orphan(pid_file)
+        assert proc.stdin is not None
+        proc.stdin.close()

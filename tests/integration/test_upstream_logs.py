@@ -110,6 +110,7 @@ async def test_interpolated_values_never_reach_the_log_and_upstream_words_stay_a
 
 
 async def test_upstream_stderr_is_labeled_json_and_rate_limited(logs: Captured) -> None:
+    logs.handler.limiter.window_s = 3600.0  # one window for the whole test, however slow the box
     spec = stdio_spec("noisy", "--tools", "a", "--noisy")
     async with engine(spec) as (_reader, rec, pubs):
         await pubs.wait_for(lambda g: status(g, "noisy").value == "ready")
@@ -129,6 +130,7 @@ async def test_upstream_stderr_is_labeled_json_and_rate_limited(logs: Captured) 
 
 @pytest.mark.parametrize("logs", ["WARNING"], indirect=True)
 async def test_garbage_on_stdout_costs_a_bounded_log_and_the_upstream_keeps_serving(logs: Captured) -> None:
+    logs.handler.limiter.window_s = 3600.0  # one window for the whole test, however slow the box
     spec = stdio_spec("noisy", "--tools", "a", "--noisy")
     async with engine(spec) as (reader, rec, pubs):
         gen = await pubs.wait_for(lambda g: status(g, "noisy").value == "ready")
@@ -141,7 +143,7 @@ async def test_garbage_on_stdout_costs_a_bounded_log_and_the_upstream_keeps_serv
     assert len(logs.text) < 64 * 1024, f"{len(logs.text)} bytes of log for 20,000 garbage lines"
     noisy = [r for r in logs.records() if r.get("source") == "noisy"]
     assert noisy, "the SDK's parse errors are attributed to the source"
-    assert len(noisy) <= 2 * logs.handler.limiter.burst
+    assert len(noisy) <= logs.handler.limiter.burst
 
 
 async def test_stdio_spec_helper_runs_from_the_repository(tmp_path: Path) -> None:
