@@ -215,9 +215,11 @@ def json_of_size(size: int) -> bytes:
 @pytest.mark.parametrize(("path", "limit"), [("/v1/refresh", MAX_BODY_BYTES), ("/mcp", BODY_BYTES)])
 async def test_body_of_n_bytes_passes_n_plus_1_is_413(path: str, limit: int, chunked: bool, tmp_path: Path) -> None:
     async with limited(tmp_path) as served:
-        # N bytes: past the limit check (the endpoint then judges the content).
+        # N bytes: past the limit check (the endpoint then judges the content). /mcp takes an
+        # agent session's token, /v1 the operator's.
+        token = served.front.authority.create("alice", None).token if path == "/mcp" else OPERATOR_TOKEN
         ok = await connect(served)
-        await ok.send(post(path, json_of_size(limit), chunked=chunked))
+        await ok.send(post(path, json_of_size(limit), chunked=chunked, token=token))
         if chunked:
             await ok.send(b"0\r\n\r\n")
         status, _, _ = await response(ok)
@@ -226,7 +228,7 @@ async def test_body_of_n_bytes_passes_n_plus_1_is_413(path: str, limit: int, chu
         # N+1 bytes: refused, and the refusal comes before the body is finished (chunked: the
         # terminating chunk is never sent; the gateway must not wait for it).
         big = await connect(served)
-        await big.send(post(path, json_of_size(limit + 1), chunked=chunked))
+        await big.send(post(path, json_of_size(limit + 1), chunked=chunked, token=token))
         status, headers, body = await response(big)
         assert status == 413 and headers.get("connection") == "close"
         refusal = json.loads(body)

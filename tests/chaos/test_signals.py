@@ -176,3 +176,50 @@ async def test_sigterm_stops_the_stdio_gateway_and_its_upstreams(tmp_path: Path)
         reap_orphan(pid_file)
         assert proc.stdin is not None
         proc.stdin.close()
+
+
+async def test_sigterm_lets_calls_that_finish_within_the_grace_finish(tmp_path: Path) -> None:
+    """The grace is real: a call that completes during it gets its result, in both eras."""
+    pid_file = tmp_path / "up.pid"
+    release = tmp_path / "release"
+    cfg = write_json(
+        tmp_path / "gateway.yaml",
+        {
+            "gateway": {"cooldown_s": 0.05, "shutdown_grace_s": 20},
+            "sources": [upstream_source("up", "--tools", "echo", "--pid-file", str(pid_file))],
+        },
+    )
+    gw = GatewayProcess(tmp_path, cfg)
+    try:
+        await gw.started()
+        token = await gw.session_token()
+        outcomes: dict[str, dict[str, Any]] = {era: {} for era in ERA_MODES}
+
+        async def held(mode: str, marker: Path, outcome: dict[str, Any]) -> None:
+            try:
+                async with mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+                    async with Client(streamable_http_client(gw.url, http_client=http), mode=mode) as c:
+                        await c.list_tools()  # or the SDK lists on its own after the call (new connection)
+                        args = {"marker": str(marker), "release": str(release)}
+                        outcome["result"] = await c.call_tool("up__block", args)
+            except Exception as exc:  # the client's own exit (its DELETE) meets a stopped gateway
+                outcome.setdefault("exit", repr(exc))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for era, mode in ERA_MODES.items():
+                    tg.start_soon(held, mode, tmp_path / f"{era}.marker", outcomes[era])
+                for era in ERA_MODES:
+                    await wait_for_file(tmp_path / f"{era}.marker")
+                gw.signal(signal.SIGTERM)
+                with anyio.fail_after(10):  # the gateway stopped accepting: the grace is running
+                    while await gw.healthy(0.5):
+                        await anyio.sleep(0.05)
+                release.touch()
+            code = await gw.exited(30)
+        for era, o in outcomes.items():
+            assert "result" in o and not o["result"].is_error, (era, o)
+        assert code == 0, gw.stderr()[-3000:]
+    finally:
+        gw.close()
+        reap_orphan(pid_file)
