@@ -70,8 +70,10 @@ def to_mcp_error(exc: BaseException, *, revision: int | None = None) -> MCPError
     if revision is not None:
         data["revision"] = revision
     if isinstance(exc, MCPError):
-        # An upstream protocol error: its message is upstream text (I12) — log it, answer generically.
-        log.warning("upstream error %s: %s", exc.error.code, bounded(str(exc.error.message), DIAGNOSTIC_BYTES))
+        # An upstream protocol error: its message is upstream text (I12), which may carry internal
+        # hosts, paths and keys. The WARNING says what happened; the words go to DEBUG only.
+        log.warning("upstream returned error %s to a forwarded request", exc.error.code)
+        log.debug("upstream error %s: %s", exc.error.code, bounded(str(exc.error.message), DIAGNOSTIC_BYTES))
         data.update(code="upstream_error", retryable=False, upstream_code=exc.error.code)
         return MCPError(CODES["upstream_error"], "the upstream server returned an error", data)
     if isinstance(exc, SourceReadError):

@@ -36,17 +36,25 @@ def build_app(
     *,
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
-    session_idle_timeout_s: float = 1800.0,
+    session_idle_timeout_s: float = 300.0,
+    max_sessions: int | None = 4096,
+    max_sessions_per_client: int | None = 256,
+    max_body_bytes: int = 4 * 1024 * 1024,
     extra_routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
     """The ASGI app serving ``front`` at ``/mcp`` plus the health routes and ``extra_routes``.
-    Its lifespan runs the session manager; ``front.run`` (the notifier) is the caller's to run."""
+    Its lifespan runs the session manager; ``front.run`` (the notifier) is the caller's to run.
+    Transport sessions (2025-11-25 era) are bounded in total and per client, and closed after
+    ``session_idle_timeout_s`` without a request or an open stream (``gateway.limits``)."""
     manager = GatewaySessionManager(
         front.server,
         event_store_factory=BoundedEventStore,
         json_response=False,
         stateless=False,
         session_idle_timeout=session_idle_timeout_s,
+        max_sessions=max_sessions,
+        max_sessions_per_client=max_sessions_per_client,
+        max_request_body_size=max_body_bytes,
         security_settings=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=[*LOOPBACK_HOSTS, *allowed_hosts],
@@ -76,4 +84,6 @@ def build_app(
         Route("/readyz", endpoint=readyz, methods=["GET"]),
         *extra_routes,
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.session_manager = manager  # for status and tests: transport-session counts
+    return app

@@ -16,10 +16,13 @@ naming the attribute if an SDK release moves it:
    session table (``StreamableHTTPSessionManager._server_instances``) and the transport's
    stream table (``StreamableHTTPServerTransport._request_streams`` keyed by
    ``streamable_http.GET_STREAM_KEY``).
-3. **One event store per HTTP session.** The SDK hands one ``event_store`` to every session and
-   stream ids are unique only within a session, so a shared store can replay one session's
-   notification into another. :class:`GatewaySessionManager` overrides the manager's admission
-   hook (``_admit_session``) and gives each new transport its own store (``_event_store``).
+3. **One event store per HTTP session, and admission per client.** The SDK hands one
+   ``event_store`` to every session and stream ids are unique only within a session, so a
+   shared store can replay one session's notification into another.
+   :class:`GatewaySessionManager` overrides the manager's admission hook (``_admit_session``)
+   and gives each new transport its own store (``_event_store``). The same hook, with the
+   discard hook (``_discard_session``), counts sessions per client (bearer credential, else
+   peer address) so one client cannot take every session slot.
 4. **An HTTP client with the MCP transports' defaults** (30 s connect/write/pool, 300 s read for
    held-open streams) for clients that must add headers: ``mcp.shared._httpx_utils`` is a
    private module. :func:`mcp_http_client` is used by the SDK's pinned runs and by tests.
@@ -29,6 +32,9 @@ request; instance attributes can only be checked on real objects (the unit tests
 
 from __future__ import annotations
 
+import contextvars
+import hashlib
+import json
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -36,9 +42,17 @@ from typing import Any
 import httpx2
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
-from mcp.server.streamable_http import GET_STREAM_KEY, EventStore, StreamableHTTPServerTransport
+from mcp.server.streamable_http import (
+    GET_STREAM_KEY,
+    MCP_SESSION_ID_HEADER,
+    EventStore,
+    StreamableHTTPServerTransport,
+)
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import Receive, Scope, Send
 
 from mcp_reconciler.reconciler.model import EntryKind
 
@@ -65,6 +79,21 @@ def _require_hook(cls: type[Any], name: str) -> None:
 
 
 _require_hook(StreamableHTTPSessionManager, "_admit_session")
+_require_hook(StreamableHTTPSessionManager, "_discard_session")
+
+#: The client whose request is being admitted (set around the SDK's request handling, read in
+#: ``_admit_session``, which the SDK calls in the same task).
+_ADMITTING: contextvars.ContextVar[str | None] = contextvars.ContextVar("gw_admitting_client", default=None)
+
+
+def client_key(scope: Scope) -> str:
+    """Who a request comes from, for per-client limits: its bearer credential (hashed; the token
+    is never kept), else its peer address. Behind a reverse proxy every peer is the proxy."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization" and value[:7].lower() == b"bearer ":
+            return "credential:" + hashlib.sha256(value[7:].strip()).hexdigest()[:32]
+    client = scope.get("client")
+    return f"peer:{client[0]}" if client else "peer:?"
 
 
 # -- 1. the connection behind a request --------------------------------------------------------
@@ -119,21 +148,103 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
     shared across sessions), and :meth:`standalone_stream_open` tells whether a session's GET
     stream is open. Everything else is the SDK's own behaviour, unchanged."""
 
-    def __init__(self, app: Any, *, event_store_factory: Callable[[], EventStore] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        event_store_factory: Callable[[], EventStore] | None = None,
+        max_sessions_per_client: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         if event_store_factory is not None and kwargs.get("event_store") is not None:
             raise ValueError("pass event_store or event_store_factory, not both")
+        if max_sessions_per_client is not None and max_sessions_per_client < 1:
+            raise ValueError("max_sessions_per_client must be positive")
         super().__init__(app, **kwargs)
         self._event_store_factory = event_store_factory
+        self.max_sessions_per_client = max_sessions_per_client
+        self._client_of: dict[str, str] = {}  # session id -> client key
+        self._per_client: dict[str, int] = {}  # client key -> open sessions
+        self.refused_per_client = 0
+        inner = self.asgi_app
+
+        async def admission(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await inner(scope, receive, send)
+                return
+            key = client_key(scope)
+            if self._opens_session(scope) and self._client_full(key):
+                self.refused_per_client += 1
+                await _refuse_per_client(send, self.max_sessions_per_client or 0)
+                return
+            token = _ADMITTING.set(key)
+            try:
+                await inner(scope, receive, send)
+            finally:
+                _ADMITTING.reset(token)
+
+        self.asgi_app = admission  # type: ignore[assignment]  # any ASGI callable; the SDK only calls it
+
+    def sessions_of(self, key: str) -> int:
+        """Open transport sessions of the client ``key`` (see :func:`client_key`)."""
+        return self._per_client.get(key, 0)
+
+    def _client_full(self, key: str) -> bool:
+        limit = self.max_sessions_per_client
+        return limit is not None and self._per_client.get(key, 0) >= limit
+
+    @staticmethod
+    def _opens_session(scope: Scope) -> bool:
+        """Whether the SDK would try to open a stateful session for this request: no session id,
+        and an era it routes to the stateful path (no version header, or a handshake version)."""
+        version: str | None = None
+        for name, value in scope.get("headers", ()):
+            if name == MCP_SESSION_ID_HEADER.encode():
+                return False
+            if name == MCP_PROTOCOL_VERSION_HEADER.encode():
+                version = value.decode("latin-1")
+        return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
     def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
         # SDK private hook: runs under the manager's session-creation lock, before the new
         # transport serves its first request, so the store is in place for its first event.
+        # The per-client check here is the exact one (the ASGI pre-check can race): returning
+        # None makes the SDK answer 503, as at its global bound.
+        key = _ADMITTING.get()
+        if key is not None and self._client_full(key):
+            self.refused_per_client += 1
+            return None
         transport = super()._admit_session(requestor)
         if transport is not None and self._event_store_factory is not None:
             if not hasattr(transport, "_event_store"):
                 raise SDKChangedError("StreamableHTTPServerTransport._event_store")
             transport._event_store = self._event_store_factory()
+        if transport is not None and key is not None and transport.mcp_session_id is not None:
+            self._client_of[transport.mcp_session_id] = key
+            self._per_client[key] = self._per_client.get(key, 0) + 1
         return transport
+
+    async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
+        # SDK private hook: every way a session ends (DELETE, idle timeout, crash, a failed
+        # opening request) goes through here, possibly more than once per session.
+        key = self._client_of.pop(session_id, None)
+        if key is not None:
+            left = self._per_client.get(key, 1) - 1
+            if left > 0:
+                self._per_client[key] = left
+            else:
+                self._per_client.pop(key, None)
+        await super()._discard_session(session_id, transport)
+
+    def open_sessions(self) -> int:
+        """Transport sessions open now."""
+        return len(self._server_instances)
+
+    async def terminate_all(self) -> None:
+        """End every open session now (shutdown): their GET streams close, so HTTP can stop
+        without waiting out its graceful timeout on them."""
+        for session_id, transport in list(self._server_instances.items()):
+            await self._discard_session(session_id, transport)
 
     def transport(self, http_session_id: str) -> StreamableHTTPServerTransport | None:
         """The live transport of an HTTP session, or ``None`` once the session is gone."""
@@ -154,6 +265,23 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         except AttributeError:
             raise SDKChangedError("StreamableHTTPServerTransport._request_streams") from None
         return GET_STREAM_KEY in streams
+
+
+async def _refuse_per_client(send: Send, limit: int) -> None:
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32600,
+                "message": f"too many open sessions for this client (at most {limit}); close one and retry",
+                "data": {"code": "too_many_sessions", "retryable": True},
+            },
+        }
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 429, "headers": [*headers, (b"retry-after", b"1")]})
+    await send({"type": "http.response.body", "body": body})
 
 
 # -- 4. an HTTP client with the SDK's transport defaults ---------------------------------------

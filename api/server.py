@@ -9,8 +9,8 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,24 @@ from mcp.server.stdio import stdio_server
 
 from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.bundled_demo import BundledDemo, bundled_demo, describe
-from mcp_reconciler.api.control import Control
+from mcp_reconciler.api.console import Console
+from mcp_reconciler.api.control import MAX_BODY_BYTES, Control
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.http_app import build_app
+from mcp_reconciler.api.http_limits import (
+    ACCEPT_BACKLOG,
+    LISTEN_QUEUE,
+    BodyLimit,
+    ConnectionGuard,
+    descriptor_budget,
+    install_accept_error_handler,
+)
+from mcp_reconciler.api.lifecycle import DrainGate, GatewayUvicorn
 from mcp_reconciler.api.routes import routes as control_routes
+from mcp_reconciler.api.sdk_compat import GatewaySessionManager
 from mcp_reconciler.api.views import status_json
 from mcp_reconciler.reconciler.authority import GrantPolicy
+from mcp_reconciler.reconciler.config import GatewaySettings
 from mcp_reconciler.reconciler.gateway import Gateway
 
 log = logging.getLogger("mcp_reconciler.server")
@@ -33,11 +45,19 @@ log = logging.getLogger("mcp_reconciler.server")
 
 @dataclass
 class Served:
+    """A served gateway. Leaving ``serve_http`` gives operations in flight :attr:`grace_s` to
+    finish (0 by default: an embedder's exit ends them at once; ``serve`` sets the config's
+    ``shutdown_grace_s``); setting :attr:`hurry` while it stops cuts the grace short."""
+
     gateway: Gateway
     front: FrontDoor
     url: str
     port: int
     control: Control | None = None
+    hurry: anyio.Event = field(default_factory=anyio.Event)
+    connections: ConnectionGuard | None = None  # the HTTP connection bound (I18), for status and tests
+    transport_sessions: GatewaySessionManager | None = None  # streamable-HTTP sessions, counted per client
+    grace_s: float = 0.0
 
     @property
     def base_url(self) -> str:
@@ -75,12 +95,14 @@ async def serve_http(
     authenticator: Authenticator | None = None,
     insecure_no_auth: bool = False,
 ) -> AsyncIterator[Served]:
-    """Start the gateway on ``config_path`` and serve it; leaving the block stops it all.
-    ``port=0`` binds an ephemeral port (tests)."""
+    """Start the gateway on ``config_path`` and serve it; leaving the block stops it all, in the
+    order ``api/lifecycle.py`` gives (stop accepting, grace, close the engine while HTTP is up,
+    stop HTTP, stop upstreams). ``port=0`` binds an ephemeral port (tests)."""
     async with Gateway(config_path, watch_interval_s=watch_interval_s) as gw:
-        settings = gw.settings
-        bind_host = host or (settings.host if settings else "127.0.0.1")
-        bind_port = port if port is not None else (settings.port if settings else 8765)
+        settings = gw.settings or GatewaySettings()
+        limits = settings.limits
+        bind_host = host or settings.host
+        bind_port = port if port is not None else settings.port
         front = _front(gw, "http")
         auth = authenticator or Authenticator.from_env(insecure_no_auth=insecure_no_auth)
         if auth.insecure_no_auth:
@@ -92,7 +114,28 @@ async def serve_http(
             )
         control = Control(gw.engine, front, auth)
         app = build_app(
-            front, allowed_hosts=settings.allowed_hosts if settings else (), extra_routes=control_routes(control)
+            front,
+            allowed_hosts=settings.allowed_hosts,
+            extra_routes=control_routes(control),
+            session_idle_timeout_s=limits.session_idle_s,
+            max_sessions=limits.transport_sessions,
+            max_sessions_per_client=limits.transport_sessions_per_client,
+            max_body_bytes=limits.body_bytes,
+        )
+        gate = DrainGate(BodyLimit(app, {"/mcp": limits.body_bytes, "/v1": MAX_BODY_BYTES}))
+        budget = descriptor_budget(limits.connections, limits.fd_reserve)
+        if budget.connections < limits.connections:
+            log.warning(
+                "the descriptor limit (%d, %d in use, %d reserved) allows %d downstream connections, "
+                "not the %d configured (gateway.limits.connections)",
+                budget.soft_limit,
+                budget.in_use,
+                budget.reserve,
+                budget.connections,
+                limits.connections,
+            )
+        guard = ConnectionGuard(
+            connections=budget.connections, header_timeout_s=limits.header_timeout_s, header_bytes=limits.header_bytes
         )
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
         # listening socket's proto says TCP; with proto 0, Nagle + delayed ACK add ~40 ms per response.
@@ -106,40 +149,100 @@ async def serve_http(
             sock.close()
             raise OSError(f"cannot listen on {bind_host}:{bind_port}: {exc.strerror}; choose another --port") from exc
         actual_port = sock.getsockname()[1]
-        server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=3, access_log=False)
+        server = GatewayUvicorn(
+            uvicorn.Config(
+                gate,
+                http=guard.protocol(),
+                log_level="warning",
+                log_config=None,  # uvicorn's records go through the gateway's handler (redacted, rate-limited)
+                ws="none",  # no WebSocket routes: an Upgrade request is just a request
+                lifespan="on",
+                timeout_graceful_shutdown=3,
+                timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]  # uvicorn accepts a float
+                backlog=ACCEPT_BACKLOG,
+                access_log=False,
+            )
         )
+        hurry = anyio.Event()
         try:
-            async with anyio.create_task_group() as tg:
-                await tg.start(front.run)
+            with install_accept_error_handler():
+                async with anyio.create_task_group() as tg:
+                    await tg.start(front.run)
+                    await tg.start(guard.run)
 
-                async def serve() -> None:
+                    async def serve() -> None:
+                        try:
+                            await server.serve([sock])
+                        finally:
+                            tg.cancel_scope.cancel()  # uvicorn stopped on its own: stop the rest
+
+                    tg.start_soon(serve)
+                    with anyio.fail_after(30):
+                        while not server.started:  # noqa: ASYNC110 - uvicorn exposes no started event
+                            await anyio.sleep(0.01)
+                    # asyncio uses its backlog both for listen() and as the accepts per loop tick;
+                    # keep the batch small (descriptor budget) but the kernel's queue long, so a
+                    # connection flood does not drop a legitimate client's SYN.
+                    sock.listen(LISTEN_QUEUE)
+                    served = Served(
+                        gw,
+                        front,
+                        f"http://{bind_host}:{actual_port}/mcp",
+                        actual_port,
+                        control,
+                        hurry,
+                        guard,
+                        app.state.session_manager,
+                    )
                     try:
-                        await server.serve([sock])
+                        yield served
                     finally:
-                        tg.cancel_scope.cancel()  # uvicorn stopped (signal or should_exit): stop the rest
-
-                tg.start_soon(serve)
-                with anyio.fail_after(30):
-                    while not server.started:  # noqa: ASYNC110 - uvicorn exposes no started event
-                        await anyio.sleep(0.01)
-                try:
-                    yield Served(gw, front, f"http://{bind_host}:{actual_port}/mcp", actual_port, control)
-                finally:
-                    # Close the engine while HTTP is still up, so calls in flight end with the
-                    # sanitized "shutting down" error instead of a dropped stream (I12, I14).
-                    with anyio.CancelScope(shield=True):
-                        await gw.engine.aclose()
-                    server.should_exit = True
+                        with anyio.CancelScope(shield=True):
+                            await _stop(gw, server, gate, app.state.session_manager, served.grace_s, hurry)
         finally:
             sock.close()
+
+
+async def _stop(
+    gw: Gateway,
+    server: GatewayUvicorn,
+    gate: DrainGate,
+    sessions: GatewaySessionManager,
+    grace_s: float,
+    hurry: anyio.Event,
+) -> None:
+    """Steps 1-3 of ``api/lifecycle.py``; uvicorn's own shutdown (step 4) follows ``should_exit``."""
+    server.stop_accepting()
+    gate.close()
+    running = gw.engine.operations()
+    if running:
+        log.info("stopping: %d operation(s) in flight get up to %.1f s to finish", running, grace_s)
+        async with anyio.create_task_group() as tg:
+
+            async def cut_short() -> None:
+                await hurry.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(cut_short)
+            left = await gw.engine.settle(grace_s)
+            tg.cancel_scope.cancel()
+        if left:
+            log.info("stopping: ending %d operation(s) still in flight", left)
+    # Close the engine while HTTP is still up, so calls in flight end with the sanitized
+    # "shutting down" error instead of a dropped stream (I12, I14).
+    await gw.engine.aclose()
+    # Legacy sessions' GET streams never end by themselves: end them, so HTTP stops without
+    # waiting out its graceful timeout (and cancelling them) on their account.
+    await sessions.terminate_all()
+    server.should_exit = True
 
 
 async def run_serve(
     config_path: str | Path | None, host: str | None, port: int | None, insecure_no_auth: bool = False
 ) -> int:
-    """``mcp-reconciler serve``: serve ``config_path`` (``None``: the bundled demo) until a signal
-    stops it, printing a startup banner and each publication on stdout; SIGHUP reloads."""
+    """``mcp-reconciler serve``: serve until SIGINT or SIGTERM (either stops gracefully, exit 0; a
+    second one cuts the grace short), reloading the config on SIGHUP. Output lines on stdout are
+    best effort (``api/console.py``): an unwritable stdout never stops the gateway."""
     if config_path is None:
         with bundled_demo() as demo:  # the demo's files outlive the gateway (and its upstreams)
             return await _serve_until_stopped(demo.config, demo, host, port, insecure_no_auth)
@@ -149,43 +252,91 @@ async def run_serve(
 async def _serve_until_stopped(
     path: Path, demo: BundledDemo | None, host: str | None, port: int | None, insecure_no_auth: bool
 ) -> int:
-    # Whoever reads our stdout may go away (`serve | head -3`): then stop the way a signal does
-    # (leave serve_http's block normally, so uvicorn shuts down gracefully) and tell the CLI,
-    # which exits 0 quietly on a closed pipe.
-    stdout_closed = anyio.CancelScope()
-    async with serve_http(path, host=host, port=port, insecure_no_auth=insecure_no_auth) as served:
-        engine = served.gateway.engine
+    console = Console()
+    stop = anyio.Event()
+    reload = anyio.Event()
+    state: dict[str, Served] = {}
+    # Signals are ours for the whole run, teardown included (see api/lifecycle.py).
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals, _sole_error():
+        async with anyio.create_task_group() as tg:
+            startup = anyio.CancelScope()
 
-        def say(line: str) -> None:
-            try:
-                print(line, flush=True)
-            except BrokenPipeError:
-                stdout_closed.cancel()
+            async def on_signals() -> None:
+                async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        reload.set()
+                    elif not stop.is_set():
+                        log.info("received %s: stopping", signal.Signals(signum).name)
+                        stop.set()
+                        if "served" not in state:
+                            startup.cancel()  # still starting: stop starting
+                    else:
+                        log.info(
+                            "received %s while stopping: ending operations in flight now", signal.Signals(signum).name
+                        )
+                        if "served" in state:
+                            state["served"].hurry.set()
 
-        live = engine.current
-        tools = sorted(live.generation.tools) if live is not None else []
-        say(f"mcp-reconciler serving {path}")
-        if demo is not None:
-            say(describe(demo))
-        say(f"  MCP endpoint: {served.url}   (both protocol eras)")
-        say(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz")
-        if insecure_no_auth:
-            say("  WARNING: --insecure-no-auth: the control API accepts every request as operator")
-        say(f"  revision {engine.current_revision}: {len(tools)} tools {tools}")
-        engine.add_listener(lambda new, old: say(f"  published revision {engine.current_revision}"))
-        with stdout_closed, anyio.open_signal_receiver(signal.SIGHUP) as signals:
-            say("  SIGHUP reloads the config; Ctrl-C stops.")  # once it is true: scripts may signal now
-            async for _ in signals:
-                out = await engine.refresh(["config"])
-                say(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}")
-    if stdout_closed.cancel_called:
-        raise BrokenPipeError("stdout closed")
+            tg.start_soon(on_signals)
+            with startup:
+                async with serve_http(path, host=host, port=port, insecure_no_auth=insecure_no_auth) as served:
+                    state["served"] = served
+                    settings = served.gateway.settings
+                    served.grace_s = settings.shutdown_grace_s if settings is not None else 10.0
+                    engine = served.gateway.engine
+                    live = engine.current
+                    tools = sorted(live.generation.tools) if live is not None else []
+                    console.say(f"mcp-reconciler serving {path}")
+                    if demo is not None:
+                        console.say(describe(demo))
+                    console.say(f"  MCP endpoint: {served.url}   (both protocol eras)")
+                    console.say(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz")
+                    if insecure_no_auth:
+                        console.say("  WARNING: --insecure-no-auth: the control API accepts every request as operator")
+                    console.say(f"  revision {engine.current_revision}: {len(tools)} tools {tools}")
+                    console.say("  SIGHUP reloads the config; Ctrl-C (or SIGTERM) stops.")
+
+                    def on_publish(new: object, old: object) -> None:
+                        console.say(f"  published revision {engine.current_revision}")
+
+                    engine.add_listener(on_publish)
+
+                    async def reloads() -> None:
+                        nonlocal reload
+                        while True:
+                            await reload.wait()
+                            reload = anyio.Event()  # SIGHUPs during a reload coalesce into one more
+                            try:
+                                out = await engine.refresh(["config"])
+                            except Exception as exc:  # a timeout, or the engine closing: never fatal
+                                log.warning("SIGHUP: reload did not finish: %s", type(exc).__name__)
+                                continue
+                            console.say(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}")
+
+                    async with anyio.create_task_group() as inner:
+                        inner.start_soon(reloads)
+                        await stop.wait()
+                        inner.cancel_scope.cancel()
+            tg.cancel_scope.cancel()
     return 0
+
+
+@contextlib.contextmanager
+def _sole_error() -> Iterator[None]:
+    """Re-raise the one error of a task group as itself (the CLI maps ``ConfigError`` and
+    ``OSError`` to exit codes and messages; a group would surface as a traceback)."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 async def run_stdio(config_path: str | Path | None) -> int:
     """One downstream session over this process's stdin/stdout (logs go to stderr);
-    ``config_path=None`` serves the bundled demo."""
+    ``config_path=None`` serves the bundled demo. SIGTERM and SIGINT end the session and stop the
+    gateway the same way stdin's end does (I14), exit 0."""
     if config_path is None:
         with bundled_demo() as demo:
             print(describe(demo).strip(), file=sys.stderr, flush=True)  # stdout carries the protocol
@@ -194,11 +345,19 @@ async def run_stdio(config_path: str | Path | None) -> int:
 
 
 async def _stdio(config_path: Path) -> int:
-    async with Gateway(config_path) as gw:
-        front = _front(gw, "stdio")
-        async with anyio.create_task_group() as tg:
-            await tg.start(front.run)
-            async with stdio_server() as (read, write):
-                await front.server.run(read, write, front.server.create_initialization_options())
-            tg.cancel_scope.cancel()
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals, _sole_error():
+        async with Gateway(config_path) as gw:
+            front = _front(gw, "stdio")
+            async with anyio.create_task_group() as tg:
+
+                async def on_signals() -> None:
+                    async for signum in signals:
+                        log.info("received %s: stopping", signal.Signals(signum).name)
+                        tg.cancel_scope.cancel()
+
+                await tg.start(front.run)
+                tg.start_soon(on_signals)
+                async with stdio_server() as (read, write):
+                    await front.server.run(read, write, front.server.create_initialization_options())
+                tg.cancel_scope.cancel()
     return 0

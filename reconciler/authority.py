@@ -103,6 +103,7 @@ class Authority:
         self.drift_policy = drift_policy
         self._sessions: dict[str, Session] = {}
         self._by_token_hash: dict[str, Session] = {}
+        self._transport_owned: set[str] = set()
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -114,8 +115,13 @@ class Authority:
         policy: GrantPolicy = GrantPolicy.CURRENT,
         names: Iterable[str] = (),
         session_id: str | None = None,
+        transport_owned: bool = False,
     ) -> Session:
-        if len(self._sessions) >= self.bounds.sessions:
+        """A new session. ``bounds.sessions`` bounds the sessions the control API creates;
+        a ``transport_owned`` session (created for one downstream connection and removed with
+        it) is bounded by the transport's own session limit instead, so a flood of connections
+        can never use up the slots of API sessions (issue 10, item 6)."""
+        if not transport_owned and len(self._sessions) - len(self._transport_owned) >= self.bounds.sessions:
             raise SessionLimitError(f"at most {self.bounds.sessions} sessions may exist; delete unused sessions")
         sid = session_id or f"s{next(_ids)}-{secrets.token_hex(6)}"
         session = Session(id=sid, owner=owner, created_at=time.time(), token=secrets.token_urlsafe(24))
@@ -124,6 +130,8 @@ class Authority:
         elif policy is GrantPolicy.EXPLICIT:
             self._set_grants(session, self._validate(list(names), generation), generation)
         self._sessions[sid] = session
+        if transport_owned:
+            self._transport_owned.add(sid)
         self._by_token_hash[hashlib.sha256(session.token.encode()).hexdigest()] = session
         return session
 
@@ -140,6 +148,7 @@ class Authority:
 
     def remove(self, session_id: str) -> Session | None:
         session = self._sessions.pop(session_id, None)
+        self._transport_owned.discard(session_id)
         if session is not None:
             self._by_token_hash.pop(hashlib.sha256(session.token.encode()).hexdigest(), None)
         return session

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import glob
 import os
 import re
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -40,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.freshness import raise_if_exhausted, strict_glob
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig, UpstreamOAuthConfig
 from mcp_reconciler.reconciler.projection import (
@@ -59,6 +59,7 @@ __all__ = [
     "GatewaySettings",
     "HttpTransportConfig",
     "InterpolatedStr",
+    "LimitsConfig",
     "LoadedConfig",
     "MetadataSettings",
     "OAuthConfig",
@@ -142,17 +143,20 @@ class InterpolatedStr(str):
     embed it never reveal the secret that was substituted."""
 
     template: str
+    #: The environment values substituted into it (secrets: the log system redacts them).
+    values: tuple[str, ...]
 
-    def __new__(cls, value: str, template: str) -> InterpolatedStr:
+    def __new__(cls, value: str, template: str, values: tuple[str, ...] = ()) -> InterpolatedStr:
         obj = super().__new__(cls, value)
         obj.template = template
+        obj.values = values
         return obj
 
     def __repr__(self) -> str:
         return repr(self.template)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (InterpolatedStr, (str(self), self.template))
+        return (InterpolatedStr, (str(self), self.template, self.values))
 
 
 def display_transport(transport: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,7 +199,7 @@ def _interpolate(template: str, environ: Mapping[str, str]) -> tuple[str, list[_
         return template, []
     out: list[str] = []
     issues: list[_InterpolationIssue] = []
-    substituted = False
+    substituted: list[str] = []
     pos = 0
     for m in _VAR_TOKEN.finditer(template):
         out.append(template[pos : m.start()])
@@ -226,10 +230,10 @@ def _interpolate(template: str, environ: Mapping[str, str]) -> tuple[str, list[_
             )
             continue
         out.append(value)
-        substituted = True
+        substituted.append(value)
     out.append(template[pos:])
     value_str = "".join(out)
-    return (InterpolatedStr(value_str, template) if substituted else value_str), issues
+    return (InterpolatedStr(value_str, template, tuple(substituted)) if substituted else value_str), issues
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,6 +437,32 @@ class MetadataSettings(_Frozen):
         )
 
 
+class LimitsConfig(_Frozen):
+    """What one HTTP client can make the gateway hold (the ``gateway.limits:`` mapping, I18).
+    Read when ``serve`` starts; a reload does not change them."""
+
+    #: Open downstream HTTP connections; at the bound the oldest idle one is closed to make room.
+    #: Clamped at startup to what the descriptor limit leaves after ``fd_reserve``.
+    connections: int = Field(default=1024, ge=1)
+    #: Descriptors kept free for config reads, upstream processes and connections, and logs.
+    fd_reserve: int = Field(default=256, ge=16)
+    #: A connection must deliver a complete request head this soon after it opens (or after its
+    #: previous response), or it is closed.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    #: An idle keep-alive connection is closed after this long.
+    keep_alive_s: float = Field(default=5.0, gt=0)
+    #: Request line plus headers, in bytes (431 beyond).
+    header_bytes: int = Field(default=64 * 1024, ge=1024)
+    #: ``/mcp`` request body, in bytes (413 beyond, answered while the body streams).
+    body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: Streamable-HTTP transport sessions (2025-11-25 era) open at once, all clients together.
+    transport_sessions: int = Field(default=4096, ge=1)
+    #: Transport sessions per client: per bearer credential, or per peer address without one.
+    transport_sessions_per_client: int = Field(default=256, ge=1)
+    #: A transport session with no request in flight and no open stream for this long is closed.
+    session_idle_s: float = Field(default=300.0, gt=0)
+
+
 class GatewaySettings(_Frozen):
     """Gateway-wide settings (the ``gateway:`` mapping). Every key is optional."""
 
@@ -451,6 +481,10 @@ class GatewaySettings(_Frozen):
     @classmethod
     def _null_metadata(cls, value: Any) -> Any:
         return {} if value is None else value
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    #: On SIGTERM/SIGINT, operations in flight get this long to finish before they are ended
+    #: with a retryable "shutting down" error.
+    shutdown_grace_s: float = Field(default=10.0, ge=0)
 
     def bounds(self, base: Bounds | None = None) -> Bounds:
         """``base`` (default: the design's defaults) with this file's overrides applied."""
@@ -498,6 +532,9 @@ class LoadedConfig:
     files: tuple[Path, ...]
     include_globs: tuple[str, ...]
     oauth: OAuthConfig | None = None  # the resource-server section, secrets interpolated (HTTP edge only)
+    #: Every value ``${VAR}`` interpolation substituted: secrets wherever they land (the log
+    #: system redacts them by value, ``reconciler/redaction.py``).
+    secret_values: frozenset[str] = field(default=frozenset(), repr=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -579,6 +616,8 @@ def _read_document(path: Path, display: str) -> _Document | ConfigProblem:
     except FileNotFoundError:
         return ConfigProblem(display, None, "", "file not found")
     except OSError as exc:
+        # Out of descriptors or memory says nothing about the file: not a config problem.
+        raise_if_exhausted(exc, display)
         return ConfigProblem(display, None, "", f"cannot read file: {exc.strerror or type(exc).__name__}")
     try:
         text = raw.decode("utf-8")
@@ -706,6 +745,7 @@ def _build_spec(
     environ: Mapping[str, str],
     problems: list[ConfigProblem],
     metadata: MetadataSettings | None = None,
+    secrets: set[str] | None = None,
 ) -> SourceSpec | None:
     src, doc = declared.source, declared.doc
     base_dir = doc.path.parent
@@ -713,6 +753,8 @@ def _build_spec(
 
     def expand(value: str, *loc: int | str) -> str:
         result, issues = _interpolate(value, environ)
+        if secrets is not None and isinstance(result, InterpolatedStr):
+            secrets.update(result.values)
         full = (*declared.loc, *loc)
         for issue in issues:
             problems.append(
@@ -802,7 +844,11 @@ def _upstream_oauth(
 
 
 def _interpolate_oauth(
-    oauth: OAuthConfig | None, doc: _Document, environ: Mapping[str, str], problems: list[ConfigProblem]
+    oauth: OAuthConfig | None,
+    doc: _Document,
+    environ: Mapping[str, str],
+    problems: list[ConfigProblem],
+    secrets: set[str] | None = None,
 ) -> OAuthConfig | None:
     """``oauth:`` with ``${VAR}`` expanded in the introspection client credentials (the only
     secrets of the section); problems name variables, never values."""
@@ -821,6 +867,8 @@ def _interpolate_oauth(
                         ConfigProblem(doc.file, _locate(doc.root, loc), _field_path(loc), issue.message, issue.hint)
                     )
                 values[key] = value
+                if secrets is not None and value and value != getattr(intro, key):
+                    secrets.add(value)  # the substituted text: redacted by value in logs
             issuer = issuer.model_copy(update={"introspection": intro.model_copy(update=values)})
         issuers.append(issuer)
     return oauth.model_copy(update={"issuers": tuple(issuers)})
@@ -837,7 +885,7 @@ def _display_for(match: Path, main_abs_dir: Path, main_display: str) -> str:
 def _expand_includes(patterns: Sequence[str], main_abs: Path) -> list[Path]:
     found: set[str] = set()
     for pattern in patterns:
-        for match in glob.glob(pattern, recursive=True):
+        for match in strict_glob(pattern):
             if os.path.isfile(match):
                 found.add(os.path.abspath(match))
     found.discard(str(main_abs))
@@ -856,7 +904,9 @@ def load_config(
 ) -> LoadedConfig:
     """Read, validate and interpolate the config at ``path`` and its drop-ins.
 
-    Raises :class:`ConfigError` listing every problem found. ``environ`` defaults to
+    Raises :class:`ConfigError` listing every problem found, and
+    :class:`~reconciler.freshness.InputsUnreadableError` when a file or directory could not be
+    read for lack of resources (that says nothing about the config). ``environ`` defaults to
     ``os.environ``; ``max_sources`` to ``Bounds().sources`` (enforced across all files)."""
     env = os.environ if environ is None else environ
     limit = Bounds().sources if max_sources is None else max_sources
@@ -949,8 +999,9 @@ def load_config(
         )
 
     metadata = main.gateway.metadata if main is not None else None
-    specs = [_build_spec(item, env, problems, metadata) for item in declared]
-    oauth = _interpolate_oauth(main.oauth, main_doc, env, problems) if main is not None else None
+    secrets: set[str] = set()
+    specs = [_build_spec(item, env, problems, metadata, secrets) for item in declared]
+    oauth = _interpolate_oauth(main.oauth, main_doc, env, problems, secrets) if main is not None else None
     if problems or main is None or include_globs is None:
         # Report in reading order: main file first, then drop-ins, each top to bottom.
         rank = {main_display: 0} | {
@@ -965,6 +1016,7 @@ def load_config(
         files=tuple(files),
         include_globs=tuple(include_globs),
         oauth=oauth,
+        secret_values=frozenset(secrets),
     )
 
 

@@ -11,6 +11,11 @@ Guarantees:
   Watch globs are stamped during ``load``, i.e. before the engine (re)spawns the source that
   reads them.
 * Blocking file I/O runs in a worker thread; the event loop only swaps references.
+* **Out of resources is not an edit.** When the inputs cannot be read for lack of descriptors
+  or memory (:class:`~reconciler.freshness.InputsUnreadableError`), ``load`` changes nothing
+  -- last good config, baseline and error stay as they were -- and raises
+  :class:`~reconciler.errors.CycleFailedError`, so the cycle fails without publishing and keeps
+  its dirty keys (retried with backoff); ``poll`` reports no change and the next sweep retries.
 
 No HTTP framework is imported here.
 """
@@ -30,13 +35,16 @@ import anyio.to_thread
 
 from mcp_reconciler.reconciler.config import ConfigError, GatewaySettings, LoadedConfig, load_config
 from mcp_reconciler.reconciler.desired import DesiredState
+from mcp_reconciler.reconciler.errors import CycleFailedError
 from mcp_reconciler.reconciler.freshness import (
     CONFIG_KEY,
     DEFAULT_RACY_WINDOW_NS,
     Fingerprint,
+    InputsUnreadableError,
     Tracker,
     take_fingerprint,
 )
+from mcp_reconciler.reconciler.redaction import SECRETS
 
 __all__ = ["CONFIG_KEY", "ConfigDesiredState"]
 
@@ -81,6 +89,7 @@ class ConfigDesiredState:
         self._error: ConfigError | None = None
         self._tracker: Tracker | None = None
         self._logged_error: str | None = None
+        self._unreadable = False
 
     @property
     def last_good(self) -> LoadedConfig | None:
@@ -101,13 +110,24 @@ class ConfigDesiredState:
 
         Raises :class:`ConfigError` only when no valid config was ever loaded."""
         async with self._lock:
-            outcome = await anyio.to_thread.run_sync(self._load_sync, self._tracker, self._good)
+            try:
+                outcome = await anyio.to_thread.run_sync(self._load_sync, self._tracker, self._good)
+            except InputsUnreadableError as exc:
+                if self._good is None:
+                    raise
+                self._note_unreadable(exc)
+                raise CycleFailedError(
+                    "the config could not be read (out of file descriptors or memory); "
+                    "still serving the last good config; retrying"
+                ) from None
+            self._unreadable = False
             # State changes happen here, on the event loop, after the thread finished: a
             # cancelled load leaves the previous baseline in place (so the change stays visible).
             self._tracker = outcome.tracker
             self._error = outcome.error
             tracker = outcome.tracker
             if outcome.loaded is not None:
+                SECRETS.add(outcome.loaded.secret_values)  # before anything can log them
                 self._logged_error = None
                 self._good = outcome.loaded
                 self._good_at = time.time()
@@ -150,7 +170,17 @@ class ConfigDesiredState:
         tracker = self._tracker
         if tracker is None:
             return {CONFIG_KEY}
-        return await anyio.to_thread.run_sync(tracker.dirty_keys)
+        try:
+            return await anyio.to_thread.run_sync(tracker.dirty_keys)
+        except InputsUnreadableError as exc:
+            self._note_unreadable(exc)
+            return set()  # nothing can be concluded now; the next sweep looks again
+
+    def _note_unreadable(self, exc: InputsUnreadableError) -> None:
+        """Say it once per episode (an episode ends with the next successful load)."""
+        if not self._unreadable:
+            self._unreadable = True
+            log.warning("config inputs cannot be read (%s); keeping the last good config and retrying", exc.strerror)
 
     async def changed(self) -> bool:
         """Whether any tracked input changed since the last load (a cheap stat sweep)."""

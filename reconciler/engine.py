@@ -202,6 +202,23 @@ class Engine:
         await self.check_inputs()
         return await self._rec.refresh(keys, timeout_s=timeout_s)
 
+    def operations(self) -> int:
+        """Operations running right now, over every live generation."""
+        return sum(live.operations for live in self._runtime.live())
+
+    async def settle(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for every running operation to finish (a graceful stop's
+        grace period); returns how many were still running when it gave up (0: all settled).
+        Starts nothing and cancels nothing; operations that start meanwhile are waited for too."""
+        with anyio.move_on_after(timeout_s):
+            while True:
+                busy = [live for live in self._runtime.live() if live.operations]
+                if not busy:
+                    return 0
+                for live in busy:
+                    await live.wait_operations_done()
+        return self.operations()
+
     async def aclose(self) -> None:
         """Close the engine now (idempotent, concurrent-safe): no new cycles; running operations
         end with a retryable error; every connection closes exactly once (I14). The owner's

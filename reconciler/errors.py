@@ -68,6 +68,17 @@ class UpstreamUnavailableError(SourceReadError):
         super().__init__("upstream unavailable", detail=detail)
 
 
+class ReconnectThrottledError(SourceReadError):
+    """A read needed a new connection before the source's next allowed reconnect (I8). Not a
+    failure of its own: the source's last error stays the cause that led to the throttle."""
+
+    code = "reconnect_throttled"
+
+    def __init__(self, wait_s: float, *, detail: str = "") -> None:
+        super().__init__(f"reconnect throttled; next attempt in {max(wait_s, 0.1):.1f} s", detail=detail)
+        self.wait_s = wait_s
+
+
 class CycleFailedError(ReconcilerError):
     """A reconcile cycle failed as a whole (timeout, invalid desired state, closed runtime)."""
 
@@ -76,10 +87,11 @@ class CycleFailedError(ReconcilerError):
 
 
 class ReconcilerClosedError(ReconcilerError):
-    """The engine is closed; no new cycles, pins or publications."""
+    """The engine is closed; no new cycles, pins or publications. Retryable: the same request
+    may succeed on another replica, or on this gateway once it is back."""
 
     code = "closed"
-    retryable = False
+    retryable = True
 
     def __init__(self) -> None:
         super().__init__("the gateway is shutting down")

@@ -14,15 +14,23 @@ Guarantees (I11):
   counts as changed on the next check, which costs one extra (no-op) reload and never a missed
   edit -- the same trade git makes for its index.
 * Results are sorted, so digests do not depend on directory order or argument order.
+* **Running out of resources is not a change.** ``glob.glob`` silently matches nothing in a
+  directory it cannot list, so under descriptor exhaustion (``EMFILE``/``ENFILE``) a watched
+  glob or an include glob looked emptied: sources were respawned or dropped and revisions
+  published because the gateway had run out of descriptors. :func:`strict_glob` has glob's
+  semantics but raises :class:`InputsUnreadableError` instead; callers keep their last good
+  state and try again later.
 """
 
 from __future__ import annotations
 
-import glob as _glob
+import errno
+import fnmatch
 import hashlib
 import os
+import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -33,11 +41,14 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFIG_KEY",
     "DEFAULT_RACY_WINDOW_NS",
+    "EXHAUSTION_ERRNOS",
     "LARGE_SWEEP_WARNING",
     "FileStamp",
     "Fingerprint",
     "GlobStamp",
+    "InputsUnreadableError",
     "Tracker",
+    "strict_glob",
     "take_fingerprint",
 ]
 
@@ -51,6 +62,93 @@ source dirty forever)."""
 
 LARGE_SWEEP_WARNING = 10_000
 """Above this many tracked paths a sweep is no longer "cheap"; say so instead of truncating."""
+
+
+EXHAUSTION_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+"""errnos that say "this process or system ran out of something", not "the file changed"."""
+
+
+class InputsUnreadableError(OSError):
+    """Inputs could not be read for lack of resources (descriptors, memory): nothing can be
+    concluded about them. Never a change, never a removal; retry later."""
+
+
+def raise_if_exhausted(exc: OSError, what: str) -> None:
+    """Re-raise ``exc`` as :class:`InputsUnreadableError` if it is resource exhaustion."""
+    if exc.errno in EXHAUSTION_ERRNOS:
+        raise InputsUnreadableError(exc.errno, f"cannot read {what}: {exc.strerror}") from exc
+
+
+_MAGIC = re.compile(r"[*?[]")
+
+
+def _names(directory: str, dirs_only: bool) -> list[str]:
+    """Entry names of ``directory`` ('' is the working directory); an unlistable directory has
+    none, unless it is unlistable for lack of resources."""
+    try:
+        with os.scandir(directory or os.curdir) as it:
+            if not dirs_only:
+                return [entry.name for entry in it]
+            out = []
+            for entry in it:
+                try:
+                    if entry.is_dir():
+                        out.append(entry.name)
+                except OSError as exc:
+                    raise_if_exhausted(exc, entry.path)
+            return out
+    except OSError as exc:
+        raise_if_exhausted(exc, directory or os.curdir)
+        return []
+
+
+def _descend(directory: str, dirs_only: bool) -> Iterator[str]:
+    """``**``: every non-hidden path below ``directory``, relative to it, parents first."""
+    for name in _names(directory, dirs_only):
+        if name.startswith("."):
+            continue
+        yield name
+        for below in _descend(os.path.join(directory, name) if directory else name, dirs_only):
+            yield os.path.join(name, below)
+
+
+def _walk(pattern: str, dirs_only: bool) -> Iterator[str]:
+    head, tail = os.path.split(pattern)
+    if not _MAGIC.search(pattern):
+        if not tail:  # "dir/": directories only
+            found = os.path.isdir(head)
+        else:
+            found = os.path.isdir(pattern) if dirs_only else os.path.lexists(pattern)
+        if found:
+            yield pattern
+        return
+    parents = _walk(head, True) if head and head != pattern and _MAGIC.search(head) else [head]
+    for parent in parents:
+        if tail == "**":
+            yield os.path.join(parent, "")
+            for below in _descend(parent, dirs_only):
+                yield os.path.join(parent, below)
+        elif _MAGIC.search(tail):
+            names = _names(parent, dirs_only)
+            if not tail.startswith("."):
+                names = [n for n in names if not n.startswith(".")]
+            for name in fnmatch.filter(names, tail):
+                yield os.path.join(parent, name)
+        elif tail:
+            path = os.path.join(parent, tail)
+            if os.path.isdir(path) if dirs_only else os.path.lexists(path):
+                yield path
+        elif os.path.isdir(parent):
+            yield os.path.join(parent, "")
+
+
+def strict_glob(pattern: str) -> list[str]:
+    """``glob.glob(pattern, recursive=True)`` (hidden names are matched only by a pattern
+    component that starts with ``.``; ``**`` is zero or more directories), except that a
+    directory that cannot be listed for lack of resources raises
+    :class:`InputsUnreadableError` instead of silently matching nothing."""
+    found = list(_walk(pattern, False))
+    return found[1:] if pattern == "**" else found  # not the working directory itself ('')
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +210,8 @@ def take_fingerprint(
     now_ns: int | None = None,
     racy_window_ns: int = DEFAULT_RACY_WINDOW_NS,
 ) -> Fingerprint:
-    """Stat-sweep ``paths`` and every match of ``globs`` (``glob.glob(recursive=True)``).
+    """Stat-sweep ``paths`` and every match of ``globs`` (:func:`strict_glob`). Raises
+    :class:`InputsUnreadableError` when resources ran out during the sweep (never a stamp).
 
     Relative paths and patterns resolve against the process's working directory; callers that
     care (the config tracker) pass absolute ones. Only ``os.stat`` and directory listing are
@@ -122,7 +221,7 @@ def take_fingerprint(
     glob_stamps: list[GlobStamp] = []
     targets = {os.fspath(path) for path in paths}
     for pattern in sorted(set(globs)):
-        matches = tuple(sorted(_glob.glob(pattern, recursive=True)))
+        matches = tuple(sorted(strict_glob(pattern)))
         if not matches:
             warnings.append(f"glob {pattern!r} matched no files")
         glob_stamps.append(GlobStamp(pattern, matches))
@@ -144,6 +243,7 @@ def take_fingerprint(
             chunks.append(f"F\0{path}\0-\0")
             continue
         except OSError as exc:
+            raise_if_exhausted(exc, path)
             warnings.append(f"tracked file {path!r} cannot be checked: {exc.strerror or type(exc).__name__}")
             stamps.append(FileStamp(path, False))
             chunks.append(f"F\0{path}\0-\0")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+#: The cause recorded when a ready source's connection ended and its reconnect is held back.
+CONNECTION_LOST = "upstream connection lost; reconnect pending"
+
 
 @dataclass(frozen=True, slots=True)
 class SourceHealth:
@@ -13,7 +16,7 @@ class SourceHealth:
     source: str
     status: str = "connecting"  # ready | stale | failed | connecting
     last_ok_at: float | None = None
-    last_error: str | None = None  # sanitized
+    last_error: str | None = None  # sanitized; the cause, never "reconnect throttled"; None when ready
     last_error_at: float | None = None
     consecutive_failures: int = 0
     entries: int = 0
@@ -29,15 +32,34 @@ class HealthBoard:
         return self._by_source.get(source) or SourceHealth(source)
 
     def ok(self, source: str, at: float, *, entries: int) -> None:
+        """The source listed completely: ready, and the error it had is resolved (cleared)."""
         self._by_source[source] = replace(
             self.get(source),
             status="ready",
             last_ok_at=at,
+            last_error=None,
+            last_error_at=None,
             consecutive_failures=0,
             entries=entries,
         )
 
+    def throttled(self, source: str, at: float) -> None:
+        """A read was held back by the reconnect throttle: not a failure of its own, so the
+        error that caused the throttle stays the source's last error (when the next attempt is
+        allowed is the reconnect schedule's to say: ``next_attempt_at``). A source that was
+        ready lost its connection (that is why it needs a new one): it turns stale with that
+        cause."""
+        h = self.get(source)
+        if h.status in ("ready", "connecting"):
+            self._by_source[source] = replace(
+                h,
+                status="stale" if h.last_ok_at is not None else "failed",
+                last_error=h.last_error or CONNECTION_LOST,
+                last_error_at=h.last_error_at if h.last_error else at,
+            )
+
     def failed(self, source: str, at: float, reason: str) -> None:
+        """A read failed for ``reason`` (sanitized): the source's new last error."""
         h = self.get(source)
         self._by_source[source] = replace(
             h,

@@ -26,7 +26,12 @@ from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.catalog import Catalog, bounded, merge
 from mcp_reconciler.reconciler.desired import DesiredState, DesiredStateSource
-from mcp_reconciler.reconciler.errors import CycleFailedError, ReconcilerClosedError, SourceReadError
+from mcp_reconciler.reconciler.errors import (
+    CycleFailedError,
+    ReconcilerClosedError,
+    ReconnectThrottledError,
+    SourceReadError,
+)
 from mcp_reconciler.reconciler.health import HealthBoard
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState, SourceStatus
 from mcp_reconciler.reconciler.reader import SourceReader
@@ -302,10 +307,21 @@ class Reconciler:
                     self.health.ok(spec.name, self._wall(), entries=len(state.entries))
                 except Exception as exc:  # SourceReadError, TimeoutError, or anything a reader raised
                     reason, detail = _read_failure_reason(exc)
-                    telemetry.source_reads.add(1, {"outcome": "error"})
-                    log.warning("source %s: %s %s", spec.name, reason, detail)
                     now = self._wall()
-                    self.health.failed(spec.name, now, reason)
+                    if isinstance(exc, ReconnectThrottledError):
+                        # Held back, not failed again: the cause stays the source's last error.
+                        telemetry.source_reads.add(1, {"outcome": "throttled"})
+                        log.debug("source %s: %s", spec.name, reason)
+                        self.health.throttled(spec.name, now)
+                        reason = self.health.get(spec.name).last_error or reason
+                    else:
+                        telemetry.source_reads.add(1, {"outcome": "error"})
+                        # The WARNING says what happened; the upstream's own words (paths, hosts,
+                        # keys) go to DEBUG only (I12).
+                        log.warning("source %s: %s", spec.name, reason)
+                        if detail:
+                            log.debug("source %s: %s: %s", spec.name, reason, detail)
+                        self.health.failed(spec.name, now, reason)
                     if prev is not None and prev.spec_digest == spec.digest and prev.entries:
                         state = prev.marked(SourceStatus.STALE, reason, now)
                     elif prev is not None and prev.spec_digest == spec.digest:

@@ -6,10 +6,15 @@ source dirty instead of failing silently on the next call.
 
 stdio processes are started by the SDK's ``stdio_client`` in their own session (process group)
 and stopped by it the way docs/DESIGN.md (I14, I15) says: close stdin, wait, SIGTERM the group, wait, SIGKILL.
-The gateway never signals any other process (I15)."""
+The gateway never signals any other process (I15).
+
+A stdio upstream's stderr is a pipe read by :func:`~reconciler.logsource.pump_stderr` (one task
+per connection, owned by the transport's context): every line becomes a log record labeled with
+the source, redacted and rate-limited, instead of raw bytes on the gateway's stderr."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -21,6 +26,7 @@ from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcp_reconciler.reconciler.logsource import pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.upstream_auth import client_credentials_auth
 
@@ -85,6 +91,28 @@ def stdio_parameters(transport: Mapping[str, Any]) -> StdioServerParameters:
     )
 
 
+@asynccontextmanager
+async def _stdio_with_stderr_pump(source: str, params: StdioServerParameters) -> AsyncIterator[tuple[Any, Any]]:
+    """``stdio_client`` with the process's stderr on a pipe that :func:`pump_stderr` logs.
+    The spawn happens before any task group of ours, so a spawn failure propagates as itself."""
+    read_fd, write_fd = os.pipe()
+    pumping = False
+    try:
+        with os.fdopen(write_fd, "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as streams:
+                errlog.close()  # the child has its copy; ours would keep the pipe from ending
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(pump_stderr, read_fd, source)
+                    pumping = True
+                    try:
+                        yield streams
+                    finally:
+                        tg.cancel_scope.cancel()  # the pump logs what is in the pipe, then stops
+    finally:
+        if not pumping:
+            os.close(read_fd)
+
+
 def _headers(transport: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (transport.get("headers") or {}).items()}
 
@@ -103,8 +131,11 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
 
     @asynccontextmanager
     async def connect() -> AsyncIterator[tuple[ObservedReadStream, Any]]:
-        if kind == "stdio":
-            async with stdio_client(stdio_parameters(t), errlog=errlog or sys.stderr) as (read, write):
+        if kind == "stdio" and errlog is not None:
+            async with stdio_client(stdio_parameters(t), errlog=errlog) as (read, write):
+                yield ObservedReadStream(read, on_end), write
+        elif kind == "stdio":
+            async with _stdio_with_stderr_pump(spec.name, stdio_parameters(t)) as (read, write):
                 yield ObservedReadStream(read, on_end), write
         elif kind == "http":
             timeouts = t.get("timeouts") or {}

@@ -30,8 +30,9 @@ from pydantic import BaseModel
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
-from mcp_reconciler.reconciler.errors import SourceReadError, UpstreamUnavailableError
+from mcp_reconciler.reconciler.errors import ReconnectThrottledError, SourceReadError, UpstreamUnavailableError
 from mcp_reconciler.reconciler.listing import capability_kinds, list_source
+from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
@@ -52,6 +53,12 @@ def default_targets(spec: SourceSpec, on_end: Callable[[], None]) -> Any:
 
 
 _ids = itertools.count(1)
+
+#: Re-listening after a listen stream ended on a live connection: exponential backoff between
+#: these bounds, reset once a stream stayed open for LISTEN_STABLE_S.
+LISTEN_RETRY_MIN_S = 0.5
+LISTEN_RETRY_MAX_S = 30.0
+LISTEN_STABLE_S = 30.0
 
 
 class _Probe(BaseModel):
@@ -88,6 +95,7 @@ class UpstreamConnection:
         self._death_reported = False
         self.protocol_version: str | None = None
         self.capabilities: types.ServerCapabilities | None = None
+        self.listens = 0  # listen streams the upstream acknowledged on this connection (2026 era)
 
     @property
     def connection_id(self) -> str:
@@ -109,6 +117,9 @@ class UpstreamConnection:
         Connection failures before ``started`` propagate to the starter; failures afterwards are
         recorded as death (never raised into the owner's task group)."""
         started = False
+        # Every task the transport and client start from here inherits the source: what they
+        # log (the SDK's reader on malformed output, say) is labeled and rate-limited per source.
+        current_source.set(self.source)
         try:
             # The connect deadline scope must enclose the whole session (a scope may not exit
             # before the contexts entered inside it), so it is lifted once connected.
@@ -180,23 +191,14 @@ class UpstreamConnection:
             self._stop.set()
 
     async def _health_loop(self, client: Client, interval_s: float) -> None:
-        """Idle HTTP upstreams can die unnoticed; probe them (ping in the legacy era, an uncached
-        first-page tools/list in the new one, which has no ping)."""
+        """Idle HTTP upstreams can die unnoticed; probe them (see :meth:`_probe`)."""
         while True:
             await anyio.sleep(interval_s)
-            try:
-                with anyio.fail_after(max(1.0, interval_s)):
-                    if (self.protocol_version or "").startswith("2025"):
-                        await client.session.send_request(types.PingRequest(), types.EmptyResult)
-                    else:
-                        await client.session.send_request(types.ListToolsRequest(params=None), _Probe)
-            except Exception as exc:
+            if not await self._probe(client, max(1.0, interval_s)):
                 if self._closing:
                     return
-                log.info("upstream connection %s failed its health check: %s", self._id, type(exc).__name__)
-                self.dead = True
-                self._emit("dead")
-                self._stop.set()
+                log.info("upstream connection %s failed its health check", self._id)
+                self._die()
                 return
 
     async def _on_message(self, message: Any) -> None:
@@ -207,30 +209,65 @@ class UpstreamConnection:
         elif isinstance(message, types.PromptListChangedNotification):
             self._emit("prompts")
         elif isinstance(message, Exception):
-            log.info("upstream %s transport error: %s", self._id, type(message).__name__)
+            # One per malformed message: DEBUG, never a line per protocol message at INFO.
+            log.debug("upstream %s transport error: %s", self._id, type(message).__name__)
 
     async def _listen(self, client: Client) -> None:
         """New-era change events (copies also reach the message handler; dirty marks are
-        idempotent, so seeing one twice costs nothing)."""
-        acknowledged = False
-        try:
-            async with client.listen(
-                tools_list_changed=True, resources_list_changed=True, prompts_list_changed=True
-            ) as sub:
-                acknowledged = True
-                async for _event in sub:
-                    self._emit("listen")
-        except SubscriptionLost:
-            pass
-        except Exception as exc:
-            if not acknowledged:  # the server does not offer listen: rely on health checks and polls
-                log.info("upstream %s: listen unavailable (%s)", self._id, type(exc).__name__)
+        idempotent, so seeing one twice costs nothing).
+
+        A listen stream that ends on a live connection (the upstream SDK ends a stream whose
+        backlog filled up, e.g. under a ``list_changed`` flood) is not death: events may have
+        been lost and there is no replay, so the source is marked dirty (re-listed) and the
+        stream is opened again, with backoff. Whether the connection itself is alive is asked
+        right away (one probe); only a failed probe, or the transport's own end, is death --
+        never the listen stream alone, which would kill a healthy upstream with calls in flight."""
+        delay = LISTEN_RETRY_MIN_S
+        ever_acknowledged = False
+        while True:
+            acknowledged = False
+            opened_at = anyio.current_time()
+            try:
+                async with client.listen(
+                    tools_list_changed=True, resources_list_changed=True, prompts_list_changed=True
+                ) as sub:
+                    acknowledged = ever_acknowledged = True
+                    self.listens += 1
+                    async for _event in sub:
+                        self._emit("listen")
+            except SubscriptionLost:
+                pass
+            except Exception as exc:
+                if not ever_acknowledged:  # the server does not offer listen: rely on health checks and polls
+                    log.info("upstream %s: listen unavailable (%s)", self._id, type(exc).__name__)
+                    return
+            if self._closing or self.dead:
                 return
-        if self._closing:
-            return
-        # An acknowledged stream ended and there is no replay: a connection that can no longer
-        # tell us about changes is treated as dead, so the source reconnects (throttled) and is
-        # re-listed instead of silently going stale.
+            if not await self._probe(client):
+                log.info("upstream connection %s: listen stream ended and the connection is gone", self._id)
+                self._die()
+                return
+            if acknowledged and anyio.current_time() - opened_at >= LISTEN_STABLE_S:
+                delay = LISTEN_RETRY_MIN_S  # it had been fine for a while: start the backoff over
+            self._emit("listen")  # events may have been lost: re-list
+            log.info("upstream %s: listen stream ended; listening again in %.1f s", self._id, delay)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, LISTEN_RETRY_MAX_S)
+
+    async def _probe(self, client: Client, timeout_s: float = 10.0) -> bool:
+        """One liveness probe: ping in the legacy era, an uncached first-page tools/list in the
+        new one (it has no ping)."""
+        try:
+            with anyio.fail_after(timeout_s):
+                if (self.protocol_version or "").startswith("2025"):
+                    await client.session.send_request(types.PingRequest(), types.EmptyResult)
+                else:
+                    await client.session.send_request(types.ListToolsRequest(params=None), _Probe)
+        except Exception:
+            return False
+        return True
+
+    def _die(self) -> None:
         self.dead = True
         self._emit("dead")
         self._stop.set()
@@ -376,9 +413,8 @@ class UpstreamReader:
         wait = self.backoff.wait_s(spec.name)
         if wait > 0:
             self._retry_later(spec.name, wait)
-            raise SourceReadError(
-                f"reconnect throttled; next attempt in {max(wait, 0.1):.1f} s",
-                detail=f"source {spec.name}: {self.backoff.failures(spec.name)} consecutive failures",
+            raise ReconnectThrottledError(
+                wait, detail=f"source {spec.name}: {self.backoff.failures(spec.name)} consecutive failures"
             )
         self.backoff.attempt(spec.name)
         conn = UpstreamConnection(

@@ -124,7 +124,9 @@ class Sessions:
         session = self._authority.by_token(token) if token is not None else None
         owned = session is None  # created for this connection: it ends with the connection
         if session is None:
-            session = self._authority.create(f"mcp:{key}", grants_from or gen, policy=self._grant_policy)
+            session = self._authority.create(
+                f"mcp:{key}", grants_from or gen, policy=self._grant_policy, transport_owned=True
+            )
         binding = Binding(session=session, era=era, key=key, owned=owned)
         binding.last_view = self._authority.view(session, gen) if gen is not None else None
         self.bindings[key] = binding

@@ -223,3 +223,16 @@ async def test_config_example(tmp_path: Path) -> None:
     with anyio.fail_after(TIMEOUT_S):  # ${VAR} from the environment, never its value in errors
         unset = await anyio.run_process(check, cwd=cwd, env=_env(), check=False)
     assert unset.returncode == 1 and "SEARCH_TOKEN is not set" in unset.stderr.decode()
+
+
+def test_limits_defaults() -> None:
+    """The README's "Limits and shutdown" block is the config's real defaults, and it loads."""
+    import yaml
+
+    from mcp_reconciler.reconciler.config import GatewaySettings
+
+    shown = yaml.safe_load(block("limits-defaults").text)["gateway"]
+    defaults = GatewaySettings()
+    assert shown["shutdown_grace_s"] == defaults.shutdown_grace_s
+    assert shown["limits"] == defaults.limits.model_dump(), "README limits differ from LimitsConfig's defaults"
+    assert GatewaySettings.model_validate(shown) == defaults

@@ -26,6 +26,7 @@ CHECKED = {
     "metadata-config": "tests/docs/test_readme_metadata.py::test_metadata_config_example",
     "metadata-served": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
     "metadata-status": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
+    "limits-defaults": "tests/docs/test_readme.py::test_limits_defaults",
 }
 
 

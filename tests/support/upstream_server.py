@@ -23,7 +23,17 @@ and callable beside the catalog:
   returns ``{"steps": n}`` (a no-op reporter when the caller sent no progress token);
 - ``fail_protocol`` raises an MCP protocol error (code -32000) whose message is ``text`` (plus
   the server's pid and working directory: upstream detail a gateway must never forward);
-- ``fail_result`` returns a tool result with ``is_error=True`` whose content is ``text``.
+- ``fail_result`` returns a tool result with ``is_error=True`` whose content is ``text``;
+With ``--noisy``, two more control tools are listed:
+
+- ``garbage`` writes ``n`` lines that are not JSON-RPC to stdout (stdio only: a misbehaving
+  upstream), then returns ``{"garbage": n}``;
+- ``stderr`` writes ``n`` lines of ``text`` to stderr, then returns ``{"stderr": n}``.
+
+``--linger`` models an upstream that does not exit when its stdin closes: after stdin ends it
+ignores SIGTERM and sleeps (up to 10 minutes), so only a process-group SIGKILL stops it.
+``--listen-backlog N`` caps the ``subscriptions/listen`` backlog per subscriber (the SDK's
+default behaviour: a subscriber that falls N events behind gets its stream ended).
 
 Announcements reach both protocol eras: a 2025-11-25 ("legacy") client gets
 ``notifications/tools/list_changed`` pushed on its session (``send_tool_list_changed``; on HTTP
@@ -53,7 +63,9 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +79,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 CONTROL_TOOLS = ("block", "crash", "flood", "set_tools", "progress", "fail_protocol", "fail_result")
+NOISY_TOOLS = ("garbage", "stderr")  # listed only with --noisy
 BAD_TOOL_SECRET = "token=bad-tool-s3cr3t-0123456789"
 CRASH_EXIT_CODE = 3
 
@@ -88,6 +101,12 @@ _CONTROL_SCHEMAS: dict[str, dict[str, Any]] = {
     "progress": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
     "fail_protocol": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
     "fail_result": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    "garbage": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
+    "stderr": {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0}, "text": {"type": "string"}},
+        "required": ["n", "text"],
+    },
 }
 
 
@@ -127,7 +146,16 @@ def bad_tool(i: int) -> types.Tool:
 
 
 class UpstreamServer:
-    def __init__(self, tools: list[str], *, page_size: int = 100, bad_tools: int = 0) -> None:
+    def __init__(
+        self,
+        tools: list[str],
+        *,
+        page_size: int = 100,
+        bad_tools: int = 0,
+        listen_backlog: int = 100_000,
+        noisy: bool = False,
+    ) -> None:
+        self.control_tools = (*CONTROL_TOOLS, *(NOISY_TOOLS if noisy else ()))
         if page_size < 1:
             raise ValueError("page size must be at least 1")
         self.snapshot = list(tools)  # what was loaded at spawn; never reloaded
@@ -136,8 +164,8 @@ class UpstreamServer:
         self.descriptions: dict[str, str] = {}
         self.page_size = page_size
         self.bus = InMemorySubscriptionBus()
-        # A flood must reach the client, not end its listen stream at the default backlog cap.
-        self.listen = ListenHandler(self.bus, max_buffered_events=100_000)
+        # By default a flood must reach the client, not end its listen stream at the backlog cap.
+        self.listen = ListenHandler(self.bus, max_buffered_events=listen_backlog)
         self.server = _ListChangedServer(
             "upstream-test-server",
             version="1.0",
@@ -158,7 +186,7 @@ class UpstreamServer:
         )
 
     def names(self) -> list[str]:
-        return [*self.tools, *(c for c in CONTROL_TOOLS if c not in self.tools)]
+        return [*self.tools, *(c for c in self.control_tools if c not in self.tools)]
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -210,6 +238,17 @@ class UpstreamServer:
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=str(args.get("text", "")))], is_error=True
             )
+        if name == "garbage" and name in self.control_tools:
+            n = int(args.get("n", 0))
+            # Whole lines straight onto the protocol stream, between protocol messages (the SDK
+            # points fd 1 at stderr while it serves; the wire is the duplicate taken before).
+            os.write(WIRE_FD, b"".join(b"garbage line %d: not json-rpc\n" % i for i in range(n)))
+            return _text({"tool": name, "garbage": n})
+        if name == "stderr" and name in self.control_tools:
+            n, text = int(args.get("n", 0)), str(args.get("text", ""))
+            sys.stderr.write("".join(f"{text}\n" for _ in range(n)))
+            sys.stderr.flush()
+            return _text({"tool": name, "stderr": n})
         if name not in self.tools:
             return types.CallToolResult(content=[types.TextContent(type="text", text="unknown tool")], is_error=True)
         return _text({"tool": name, "args": args, "pid": os.getpid(), "snapshot": self.snapshot})
@@ -248,12 +287,21 @@ def write_pid_file(path: str | None) -> None:
 # -- serving -------------------------------------------------------------------------------------
 
 
-async def serve_stdio(upstream: UpstreamServer, pid_file: str | None) -> None:
+WIRE_FD = 1  # the protocol stream (stdio): a duplicate of the original stdout, see serve_stdio
+
+
+async def serve_stdio(upstream: UpstreamServer, pid_file: str | None, linger: bool = False) -> None:
     from mcp.server.stdio import stdio_server
+
+    global WIRE_FD
+    WIRE_FD = os.dup(1)
 
     async with stdio_server() as (read, write):
         write_pid_file(pid_file)
         await upstream.server.run(read, write, upstream.server.create_initialization_options())
+    if linger:  # stdin closed: a well-behaved server exits here; this one does not
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(600)
 
 
 def _loopback_security(port: int) -> Any:
@@ -337,6 +385,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--page-size", type=int, default=100)
     p.add_argument("--pid-file")
     p.add_argument("--bad-tools", type=int, default=0, help="also list N invalid tool definitions")
+    p.add_argument("--linger", action="store_true", help="stdio: ignore stdin close and SIGTERM")
+    p.add_argument("--noisy", action="store_true", help="also list the garbage and stderr control tools")
+    p.add_argument("--listen-backlog", type=int, default=100_000, help="subscriptions/listen backlog per subscriber")
     args = p.parse_args(argv)
     if args.transport in ("http", "sse") and not args.port:
         p.error(f"--port is required with --transport {args.transport}")
@@ -356,9 +407,15 @@ def load_tools(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    upstream = UpstreamServer(load_tools(args), page_size=args.page_size, bad_tools=args.bad_tools)
+    upstream = UpstreamServer(
+        load_tools(args),
+        page_size=args.page_size,
+        bad_tools=args.bad_tools,
+        listen_backlog=args.listen_backlog,
+        noisy=args.noisy,
+    )
     if args.transport == "stdio":
-        anyio.run(serve_stdio, upstream, args.pid_file)
+        anyio.run(serve_stdio, upstream, args.pid_file, args.linger)
     else:
         anyio.run(serve_http, upstream, args.port, args.pid_file, args.transport)
     return 0

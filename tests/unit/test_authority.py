@@ -112,3 +112,43 @@ def test_session_count_is_bounded_at_n_and_n_plus_1() -> None:
         auth.create("o", g)  # N sessions: accepted
     with pytest.raises(SessionLimitError):
         auth.create("o", g)  # N + 1: refused
+
+
+@pytest.mark.anyio
+async def test_transport_owned_sessions_do_not_use_up_api_session_slots() -> None:
+    """Issue 10, item 6: 10,000 legacy connections without a token each created a session in
+    the one shared table; API sessions then got 429 and 2026-era calls -32603. Sessions owned
+    by a transport connection are bounded by the transport's limit, not by ``bounds.sessions``."""
+    import anyio
+    from mcp import Client
+
+    from mcp_reconciler.api.frontdoor import FrontDoor
+    from mcp_reconciler.reconciler.desired import StaticDesiredState
+    from mcp_reconciler.reconciler.engine import open_engine
+    from mcp_reconciler.reconciler.model import SourceSpec
+    from tests.support.servers import DynamicServer
+
+    srv = DynamicServer("a", ["x"])
+    bounds = Bounds(cooldown_s=0.0, sessions=3)
+    specs = [SourceSpec(name="a", transport={"kind": "in-process"})]
+    async with open_engine(StaticDesiredState(specs), lambda s, _e: srv.server, bounds=bounds) as engine:
+        await engine.refresh(timeout_s=10)
+        front = FrontDoor(engine, engine.sessions, transport="memory")
+        async with anyio.create_task_group() as tg:
+            await tg.start(front.run)
+            with anyio.fail_after(30):
+                async with (
+                    Client(front.server, mode="legacy") as c1,
+                    Client(front.server, mode="legacy") as c2,
+                    Client(front.server, mode="legacy") as c3,
+                    Client(front.server, mode="legacy") as c4,
+                ):
+                    for c in (c1, c2, c3, c4):  # 4 connections, 4 transport-owned sessions > bound 3
+                        assert [t.name for t in (await c.list_tools()).tools] == ["a__x"]
+                    for i in range(3):  # the control API's 3 slots are all still free
+                        engine.sessions.create(f"owner{i}", engine.current.generation)  # type: ignore[union-attr]
+                    with pytest.raises(Exception, match="at most 3 sessions"):
+                        engine.sessions.create("owner3", None)
+                    async with Client(front.server, mode="auto") as modern:  # not -32603
+                        assert (await modern.call_tool("a__x", {"x": "1"})).is_error is False
+            tg.cancel_scope.cancel()

@@ -331,3 +331,36 @@ async def test_an_unchanged_invalid_config_is_logged_once(
         for _ in range(3):
             await src.load()
     assert len([r for r in caplog.records if "is invalid" in r.getMessage()]) == 1
+
+
+# -- out of descriptors is not an edit (issue 10, item 5) --------------------------------------
+
+
+@pytest.mark.anyio
+async def test_out_of_descriptors_is_neither_a_change_nor_a_removal(setup: Path, tmp_path: Path) -> None:
+    """With every descriptor in use, the include glob and the watch glob cannot be listed and
+    the files cannot be opened. Before the fix, glob matched nothing (drop-in "removed", watched
+    inputs "changed") and the read became a config error; now a poll sees no change and a load
+    fails the cycle, keeping the last good config, baseline and error untouched."""
+    from tests.support.exhaustion import descriptors_exhausted
+
+    src = source(setup)
+    first = await src.load()
+    with descriptors_exhausted():
+        polled = await src.poll()
+        try:
+            await src.load()
+        except Exception as exc:  # inspected below, outside the exhausted block
+            loaded: object = exc
+        else:
+            loaded = "loaded"
+    assert polled == set()
+    assert isinstance(loaded, config_source.CycleFailedError), loaded
+    assert "could not be read" in str(loaded)
+    assert src.config_error is None
+    assert src.last_good is not None and [s.name for s in src.last_good.specs] == ["notes", "search", "extra"]
+    # Descriptors back: nothing changed on disk, so nothing is dirty, and a load is the same.
+    assert await src.poll() == set()
+    again = await src.load()
+    assert again.specs == first.specs and again.inputs_digest == first.inputs_digest
+    assert again.config_error is None

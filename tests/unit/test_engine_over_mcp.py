@@ -162,7 +162,10 @@ async def test_I8_failed_first_listing_is_retried_without_outside_trigger() -> N
             assert calls["n"] >= 2
 
 
-async def test_I6_ended_listen_stream_reconnects_and_keeps_seeing_changes() -> None:
+async def test_I6_ended_listen_stream_is_reopened_on_the_same_connection_and_keeps_seeing_changes() -> None:
+    """An upstream that ends its listen stream on a live connection (issue 10, item 17): the
+    gateway listens again on the same connection (not a reconnect: calls in flight there
+    survive) and re-lists, and changes announced afterwards still arrive."""
     from mcp.server import Server
     from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
@@ -181,10 +184,15 @@ async def test_I6_ended_listen_stream_reconnects_and_keeps_seeing_changes() -> N
             await rec.refresh(timeout_s=WAIT)
             conn = rec.runtime.current.generation.source_state("a").connection  # type: ignore[union-attr]
             assert isinstance(conn, UpstreamConnection)
+            opened = reader.opened
+            with anyio.fail_after(WAIT):
+                while conn.listens < 1:
+                    await anyio.sleep(0.01)
             handler.close()  # the upstream ends its listen stream gracefully: no replay follows
             with anyio.fail_after(WAIT):
-                while conn.alive:
+                while conn.listens < 2:  # listening again, on the same connection
                     await anyio.sleep(0.01)
+            assert conn.alive and reader.opened == opened
             names.append("z")
             with anyio.fail_after(WAIT):
                 while "a__z" not in rec.runtime.current.generation.tools:  # type: ignore[union-attr]

@@ -223,3 +223,60 @@ def test_tracker_warns_about_an_include_glob_matching_nothing(tmp_path: Path) ->
     tracker = Tracker(load_config(cfg), now_ns=NOW_NS)
     assert tracker.warnings == (f"config: glob {str(tmp_path / 'd' / '*.yaml')!r} matched no files",)
     assert tracker.tracked_count == 1
+
+
+# -- strict_glob: glob's semantics, but exhaustion raises (issue 10, item 5) -------------------
+
+GLOB_TREE = (
+    "a/x.yml", "a/.h.yml", "a/b/y.yml", "a/b/c/z.yml", "a/b/c/zz.yaml", "a/b/.hd/w.yml",
+    ".hid/q.yml", "top.yml", "d1/", "d2/e/",
+)  # fmt: skip
+GLOB_PATTERNS = (
+    "*.yml", "**/*.yml", "a/**/*.yml", "a/**", "a/**/", "**", "*/", "a/*/*.yml", ".*/*.yml", "a/.*.yml",
+    "a/b/c/z.yml", "missing.yml", "a/b", "a/b/", "*/**/*.yaml", "d*/", "link/*.yml", "link/**/*.yml",
+    "a/[xb]*", "a/b/c/z?.y*ml", "**/.hd/*", "a/**/c", "a/**/c/", "nope/**/*.yml",
+)  # fmt: skip
+
+
+def _tree(root: Path) -> None:
+    for rel in GLOB_TREE:
+        path = root / rel
+        if rel.endswith("/"):
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("x")
+    (root / "link").symlink_to(root / "a" / "b")
+
+
+@pytest.mark.parametrize("pattern", GLOB_PATTERNS)
+def test_strict_glob_matches_glob_glob(pattern: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import glob
+
+    from mcp_reconciler.reconciler.freshness import strict_glob
+
+    _tree(tmp_path)
+    absolute = str(tmp_path / pattern)
+    assert sorted(strict_glob(absolute)) == sorted(glob.glob(absolute, recursive=True))
+    monkeypatch.chdir(tmp_path)  # relative patterns resolve against the working directory
+    assert sorted(strict_glob(pattern)) == sorted(glob.glob(pattern, recursive=True))
+
+
+def test_strict_glob_raises_when_descriptors_run_out(tmp_path: Path) -> None:
+    """glob.glob answers "no match" when it cannot list a directory for lack of descriptors;
+    strict_glob raises, and so does a sweep (never a stamp that looks like a removal)."""
+    import glob
+
+    from mcp_reconciler.reconciler.freshness import InputsUnreadableError, strict_glob
+    from tests.support.exhaustion import descriptors_exhausted
+
+    _tree(tmp_path)
+    pattern = str(tmp_path / "a" / "**" / "*.yml")
+    with descriptors_exhausted():
+        silent = glob.glob(pattern, recursive=True)
+        with pytest.raises(InputsUnreadableError):
+            strict_glob(pattern)
+        with pytest.raises(InputsUnreadableError):
+            take_fingerprint((), [pattern])
+    assert silent == []  # what glob.glob said: "nothing there"
+    assert len(strict_glob(pattern)) == 3

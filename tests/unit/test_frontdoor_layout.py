@@ -14,7 +14,7 @@ MAX_LINES = 400
 
 #: SDK private attributes the gateway is known to need; only api/sdk_compat.py may name them.
 SDK_PRIVATES = re.compile(
-    r"\._(connection|server_instances|request_streams|event_store|admit_session|session_owners|"
+    r"\._(connection|server_instances|request_streams|event_store|admit_session|discard_session|session_owners|"
     r"sse_stream_writers|request_handlers|notification_handlers|session_manager)\b"
 )
 

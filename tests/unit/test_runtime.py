@@ -217,7 +217,7 @@ async def test_I14_close_is_idempotent_concurrent_and_closes_each_connection_onc
                 async with rt.current.operation():  # type: ignore[union-attr]
                     started.set()
                     await anyio.sleep_forever()
-            except ReconcilerClosedError as exc:  # shutdown, not a drain: clients must not be told to retry here
+            except ReconcilerClosedError as exc:  # shutdown, not a drain (retry later, not on this revision)
                 cancelled.append(exc)
 
         async with anyio.create_task_group() as tg:

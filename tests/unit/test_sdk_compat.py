@@ -136,10 +136,12 @@ def test_connection_of_names_the_private_when_it_is_gone() -> None:
 
 
 def test_session_manager_admission_hook_exists() -> None:
-    """``StreamableHTTPSessionManager._admit_session``: the hook that builds each session's
-    transport; sdk_compat checks it at import time and names it when it is missing."""
+    """``StreamableHTTPSessionManager._admit_session`` (builds each session's transport) and
+    ``_discard_session`` (every way a session ends): sdk_compat checks both at import time and
+    names them when missing."""
     hook = require(StreamableHTTPSessionManager, "_admit_session", "StreamableHTTPSessionManager")
     assert callable(hook)
+    assert callable(require(StreamableHTTPSessionManager, "_discard_session", "StreamableHTTPSessionManager"))
     with pytest.raises(sdk_compat.SDKChangedError, match=r"Empty\._admit_session"):
 
         class Empty:
@@ -230,10 +232,14 @@ async def test_session_manager_privates_on_a_served_session() -> None:
                 other_transport = manager.transport(other_id)  # type: ignore[arg-type]
                 assert other_transport is not None
                 assert other_transport._event_store is CountingStore.created[1] is not store
+                assert manager.sessions_of("peer:127.0.0.1") == 2  # admitted, counted per client
         with anyio.fail_after(WAIT):  # the client's DELETE ended the session
             while manager.standalone_stream_open(session_id) is not None:
                 await anyio.sleep(0.01)
         assert manager.transport(session_id) is None
+        # Admission and discard were seen per client (the peer address: no credential here):
+        # two sessions admitted, both discarded, so the count is back to zero.
+        assert manager.sessions_of("peer:127.0.0.1") == 0 and manager.open_sessions() == 0
 
 
 def test_session_manager_probe_names_the_private_when_it_is_gone() -> None:
