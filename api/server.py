@@ -17,13 +17,16 @@ import anyio
 import uvicorn
 from mcp.server.stdio import stdio_server
 
+from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.control import Control
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.http_app import build_app
+from mcp_reconciler.api.mcp_auth import GrantSpec
 from mcp_reconciler.api.routes import routes as control_routes
-from mcp_reconciler.api.views import status_json
+from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.authority import GrantPolicy
+from mcp_reconciler.reconciler.config import GatewaySettings
 from mcp_reconciler.reconciler.gateway import Gateway
 
 log = logging.getLogger("mcp_reconciler.server")
@@ -44,12 +47,28 @@ class Served:
         return self.url.removesuffix("/mcp")
 
 
-def _front(gw: Gateway, transport: str) -> FrontDoor:
+#: Printed by ``serve`` (and logged) when the config opens anonymous access to ``/mcp``.
+ANONYMOUS_WARNING = (
+    "WARNING: anonymous access to /mcp is ON (gateway.anonymous, grant_policy {policy}): any client that can "
+    "reach {url} gets a session without a credential. Remove gateway.anonymous to require session tokens."
+)
+
+
+def anonymous_grants(settings: GatewaySettings | None) -> GrantSpec | None:
+    """The grant spec of anonymous ``/mcp`` callers per ``gateway.anonymous``; ``None``: refused."""
+    anonymous = settings.anonymous if settings is not None else None
+    if anonymous is None:
+        return None
+    return GrantSpec(GrantPolicy(anonymous.grant_policy), sources=anonymous.sources)
+
+
+def _front(gw: Gateway) -> FrontDoor:
     settings = gw.settings
     engine = gw.engine
 
-    async def status() -> dict[str, Any]:
-        return status_json(await engine.status())
+    async def status(operator: bool) -> dict[str, Any]:
+        out = status_out(await engine.status())
+        return wire.dump(out if operator else owner_view(out))
 
     async def refresh() -> int | None:
         return (await engine.refresh()).revision
@@ -57,12 +76,30 @@ def _front(gw: Gateway, transport: str) -> FrontDoor:
     return FrontDoor(
         engine,
         engine.sessions,
-        grant_policy=GrantPolicy(settings.grant_policy if settings else "current"),
+        local=GrantSpec(GrantPolicy(settings.grant_policy if settings else "current")),
         expose_control_tools=bool(settings and settings.expose_control_tools),
         status=status,
         refresh=refresh,
-        transport=transport,  # type: ignore[arg-type]
     )
+
+
+class _AnonymousPolicy:
+    """``gateway.anonymous`` of the newest valid config, read per request (a reload that turns
+    anonymous access off takes effect at once); a change is logged, turning it on loudly."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self._gw = gw
+        self._last = anonymous_grants(gw.settings)
+
+    def __call__(self) -> GrantSpec | None:
+        grants = anonymous_grants(self._gw.settings)
+        if grants != self._last:
+            if grants is None:
+                log.warning("anonymous access to /mcp is now OFF (config reload)")
+            else:
+                log.warning("anonymous access to /mcp is now ON (config reload), grant_policy %s", grants.policy)
+            self._last = grants
+        return grants
 
 
 @contextlib.asynccontextmanager
@@ -81,8 +118,11 @@ async def serve_http(
         settings = gw.settings
         bind_host = host or (settings.host if settings else "127.0.0.1")
         bind_port = port if port is not None else (settings.port if settings else 8765)
-        front = _front(gw, "http")
+        front = _front(gw)
         auth = authenticator or Authenticator.from_env(insecure_no_auth=insecure_no_auth)
+        anonymous = _AnonymousPolicy(gw)
+        if anonymous() is not None:
+            log.warning("anonymous access to /mcp is ON (gateway.anonymous): clients need no credential")
         if auth.insecure_no_auth:
             log.warning("INSECURE: --insecure-no-auth is set: every control-API request acts as operator. Demos only.")
         elif not auth.configured:
@@ -92,7 +132,10 @@ async def serve_http(
             )
         control = Control(gw.engine, front, auth)
         app = build_app(
-            front, allowed_hosts=settings.allowed_hosts if settings else (), extra_routes=control_routes(control)
+            front,
+            allowed_hosts=settings.allowed_hosts if settings else (),
+            extra_routes=control_routes(control),
+            anonymous=anonymous,
         )
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
         # listening socket's proto says TCP; with proto 0, Nagle + delayed ACK add ~40 ms per response.
@@ -148,6 +191,11 @@ async def run_serve(
         print(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz", flush=True)
         if insecure_no_auth:
             print("  WARNING: --insecure-no-auth: the control API accepts every request as operator", flush=True)
+        grants = anonymous_grants(served.gateway.settings)
+        if grants is not None:
+            print("  " + ANONYMOUS_WARNING.format(policy=grants.policy.value, url=served.url), flush=True)
+        else:
+            print("  /mcp requires a session token (POST /v1/sessions, or sessions: in the config)", flush=True)
         print(f"  revision {engine.current_revision}: {len(tools)} tools {tools}", flush=True)
         print("  SIGHUP reloads the config; Ctrl-C stops.", flush=True)
 
@@ -163,9 +211,11 @@ async def run_serve(
 
 
 async def run_stdio(config_path: str | Path) -> int:
-    """One downstream session over this process's stdin/stdout (logs go to stderr)."""
+    """One downstream session over this process's stdin/stdout (logs go to stderr). stdio is a
+    local, single-user transport: its caller is the process owner (``local::<user>``), needs no
+    token, gets ``gateway.grant_policy`` and may use the control tools when they are exposed."""
     async with Gateway(config_path) as gw:
-        front = _front(gw, "stdio")
+        front = _front(gw)
         async with anyio.create_task_group() as tg:
             await tg.start(front.run)
             async with stdio_server() as (read, write):

@@ -118,6 +118,7 @@ class ConfigDesiredState:
                     warnings=tracker.warnings,
                     inputs_digest=tracker.per_source_digest(),
                     config_error=None,
+                    sessions=outcome.loaded.sessions,
                 )
             assert outcome.error is not None
             rendered = str(outcome.error)
@@ -141,6 +142,7 @@ class ConfigDesiredState:
                 ),
                 inputs_digest=tracker.per_source_digest(),
                 config_error=rendered,
+                sessions=self._good.sessions,
             )
 
     async def poll(self) -> set[str]:

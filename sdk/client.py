@@ -39,11 +39,14 @@ REVISION_META = "io.mcp-reconciler/revision"
 
 @dataclass
 class PinnedRun:
-    """An MCP client whose every request is served by ``revision`` (held live by ``hold``)."""
+    """An MCP client whose every request is served by ``revision`` (held live by ``hold``).
+    ``session_id`` is the run's own gateway session when ``pinned()`` created one (no
+    ``session_token`` given); it is deleted when the run ends."""
 
     mcp: Client
     revision: int
     hold: wire.HoldOut
+    session_id: str | None = None
 
 
 class ReconcilerClient:
@@ -152,11 +155,20 @@ class ReconcilerClient:
         self,
         *,
         owner: str | None = None,
-        grant_policy: Literal["current", "none", "explicit"] = "current",
+        grant_policy: Literal["current", "none", "explicit", "follow"] = "current",
         names: Sequence[str] = (),
+        sources: Sequence[str] = (),
         revision: int | None = None,
+        control_tools: bool = False,
     ) -> wire.SessionCreated:
-        body = {"owner": owner, "grant_policy": grant_policy, "names": list(names), "revision": revision}
+        """Create an agent session; its ``token`` (shown once) is its bearer token on ``/mcp``.
+        ``names`` go with ``explicit``, ``sources`` with ``follow``; ``control_tools`` (operators
+        only) lets it call the built-in control tools."""
+        body: dict[str, Any] = {"owner": owner, "grant_policy": grant_policy, "names": list(names), "revision": revision}
+        if sources:
+            body["sources"] = list(sources)
+        if control_tools:
+            body["control_tools"] = True
         response = await self._request("POST", "/v1/sessions", json=body)
         return wire.SessionCreated.model_validate(response.json())
 
@@ -213,7 +225,10 @@ class ReconcilerClient:
     ) -> AsyncIterator[PinnedRun]:
         """Hold ``revision`` (default: the current one) for the run and yield an MCP client whose
         every request carries it, so the whole run sees one consistent catalog even while the
-        gateway publishes newer revisions. The hold is released on exit, whatever happened."""
+        gateway publishes newer revisions. ``/mcp`` needs a credential: ``session_token`` (a
+        session of yours), else the run gets its own session (policy ``current`` at the held
+        revision, pinned to it), deleted at the end. The hold is released on exit, whatever
+        happened."""
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
@@ -222,14 +237,16 @@ class ReconcilerClient:
         hold = await self._hold_for_run(revision, ttl_s)
         revision = hold.revision
         raised: BaseException | None = None
+        session_id: str | None = None
         try:
-            headers = {REVISION_HEADER: str(revision)}
-            if session_token:
-                headers["Authorization"] = f"Bearer {session_token}"
+            if not session_token:
+                created = await self.create_session(grant_policy="current", revision=revision)
+                session_id, session_token = created.id, created.token
+            headers = {REVISION_HEADER: str(revision), "Authorization": f"Bearer {session_token}"}
             http = mcp_http_client(headers=headers)
             async with http, Client(streamable_http_client(f"{self.base_url}/mcp", http_client=http), mode=mode) as mcp:
                 try:
-                    yield PinnedRun(mcp=mcp, revision=revision, hold=hold)
+                    yield PinnedRun(mcp=mcp, revision=revision, hold=hold, session_id=session_id)
                 except BaseException as exc:
                     raised = exc
                     raise
@@ -245,8 +262,12 @@ class ReconcilerClient:
                     raised.__suppress_context__ = suppress
             raise
         finally:
-            with anyio.CancelScope(shield=True), contextlib.suppress(ReconcilerAPIError):
-                await self.release_hold(hold.id)
+            with anyio.CancelScope(shield=True):
+                with contextlib.suppress(ReconcilerAPIError):
+                    await self.release_hold(hold.id)
+                if session_id is not None:
+                    with contextlib.suppress(ReconcilerAPIError):
+                        await self.delete_session(session_id)
 
 
 def _only(group: BaseExceptionGroup[BaseException], exc: BaseException) -> bool:
