@@ -70,7 +70,7 @@ async def test_operator_commands_and_exit_codes(tmp_path: Path) -> None:
     async with served_gateway(cfg) as served:
         url, rev = served.base_url, served.gateway.rec.runtime.current_revision
         ok = {"url": url, "token": OPERATOR_TOKEN}
-        session = served.front.authority.create("alice", None)
+        session = served.front.authority.create("owner::alice", None)
         commands = ("status", "refresh", "sources", "generations", "sessions")
         runs = await cli_all(
             [((c,), ok) for c in commands]
