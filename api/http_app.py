@@ -34,7 +34,8 @@ from starlette.types import ASGIApp
 from mcp_reconciler.api.event_store import BoundedEventStore
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.host_check import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, HostOriginCheck
-from mcp_reconciler.api.mcp_auth import CredentialSource, GrantSpec, McpGuard, SessionTokens
+from mcp_reconciler.api.mcp_auth import CredentialSource, McpGuard, SessionTokens
+from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
 
 __all__ = ["LOOPBACK_HOSTS", "LOOPBACK_ORIGINS", "build_app"]
@@ -48,7 +49,7 @@ def build_app(
     session_idle_timeout_s: float = 1800.0,
     extra_routes: Sequence[BaseRoute] = (),
     credentials: Sequence[CredentialSource] | None = None,
-    anonymous: Callable[[], GrantSpec | None] = lambda: None,
+    anonymous: Callable[[], GrantSet | None] = lambda: None,
 ) -> ASGIApp:
     """The ASGI app serving ``front`` at ``/mcp`` plus the health routes and ``extra_routes``.
     Its lifespan runs the session manager; ``front.run`` (the notifier) is the caller's to run.

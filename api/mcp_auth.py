@@ -14,8 +14,8 @@ store or a gateway session.
   (``gateway.anonymous``, with its own grant policy), else **401** with ``WWW-Authenticate:
   Bearer`` (RFC 6750 §3.1: no error code when no credential was sent).
 
-The accepted :class:`McpIdentity` goes into the ASGI scope under :data:`IDENTITY_KEY` (the key
-the OAuth guard of issue 14 uses too), where the front door reads it
+The accepted :class:`McpIdentity` goes into the ASGI scope under :data:`IDENTITY_KEY`, where
+the front door reads it
 (``api/frontdoor/sessions.py``). The guard also sets ``scope["user"]`` to the MCP SDK's
 ``AuthenticatedUser`` for the identity's *principal*: the SDK's session manager remembers who
 opened a 2025-11-25 (stateful) session and answers **404** to a request on that session from
@@ -45,14 +45,15 @@ from mcp.server.auth.provider import AccessToken
 from starlette.authentication import AuthCredentials
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.reconciler import telemetry
-from mcp_reconciler.reconciler.authority import Authority, GrantPolicy, principal_id
+from mcp_reconciler.reconciler.authority import Authority, principal_id
 
 __all__ = [
     "ANONYMOUS",
     "IDENTITY_KEY",
     "CredentialSource",
-    "GrantSpec",
+    "GrantSet",
     "McpGuard",
     "McpIdentity",
     "SessionTokens",
@@ -61,23 +62,14 @@ __all__ = [
 
 log = logging.getLogger("mcp_reconciler.mcp_auth")
 
-#: Where the accepted identity lives in the ASGI scope (shared with the OAuth guard, issue 14).
-IDENTITY_KEY = "mcp_reconciler.identity"
+#: Where the accepted identity lives in the ASGI scope. Not the OAuth guard's key
+#: (``api.oauth.guard.IDENTITY_KEY`` holds its ``Identity``): an OAuth resource server plugs in
+#: here as one more :class:`CredentialSource`, whose identities become :class:`McpIdentity`.
+IDENTITY_KEY = "mcp_reconciler.mcp_identity"
 
 _refusals = telemetry.meter.create_counter(
     "frontdoor.auth.refused", description="/mcp requests refused at the HTTP layer, by reason (missing, invalid)"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class GrantSpec:
-    """How the front door grants a session it creates for an identity that names none (the
-    anonymous caller, the local stdio user, later an OAuth subject): a policy, the ``names`` of
-    ``explicit``, the ``sources`` of ``follow`` (empty: all)."""
-
-    policy: GrantPolicy
-    names: tuple[str, ...] = ()
-    sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +85,7 @@ class McpIdentity:
 
     principal: str
     session_id: str | None = None
-    grants: GrantSpec | None = None
+    grants: GrantSet | None = None
     control_tools: bool = False
     operator: bool = False
 
@@ -168,7 +160,7 @@ class McpGuard:
         app: ASGIApp,
         *,
         credentials: Sequence[CredentialSource],
-        anonymous: Callable[[], GrantSpec | None] = lambda: None,
+        anonymous: Callable[[], GrantSet | None] = lambda: None,
         resource_metadata_url: str | None = None,
     ) -> None:
         self.app = app

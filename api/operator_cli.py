@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
+from mcp_reconciler.sdk.auth import CommandTokenProvider, TokenProvider, TokenProviderError
 from mcp_reconciler.sdk.client import ReconcilerClient
 from mcp_reconciler.sdk.errors import ReconcilerAPIError, RefreshTimeout, Unreachable
 
@@ -28,6 +29,12 @@ def add_common(parser: Any) -> None:
     parser.add_argument("--url", default=os.environ.get("MCP_RECONCILER_URL", DEFAULT_URL), help="gateway base URL")
     parser.add_argument(
         "--token", default=os.environ.get("MCP_RECONCILER_TOKEN"), help="bearer token (env MCP_RECONCILER_TOKEN)"
+    )
+    parser.add_argument(
+        "--token-command",
+        default=os.environ.get("MCP_RECONCILER_TOKEN_COMMAND"),
+        help="a command whose output is the bearer token, re-run when it expires or is refused "
+        "(env MCP_RECONCILER_TOKEN_COMMAND; takes precedence over --token)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -60,7 +67,9 @@ def _emit_json(value: Any) -> None:
 
 
 async def _run(args: Any) -> int:
-    async with ReconcilerClient(args.url, args.token) as rc:
+    command = getattr(args, "token_command", None)
+    token: str | TokenProvider | None = CommandTokenProvider(command) if command else args.token
+    async with ReconcilerClient(args.url, token) as rc:
         if args.command == "status":
             st = await rc.status()
             if args.json:
@@ -179,6 +188,9 @@ def run(args: Any) -> int:
     except RefreshTimeout as exc:
         print(f"mcp-reconciler: {exc.message}", file=sys.stderr)
         return EXIT_CYCLE
+    except TokenProviderError as exc:
+        print(f"mcp-reconciler: --token-command: {exc}", file=sys.stderr)
+        return EXIT_API
     except ReconcilerAPIError as exc:
         hint = " (set --token or MCP_RECONCILER_TOKEN)" if exc.status == 401 else ""
         print(f"mcp-reconciler: {exc.status} {exc.code}: {exc.message}{hint}", file=sys.stderr)

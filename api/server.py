@@ -22,10 +22,9 @@ from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.control import Control
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.http_app import build_app
-from mcp_reconciler.api.mcp_auth import GrantSpec
+from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.routes import routes as control_routes
 from mcp_reconciler.api.views import owner_view, status_out
-from mcp_reconciler.reconciler.authority import GrantPolicy
 from mcp_reconciler.reconciler.config import GatewaySettings
 from mcp_reconciler.reconciler.gateway import Gateway
 
@@ -54,12 +53,12 @@ ANONYMOUS_WARNING = (
 )
 
 
-def anonymous_grants(settings: GatewaySettings | None) -> GrantSpec | None:
+def anonymous_grants(settings: GatewaySettings | None) -> GrantSet | None:
     """The grant spec of anonymous ``/mcp`` callers per ``gateway.anonymous``; ``None``: refused."""
     anonymous = settings.anonymous if settings is not None else None
     if anonymous is None:
         return None
-    return GrantSpec(GrantPolicy(anonymous.grant_policy), sources=anonymous.sources)
+    return GrantSet(anonymous.grant_policy, sources=frozenset(anonymous.sources))
 
 
 def _front(gw: Gateway) -> FrontDoor:
@@ -76,7 +75,7 @@ def _front(gw: Gateway) -> FrontDoor:
     return FrontDoor(
         engine,
         engine.sessions,
-        local=GrantSpec(GrantPolicy(settings.grant_policy if settings else "current")),
+        local=GrantSet(settings.grant_policy if settings else "current"),
         expose_control_tools=bool(settings and settings.expose_control_tools),
         status=status,
         refresh=refresh,
@@ -91,7 +90,7 @@ class _AnonymousPolicy:
         self._gw = gw
         self._last = anonymous_grants(gw.settings)
 
-    def __call__(self) -> GrantSpec | None:
+    def __call__(self) -> GrantSet | None:
         grants = anonymous_grants(self._gw.settings)
         if grants != self._last:
             if grants is None:
@@ -193,7 +192,7 @@ async def run_serve(
             print("  WARNING: --insecure-no-auth: the control API accepts every request as operator", flush=True)
         grants = anonymous_grants(served.gateway.settings)
         if grants is not None:
-            print("  " + ANONYMOUS_WARNING.format(policy=grants.policy.value, url=served.url), flush=True)
+            print("  " + ANONYMOUS_WARNING.format(policy=grants.policy, url=served.url), flush=True)
         else:
             print("  /mcp requires a session token (POST /v1/sessions, or sessions: in the config)", flush=True)
         print(f"  revision {engine.current_revision}: {len(tools)} tools {tools}", flush=True)

@@ -41,6 +41,7 @@ from pydantic_core import PydanticCustomError
 
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
+from mcp_reconciler.reconciler.oauth_config import OAuthConfig, UpstreamOAuthConfig
 
 __all__ = [
     "MIN_TOKEN_CHARS",
@@ -51,11 +52,13 @@ __all__ = [
     "HttpTransportConfig",
     "InterpolatedStr",
     "LoadedConfig",
+    "OAuthConfig",
     "SessionConfig",
     "SourceConfig",
     "SseTransportConfig",
     "StdioTransportConfig",
     "TimeoutsConfig",
+    "UpstreamOAuthConfig",
     "check_config",
     "display_transport",
     "load_config",
@@ -160,7 +163,12 @@ def display_transport(transport: Mapping[str, Any]) -> dict[str, Any]:
             return "***"
         return value
 
-    return {str(k): show(v, mask=k in ("headers", "env")) for k, v in transport.items()}
+    shown = {str(k): show(v, mask=k in ("headers", "env")) for k, v in transport.items()}
+    oauth = transport.get("oauth")
+    if isinstance(oauth, Mapping) and "client_secret" in oauth:
+        secret = oauth["client_secret"]
+        shown["oauth"]["client_secret"] = secret.template if isinstance(secret, InterpolatedStr) else "***"
+    return shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,17 +249,38 @@ class StdioTransportConfig(_Frozen):
 
 
 class HttpTransportConfig(_Frozen):
-    """A streamable-HTTP MCP endpoint."""
+    """A streamable-HTTP MCP endpoint; ``oauth`` gets its bearer token by client credentials."""
 
     url: str = Field(min_length=1)
     headers: dict[str, str] = Field(default_factory=dict)
+    oauth: UpstreamOAuthConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> HttpTransportConfig:
+        return _one_authorization(self)
 
 
 class SseTransportConfig(_Frozen):
-    """A legacy HTTP+SSE MCP endpoint."""
+    """A legacy HTTP+SSE MCP endpoint; ``oauth`` as for ``http``."""
 
     url: str = Field(min_length=1)
     headers: dict[str, str] = Field(default_factory=dict)
+    oauth: UpstreamOAuthConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> SseTransportConfig:
+        return _one_authorization(self)
+
+
+_Remote = typing.TypeVar("_Remote", HttpTransportConfig, SseTransportConfig)
+
+
+def _one_authorization(remote: _Remote) -> _Remote:
+    if remote.oauth is not None and any(k.lower() == "authorization" for k in remote.headers):
+        raise PydanticCustomError(
+            "authorization_conflict", "an Authorization header and oauth are both set; keep one of them"
+        )
+    return remote
 
 
 RESERVED_SOURCE_NAMES = frozenset({"all", "config"})
@@ -396,6 +425,7 @@ class _MainFile(_Frozen):
     include: tuple[str, ...] = ()
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     sessions: tuple[SessionConfig, ...] = ()
+    oauth: OAuthConfig | None = None
 
     @field_validator("sources", "include", "sessions", mode="before")
     @classmethod
@@ -427,6 +457,7 @@ class LoadedConfig:
     files: tuple[Path, ...]
     include_globs: tuple[str, ...]
     sessions: tuple[SessionSpec, ...] = ()
+    oauth: OAuthConfig | None = None  # the resource-server section, secrets interpolated (HTTP edge only)
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,6 +604,10 @@ _MISSING_HINTS = {
     "url": "give the server's MCP endpoint URL",
     "grant_policy": "say what these callers may see: current, follow or none (sessions also: explicit)",
     "token": "the session's bearer token, from the environment: token: ${MY_SESSION_TOKEN}",
+    "resource": "the public URL of this gateway's /mcp endpoint (the aud tokens must carry)",
+    "issuers": "list the authorization servers whose tokens are accepted",
+    "issuer": "the issuer identifier, exactly as in the authorization server's metadata",
+    "token_url": "the authorization server's token endpoint",
 }
 
 
@@ -683,6 +718,8 @@ def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[
             "url": url,
             "headers": {key: expand(value, kind, "headers", key) for key, value in remote.headers.items()},
         }
+        if remote.oauth is not None:
+            transport["oauth"] = _upstream_oauth(remote.oauth, kind, expand, check_url)
     transport["timeouts"] = {"connect_s": timeouts.connect_s, "call_s": timeouts.call_s}
     if len(problems) != before:
         return None
@@ -693,6 +730,56 @@ def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[
         watch=tuple(os.path.normpath(os.path.join(base_dir, pattern)) for pattern in src.watch),
         poll_seconds=src.poll_seconds,
     )
+
+
+def _upstream_oauth(
+    oauth: UpstreamOAuthConfig,
+    kind: str,
+    expand: typing.Callable[..., str],
+    check_url: typing.Callable[..., None],
+) -> dict[str, Any]:
+    """The transport's ``oauth`` entry: plain data for the engine (``reconciler.upstream_auth``),
+    secrets interpolated (their ``repr`` stays the template), covered by the spec digest so a
+    rotated secret reconnects the source."""
+    token_url = expand(oauth.token_url, kind, "oauth", "token_url")
+    if "${" in oauth.token_url:
+        check_url(token_url, kind, "oauth", "token_url")
+    return {
+        "token_url": token_url,
+        "client_id": expand(oauth.client_id, kind, "oauth", "client_id"),
+        "client_secret": expand(oauth.client_secret, kind, "oauth", "client_secret"),
+        "scopes": list(oauth.scopes),
+        "resource": None if oauth.resource is None else expand(oauth.resource, kind, "oauth", "resource"),
+        "audience": oauth.audience,
+        "auth_method": oauth.auth_method,
+        "refresh_skew_s": oauth.refresh_skew_s,
+        "timeout_s": oauth.timeout_s,
+    }
+
+
+def _interpolate_oauth(
+    oauth: OAuthConfig | None, doc: _Document, environ: Mapping[str, str], problems: list[ConfigProblem]
+) -> OAuthConfig | None:
+    """``oauth:`` with ``${VAR}`` expanded in the introspection client credentials (the only
+    secrets of the section); problems name variables, never values."""
+    if oauth is None:
+        return None
+    issuers = []
+    for index, issuer in enumerate(oauth.issuers):
+        intro = issuer.introspection
+        if intro is not None:
+            values: dict[str, str] = {}
+            for key in ("client_id", "client_secret"):
+                value, issues = _interpolate(getattr(intro, key), environ)
+                loc = ("oauth", "issuers", index, "introspection", key)
+                for issue in issues:
+                    problems.append(
+                        ConfigProblem(doc.file, _locate(doc.root, loc), _field_path(loc), issue.message, issue.hint)
+                    )
+                values[key] = value
+            issuer = issuer.model_copy(update={"introspection": intro.model_copy(update=values)})
+        issuers.append(issuer)
+    return oauth.model_copy(update={"issuers": tuple(issuers)})
 
 
 def _display_for(match: Path, main_abs_dir: Path, main_display: str) -> str:
@@ -819,6 +906,7 @@ def load_config(
 
     specs = [_build_spec(item, env, problems) for item in declared]
     sessions = _build_sessions(main, main_doc, env, {item.source.name for item in declared}, problems)
+    oauth = _interpolate_oauth(main.oauth, main_doc, env, problems) if main is not None else None
     if problems or main is None or include_globs is None:
         # Report in reading order: main file first, then drop-ins, each top to bottom.
         rank = {main_display: 0} | {
@@ -833,6 +921,7 @@ def load_config(
         files=tuple(files),
         include_globs=tuple(include_globs),
         sessions=sessions,
+        oauth=oauth,
     )
 
 

@@ -25,8 +25,8 @@ from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
-from mcp_reconciler.api.mcp_auth import GrantSpec
-from mcp_reconciler.reconciler.authority import Authority, GrantPolicy
+from mcp_reconciler.api.oauth.identity import GrantSet
+from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.engine import Engine
 
 
@@ -61,14 +61,14 @@ class FrontDoor:
         engine: Engine,
         authority: Authority,
         *,
-        local: GrantSpec | None = None,
+        local: GrantSet | None = None,
         expose_control_tools: bool = False,
         status: StatusFn | None = None,
         refresh: RefreshFn | None = None,
     ) -> None:
         self.authority = authority
         self.catalog = CatalogAccess(engine)
-        self.sessions = Sessions(self.catalog, authority, local=local or GrantSpec(GrantPolicy.CURRENT))
+        self.sessions = Sessions(self.catalog, authority, local=local or GrantSet("current"))
         self.notifier = Notifier(self.catalog, authority, self.sessions.bindings)
         self.control = ControlTools(self.catalog, status=status, refresh=refresh) if expose_control_tools else None
         self.listing = Listing(

@@ -36,8 +36,9 @@ from mcp.server.connection import Connection
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.revisions import header_generation
-from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, GrantSpec, McpIdentity
-from mcp_reconciler.reconciler.authority import Authority, Session, View, principal_id
+from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, McpIdentity
+from mcp_reconciler.api.oauth.identity import GrantSet
+from mcp_reconciler.reconciler.authority import Authority, GrantPolicy, Session, View, principal_id
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import EntryKind
 
@@ -66,7 +67,7 @@ class Binding:
     operator: bool = False
 
 
-def local_identity(grants: GrantSpec) -> McpIdentity:
+def local_identity(grants: GrantSet) -> McpIdentity:
     """The caller of a local transport (stdio, in-memory): the process owner, who may use the
     control tools and see the operator's status (they can read the config file anyway)."""
     try:
@@ -85,7 +86,7 @@ class Sessions:
     when its downstream goes away. A session created for a binding (``owned``) is removed from
     the authority with it; a control-API or config session outlives its bindings."""
 
-    def __init__(self, catalog: CatalogAccess, authority: Authority, *, local: GrantSpec) -> None:
+    def __init__(self, catalog: CatalogAccess, authority: Authority, *, local: GrantSet) -> None:
         self._catalog = catalog
         self._authority = authority
         self._local = local_identity(local)
@@ -160,7 +161,11 @@ class Sessions:
             if spec is None:
                 raise _invalid("this identity may not open a session", "no_grants")
             session = self._authority.create(
-                identity.principal, grants_from or gen, policy=spec.policy, names=spec.names, sources=spec.sources
+                identity.principal,
+                grants_from or gen,
+                policy=GrantPolicy(spec.policy),
+                names=sorted(spec.names),
+                sources=sorted(spec.sources),
             )
         binding = Binding(
             session=session,

@@ -223,3 +223,14 @@ def test_tokens_from_env() -> None:
 async def _raw(base_url: str, token: str, method: str, path: str, **kw: object) -> httpx2.Response:
     async with httpx2.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {token}"}) as http:
         return await http.request(method, path, **kw)  # type: ignore[arg-type]
+
+
+def test_principal_ids_are_the_oauth_identitys_owner_keys() -> None:
+    # One principal id scheme for every credential (issue 10, item 3; issue 14): a static
+    # principal's id is what the OAuth identity model calls its owner key.
+    from mcp_reconciler.api.auth import Principal
+    from mcp_reconciler.api.oauth.identity import Identity
+
+    for principal in (Principal("owner", "operator1"), Principal("operator", "operator1"), Principal("owner", "a")):
+        assert principal.id == Identity.from_principal(principal).owner_key
+    assert Principal("owner", "operator1").id != Principal("operator", "operator1").id
