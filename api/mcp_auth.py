@@ -34,6 +34,7 @@ request — least of all the token — is echoed, and tokens are never logged.""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -132,10 +133,12 @@ def bearer_token(authorization: str | None) -> str | None:
     return authorization[7:].strip() or None
 
 
+@functools.lru_cache(maxsize=4096)
 def sdk_user(identity: McpIdentity) -> AuthenticatedUser:
     """The MCP SDK's view of ``identity``, keyed by its principal (``client_id`` = namespace,
     ``iss`` = issuer, ``subject``), so the SDK binds a stateful session to the principal. The
-    credential itself is not kept."""
+    credential itself is not kept. Cached per identity (bounded): building the SDK's models costs
+    more than the token lookup."""
     namespace, _, rest = identity.principal.partition(":")
     issuer, _, subject = rest.partition(":")
     return AuthenticatedUser(
