@@ -26,6 +26,7 @@ from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
 from mcp_reconciler.api.oauth.identity import GrantSet
+from mcp_reconciler.api.version import __version__
 from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.engine import Engine
 
@@ -81,7 +82,7 @@ class FrontDoor:
         self.forwarder = Forwarder(self.catalog, authority, self.sessions)
         self.server = GatewayServer(
             "mcp-reconciler",
-            version="0.1.0",
+            version=__version__,
             instructions="A gateway over several MCP servers; names are <source>__<name>.",
             on_list_tools=self.listing.list_tools,
             on_call_tool=self._call_tool,
