@@ -131,6 +131,7 @@ async def test_status_exit_4_when_not_ready(tmp_path: Path) -> None:
         r = await cli("status", url=served.base_url, token=OPERATOR_TOKEN)
         assert r.code == 4, r
         assert "CONFIG ERROR" in r.out and "gateway.yaml:" in r.out
+        assert "condition   config_invalid (last_good_config_serving)" in r.out  # typed, and printed
         j = await cli("status", "--json", url=served.base_url, token=OPERATOR_TOKEN)
         assert j.code == 4 and json.loads(j.out)["config_error"]
 
