@@ -26,6 +26,9 @@ CHECKED = {
     "anonymous-config": "tests/docs/test_readme.py::test_security_blocks",
     "anonymous-warning": "tests/docs/test_readme.py::test_security_blocks",
     "sessions-config": "tests/docs/test_readme.py::test_security_blocks",
+    "metadata-config": "tests/docs/test_readme_metadata.py::test_metadata_config_example",
+    "metadata-served": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
+    "metadata-status": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
 }
 
 
