@@ -1,7 +1,10 @@
 """Bearer-token authentication and roles for the control API.
 
 Roles: ``operator`` (everything) and ``owner`` (only the sessions it created: another owner's
-session answers 404, never 403, so ids do not leak). Tokens come from the environment:
+session answers 404, never 403, so ids do not leak). A principal is known everywhere by its
+role-qualified id (:attr:`Principal.id`, ``owner::alice``, ``operator::operator1``): sessions'
+owners, holds' owners and per-owner limits use it, so an owner named ``operator1`` is never the
+operator ``operator1``. Tokens come from the environment:
 ``MCP_RECONCILER_OPERATOR_TOKENS`` (comma-separated) and ``MCP_RECONCILER_OWNER_TOKENS``
 (``owner=token`` pairs, comma-separated). Tokens are compared in constant time and never
 logged. ``--insecure-no-auth`` makes every request an operator (local demos only, loudly)."""
@@ -15,11 +18,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from mcp_reconciler.reconciler.authority import principal_id
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
+    """An authenticated control-API caller: its role and its name within that role."""
+
     role: Literal["operator", "owner"]
     name: str
+
+    @property
+    def id(self) -> str:
+        """The role-qualified principal id (``owner::alice``); equal only for the same role and name."""
+        return principal_id(self.role, self.name)
 
 
 class Authenticator:

@@ -21,8 +21,8 @@ from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator, Principal
 from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.frontdoor import FrontDoor
-from mcp_reconciler.api.views import status_out
-from mcp_reconciler.reconciler.authority import GrantPolicy, Session
+from mcp_reconciler.api.views import owner_view, status_out
+from mcp_reconciler.reconciler.authority import GrantPolicy, Session, principal_id
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.errors import (
     GrantError,
@@ -83,7 +83,8 @@ class Control:
 
     def session_for(self, principal: Principal, session_id: str) -> Session:
         session = self.engine.sessions.get(session_id)
-        if session is None or (principal.role == "owner" and session.owner != principal.name):
+        # By role-qualified id: an owner named like an operator is still not that operator.
+        if session is None or (principal.role != "operator" and session.owner != principal.id):
             raise ApiError(404, "not_found", "no such session")  # another owner's session is "not found"
         return session
 
@@ -105,17 +106,25 @@ class Control:
             granted=len(names),
             names=names[:1000],
             drifted=sorted(k.partition(":")[2] for k in session.drift_seen),
+            grant_policy=session.policy.value,
+            sources=sorted(session.standing.sources)
+            if session.standing is not None and session.standing.sources is not None
+            else None,
+            declared=session.declared is not None,
             **extra,
         )
 
-    async def status_model(self) -> wire.StatusOut:
-        return status_out(await self.engine.status())
+    async def status_model(self, principal: Principal | None = None) -> wire.StatusOut:
+        """Status as ``principal`` may read it: operators everything, everyone else the
+        owner view (no config paths; ``api/views.py::owner_view``)."""
+        out = status_out(await self.engine.status())
+        return out if principal is None or principal.role == "operator" else owner_view(out)
 
     # -- handlers ----------------------------------------------------------------------------
 
     async def get_status(self, request: Request) -> Response:
-        self.principal(request)
-        return JSONResponse(wire.dump(await self.status_model()))
+        principal = self.principal(request)
+        return JSONResponse(wire.dump(await self.status_model(principal)))
 
     async def post_refresh(self, request: Request) -> Response:
         self.operator_only(self.principal(request))
@@ -194,14 +203,13 @@ class Control:
         return JSONResponse(wire.dump(wire.CatalogOut(revision=g.revision, digest=g.digest, entries=entries)))
 
     async def get_sources(self, request: Request) -> Response:
-        self.principal(request)
-        status = await self.status_model()
+        status = await self.status_model(self.principal(request))
         return JSONResponse([wire.dump(s) for s in status.sources])
 
     async def get_source(self, request: Request) -> Response:
-        self.principal(request)
+        principal = self.principal(request)
         name = request.path_params["name"]
-        for s in (await self.status_model()).sources:
+        for s in (await self.status_model(principal)).sources:
             if s.name == name:
                 return JSONResponse(wire.dump(s))
         raise ApiError(404, "unknown_source", "no such source")
@@ -209,17 +217,31 @@ class Control:
     async def post_session(self, request: Request) -> Response:
         principal = self.principal(request)
         body: wire.SessionIn = await self.body(request, wire.SessionIn, optional=True)
-        if principal.role == "owner":
-            owner = principal.name
+        if principal.role != "operator":
+            owner = principal.id  # owners cannot choose the owner
+            if body.control_tools:
+                raise ApiError(403, "forbidden", "only operators may give a session the control tools")
         else:
-            owner = body.owner or principal.name
+            owner = principal_id("owner", body.owner) if body.owner else principal.id
+        policy = GrantPolicy(body.grant_policy)
+        if body.names and policy is not GrantPolicy.EXPLICIT:
+            raise ApiError(422, "invalid_body", "names: only with grant_policy explicit")
+        if body.sources and policy is not GrantPolicy.FOLLOW:
+            raise ApiError(422, "invalid_body", "sources: only with grant_policy follow")
+        if body.sources:
+            known = self.engine.source_names()
+            unknown = [s for s in body.sources if s not in known]
+            if unknown:
+                raise ApiError(422, "unknown_source", f"no such source: {', '.join(unknown[:5])}")
         try:
             live = self.engine.get(body.revision) if body.revision is not None else self.engine.current
         except RevisionUnavailableError as exc:
             raise ApiError(409, exc.code, str(exc)) from None
         gen = live.generation if live is not None else None
         try:
-            session = self.engine.sessions.create(owner, gen, policy=GrantPolicy(body.grant_policy), names=body.names)
+            session = self.engine.sessions.create(
+                owner, gen, policy=policy, names=body.names, sources=body.sources, control_tools=body.control_tools
+            )
         except GrantError as exc:
             raise ApiError(422, exc.code, str(exc)) from None
         except SessionLimitError as exc:
@@ -231,7 +253,7 @@ class Control:
     async def get_sessions(self, request: Request) -> Response:
         principal = self.principal(request)
         sessions = [
-            s for s in self.engine.sessions.sessions() if principal.role == "operator" or s.owner == principal.name
+            s for s in self.engine.sessions.sessions() if principal.role == "operator" or s.owner == principal.id
         ]
         return JSONResponse(wire.dump(wire.SessionsOut(sessions=[self.session_out(s) for s in sessions])))
 
@@ -241,8 +263,13 @@ class Control:
 
     async def delete_session(self, request: Request) -> Response:
         session = self.session_for(self.principal(request), request.path_params["id"])
+        if session.declared is not None:
+            raise ApiError(
+                409, "declared_session", "this session is declared in the config; remove it there and reload"
+            )
+        # The front door forgets the session's bindings through the authority's removal
+        # listener: its token stops authenticating on /mcp at once.
         self.engine.sessions.remove(session.id)
-        self.front.forget_session(session.id)
         return Response(status_code=204)
 
     async def post_session_refresh(self, request: Request) -> Response:
@@ -283,7 +310,7 @@ class Control:
         body: wire.HoldIn = await self.body(request, wire.HoldIn, optional=True)
         try:
             info = self.holds.create(
-                revision, body.ttl_s, owner=principal.name, per_owner_limit=principal.role == "owner"
+                revision, body.ttl_s, owner=principal.id, per_owner_limit=principal.role != "operator"
             )
         except RevisionUnavailableError as exc:
             raise ApiError(404, exc.code, str(exc)) from None
@@ -299,7 +326,7 @@ class Control:
     async def delete_hold(self, request: Request) -> Response:
         principal = self.principal(request)
         info = self.holds.get(request.path_params["id"])
-        if info is None or (principal.role == "owner" and info.owner != principal.name):
+        if info is None or (principal.role != "operator" and info.owner != principal.id):
             raise ApiError(404, "not_found", "no such hold")
         self.holds.release(info.id)
         return Response(status_code=204)

@@ -3,7 +3,27 @@
 Every engine error maps to one JSON-RPC error code and a short message that names revisions and
 exposed names only. Upstream error text, paths, hosts and ports go to the operator log.
 :class:`ApiError` is the control API's HTTP error (status, stable code, sanitized message).
-The engine's own error classes live in ``reconciler/errors.py``; none is redefined here."""
+The engine's own error classes live in ``reconciler/errors.py``; none is redefined here.
+
+The sanitization boundary (ADR 0014). What a client receives falls in exactly two classes:
+
+- **Upstream content, passed through as the tool's answer.** A *successful* JSON-RPC response
+  from the upstream — a ``tools/call`` result (``isError: true`` included: that is the tool
+  telling its caller it failed, part of the tool's contract with the model, not a gateway or
+  transport failure), a ``resources/read`` result, a ``prompts/get`` result — is forwarded as
+  the upstream sent it, content untouched; the gateway only replaces ``_meta`` keys of its own
+  and of the protocol. It reaches only the session that made the call, under its grant.
+- **Everything the gateway says itself, sanitized here.** A JSON-RPC *error* from the upstream
+  (``MCPError``: the server failed to answer, its message is server internals) becomes
+  ``upstream_error`` (-32016) with only the numeric ``upstream_code``; a dead or unreachable
+  upstream, a deadline, an unknown or ungranted name, a revision that is not live, the gateway
+  shutting down: each is a fixed message naming revisions and exposed names at most; anything
+  unexpected is ``internal_error`` with details in the operator log only. HTTP-layer refusals
+  (401 on ``/mcp``, 421/403 for a foreign Host/Origin) carry fixed texts (``api/mcp_auth.py``,
+  ``api/host_check.py``); control-API errors are bounded (``api/routes.py``).
+
+So :func:`to_mcp_error` never includes upstream text, and nothing in the front door rewrites a
+tool's result content."""
 
 from __future__ import annotations
 

@@ -1,8 +1,15 @@
 """The HTTP surface: ``/mcp`` (streamable HTTP, both protocol eras), ``/healthz``, ``/readyz``.
 
-DNS-rebinding protection is on: only loopback Host/Origin values are accepted unless the
-operator lists more. ``json_response`` stays off, or progress and new-era cancellation would be
-lost (SDK behaviour).
+DNS-rebinding protection is on for ``/mcp`` and ``/v1`` alike (``api/host_check.py``): only
+loopback Host/Origin values are accepted unless the operator lists more. ``/mcp`` needs a valid
+credential unless the config opens anonymous access (``api/mcp_auth.py``, I16); both checks run
+before the SDK sees the request. ``json_response`` stays off, or progress and new-era
+cancellation would be lost (SDK behaviour).
+
+``/readyz`` means "can serve": 200 while a generation is published, naming degraded conditions
+(an invalid config edit while the last good config serves, a deferred publication) in
+``conditions``; 503 only when nothing can be served (before the first publication, shutting
+down).
 
 Direction of the wiring: this module depends on the front door, never the reverse. It builds
 the SDK's session manager (``sdk_compat.GatewaySessionManager``: one bounded event store per
@@ -13,7 +20,7 @@ door's catalog access."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
@@ -22,13 +29,16 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
 
 from mcp_reconciler.api.event_store import BoundedEventStore
 from mcp_reconciler.api.frontdoor import FrontDoor
+from mcp_reconciler.api.host_check import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, HostOriginCheck
+from mcp_reconciler.api.mcp_auth import CredentialSource, McpGuard, SessionTokens
+from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
 
-LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
-LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+__all__ = ["LOOPBACK_HOSTS", "LOOPBACK_ORIGINS", "build_app"]
 
 
 def build_app(
@@ -41,11 +51,16 @@ def build_app(
     max_sessions_per_client: int | None = 256,
     max_body_bytes: int = 4 * 1024 * 1024,
     extra_routes: Sequence[BaseRoute] = (),
-) -> Starlette:
+    credentials: Sequence[CredentialSource] | None = None,
+    anonymous: Callable[[], GrantSet | None] = lambda: None,
+) -> tuple[ASGIApp, GatewaySessionManager]:
     """The ASGI app serving ``front`` at ``/mcp`` plus the health routes and ``extra_routes``.
-    Its lifespan runs the session manager; ``front.run`` (the notifier) is the caller's to run.
+    Its lifespan runs the session manager; ``front.run`` (the notifier) is the caller's to run; the
+    session manager is returned beside the app.
     Transport sessions (2025-11-25 era) are bounded in total and per client, and closed after
-    ``session_idle_timeout_s`` without a request or an open stream (``gateway.limits``)."""
+    ``session_idle_timeout_s`` without a request or an open stream (``gateway.limits``).
+    ``credentials`` accepted on ``/mcp`` default to the front door's session tokens;
+    ``anonymous()`` is the grant spec of callers without a credential (``None``: refused)."""
     manager = GatewaySessionManager(
         front.server,
         event_store_factory=BoundedEventStore,
@@ -72,18 +87,29 @@ def build_app(
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> JSONResponse:
-        ready, reason = front.catalog.readiness()
-        body: dict[str, Any] = {"ready": ready, "revision": front.catalog.current_revision}
-        if reason is not None:
-            body["reason"] = reason
-        return JSONResponse(body, status_code=200 if ready else 503)
+        readiness = front.catalog.readiness()
+        body: dict[str, Any] = {"ready": readiness.ready, "revision": readiness.revision}
+        if readiness.reason is not None:
+            body["reason"] = readiness.reason
+        if readiness.conditions:
+            body["conditions"] = list(readiness.conditions)
+        return JSONResponse(body, status_code=200 if readiness.ready else 503)
 
+    guard = McpGuard(
+        StreamableHTTPASGIApp(manager),
+        credentials=credentials if credentials is not None else [SessionTokens(front.authority)],
+        anonymous=anonymous,
+    )
     routes: list[BaseRoute] = [
-        Route("/mcp", endpoint=StreamableHTTPASGIApp(manager)),
+        Route("/mcp", endpoint=guard),
         Route("/healthz", endpoint=healthz, methods=["GET"]),
         Route("/readyz", endpoint=readyz, methods=["GET"]),
         *extra_routes,
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.session_manager = manager  # for status and tests: transport-session counts
-    return app
+    checked = HostOriginCheck(
+        app,
+        allowed_hosts=[*LOOPBACK_HOSTS, *allowed_hosts],
+        allowed_origins=[*LOOPBACK_ORIGINS, *allowed_origins],
+    )
+    return checked, manager  # the manager: transport-session counts for status, stop and tests

@@ -77,6 +77,8 @@ async def _status(rc: ReconcilerClient, args: argparse.Namespace) -> int:
         print(f"state       {st.state}")
         print(f"revision    {st.revision}   built {_ago(st.built_at)}   digest {(st.digest or '-')[:12]}")
         print(f"reloading   {st.reload_mode}, {st.tracked_files} tracked files, reconciling={st.reconciling}")
+        for c in st.conditions:
+            print(f"condition   {c.type} ({c.reason}): {c.message}")
         if st.config_error:
             print(f"CONFIG ERROR (last good config still serving):\n  {st.config_error}")
         for w in st.warnings:

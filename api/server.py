@@ -18,6 +18,7 @@ import anyio
 import uvicorn
 from mcp.server.stdio import stdio_server
 
+from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.bundled_demo import BundledDemo, bundled_demo, describe
 from mcp_reconciler.api.console import Console
@@ -35,8 +36,8 @@ from mcp_reconciler.api.http_limits import (
 from mcp_reconciler.api.lifecycle import DrainGate, GatewayUvicorn
 from mcp_reconciler.api.routes import routes as control_routes
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
-from mcp_reconciler.api.views import status_json
-from mcp_reconciler.reconciler.authority import GrantPolicy
+from mcp_reconciler.api.oauth.identity import GrantSet
+from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.config import GatewaySettings
 from mcp_reconciler.reconciler.gateway import Gateway
 
@@ -64,12 +65,28 @@ class Served:
         return self.url.removesuffix("/mcp")
 
 
-def _front(gw: Gateway, transport: str) -> FrontDoor:
+#: Printed by ``serve`` (and logged) when the config opens anonymous access to ``/mcp``.
+ANONYMOUS_WARNING = (
+    "WARNING: anonymous access to /mcp is ON (gateway.anonymous, grant_policy {policy}): any client that can "
+    "reach {url} gets a session without a credential. Remove gateway.anonymous to require session tokens."
+)
+
+
+def anonymous_grants(settings: GatewaySettings | None) -> GrantSet | None:
+    """The grant spec of anonymous ``/mcp`` callers per ``gateway.anonymous``; ``None``: refused."""
+    anonymous = settings.anonymous if settings is not None else None
+    if anonymous is None:
+        return None
+    return GrantSet(anonymous.grant_policy, sources=frozenset(anonymous.sources))
+
+
+def _front(gw: Gateway) -> FrontDoor:
     settings = gw.settings
     engine = gw.engine
 
-    async def status() -> dict[str, Any]:
-        return status_json(await engine.status())
+    async def status(operator: bool) -> dict[str, Any]:
+        out = status_out(await engine.status())
+        return wire.dump(out if operator else owner_view(out))
 
     async def refresh() -> int | None:
         return (await engine.refresh()).revision
@@ -77,12 +94,30 @@ def _front(gw: Gateway, transport: str) -> FrontDoor:
     return FrontDoor(
         engine,
         engine.sessions,
-        grant_policy=GrantPolicy(settings.grant_policy if settings else "current"),
+        local=GrantSet(settings.grant_policy if settings else "current"),
         expose_control_tools=bool(settings and settings.expose_control_tools),
         status=status,
         refresh=refresh,
-        transport=transport,  # type: ignore[arg-type]
     )
+
+
+class _AnonymousPolicy:
+    """``gateway.anonymous`` of the newest valid config, read per request (a reload that turns
+    anonymous access off takes effect at once); a change is logged, turning it on loudly."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self._gw = gw
+        self._last = anonymous_grants(gw.settings)
+
+    def __call__(self) -> GrantSet | None:
+        grants = anonymous_grants(self._gw.settings)
+        if grants != self._last:
+            if grants is None:
+                log.warning("anonymous access to /mcp is now OFF (config reload)")
+            else:
+                log.warning("anonymous access to /mcp is now ON (config reload), grant_policy %s", grants.policy)
+            self._last = grants
+        return grants
 
 
 @contextlib.asynccontextmanager
@@ -103,8 +138,11 @@ async def serve_http(
         limits = settings.limits
         bind_host = host or settings.host
         bind_port = port if port is not None else settings.port
-        front = _front(gw, "http")
+        front = _front(gw)
         auth = authenticator or Authenticator.from_env(insecure_no_auth=insecure_no_auth)
+        anonymous = _AnonymousPolicy(gw)
+        if anonymous() is not None:
+            log.warning("anonymous access to /mcp is ON (gateway.anonymous): clients need no credential")
         if auth.insecure_no_auth:
             log.warning("INSECURE: --insecure-no-auth is set: every control-API request acts as operator. Demos only.")
         elif not auth.configured:
@@ -113,10 +151,11 @@ async def serve_http(
                 "every /v1 request will answer 401"
             )
         control = Control(gw.engine, front, auth)
-        app = build_app(
+        app, transport_sessions = build_app(
             front,
             allowed_hosts=settings.allowed_hosts,
             extra_routes=control_routes(control),
+            anonymous=anonymous,
             session_idle_timeout_s=limits.session_idle_s,
             max_sessions=limits.transport_sessions,
             max_sessions_per_client=limits.transport_sessions_per_client,
@@ -192,13 +231,13 @@ async def serve_http(
                         control,
                         hurry,
                         guard,
-                        app.state.session_manager,
+                        transport_sessions,
                     )
                     try:
                         yield served
                     finally:
                         with anyio.CancelScope(shield=True):
-                            await _stop(gw, server, gate, app.state.session_manager, served.grace_s, hurry)
+                            await _stop(gw, server, gate, transport_sessions, served.grace_s, hurry)
         finally:
             sock.close()
 
@@ -293,6 +332,11 @@ async def _serve_until_stopped(
                     console.say(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz")
                     if insecure_no_auth:
                         console.say("  WARNING: --insecure-no-auth: the control API accepts every request as operator")
+                    grants = anonymous_grants(settings)
+                    if grants is not None:
+                        console.say("  " + ANONYMOUS_WARNING.format(policy=grants.policy, url=served.url))
+                    else:
+                        console.say("  /mcp requires a session token (POST /v1/sessions, or sessions: in the config)")
                     console.say(f"  revision {engine.current_revision}: {len(tools)} tools {tools}")
                     console.say("  SIGHUP reloads the config; Ctrl-C (or SIGTERM) stops.")
 
@@ -336,7 +380,9 @@ def _sole_error() -> Iterator[None]:
 async def run_stdio(config_path: str | Path | None) -> int:
     """One downstream session over this process's stdin/stdout (logs go to stderr);
     ``config_path=None`` serves the bundled demo. SIGTERM and SIGINT end the session and stop the
-    gateway the same way stdin's end does (I14), exit 0."""
+    gateway the same way stdin's end does (I14), exit 0. stdio is a local, single-user
+    transport: its caller is the process owner (``local::<user>``), needs no token, gets
+    ``gateway.grant_policy`` and may use the control tools when they are exposed."""
     if config_path is None:
         with bundled_demo() as demo:
             print(describe(demo).strip(), file=sys.stderr, flush=True)  # stdout carries the protocol
@@ -347,7 +393,7 @@ async def run_stdio(config_path: str | Path | None) -> int:
 async def _stdio(config_path: Path) -> int:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals, _sole_error():
         async with Gateway(config_path) as gw:
-            front = _front(gw, "stdio")
+            front = _front(gw)
             async with anyio.create_task_group() as tg:
 
                 async def on_signals() -> None:

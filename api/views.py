@@ -71,7 +71,21 @@ def status_out(st: EngineStatus) -> wire.StatusOut:
         else None,
         holds=st.holds,
         sessions=st.sessions,
+        conditions=[wire.ConditionOut(type=c.type, reason=c.reason, message=c.message) for c in st.conditions],
     )
+
+
+def owner_view(out: wire.StatusOut) -> wire.StatusOut:
+    """What a principal that is not an operator may read of status (I12): everything but the
+    operator's own inputs. ``config_error`` (file paths, line numbers) is withheld — the typed
+    ``config_invalid`` condition says the config is invalid — and ``warnings`` (which name
+    watched files and the config path) become one sentence with their count."""
+    warnings = (
+        [f"{len(out.warnings)} warning(s) about the gateway's inputs; an operator can read them in status"]
+        if out.warnings
+        else []
+    )
+    return out.model_copy(update={"config_error": None, "warnings": warnings})
 
 
 def status_json(st: EngineStatus) -> dict[str, Any]:

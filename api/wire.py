@@ -59,6 +59,12 @@ class CycleOut(_Model):
     error: str | None = None
 
 
+class ConditionOut(_Model):
+    type: Literal["config_invalid", "publication_deferred"]
+    reason: str = Field(description="stable code: last_good_config_serving | retiring_set_full")
+    message: str = Field(description="sanitized: revisions, counts and times only")
+
+
 class StatusOut(_Model):
     state: Literal["starting", "ready", "degraded", "error"]
     revision: int | None
@@ -86,6 +92,10 @@ class StatusOut(_Model):
     holds: int = 0
     sessions: int = 0
     diagnostics_total: int = Field(default=0, description="all findings, also those past the listed bound")
+    conditions: list[ConditionOut] = Field(
+        default_factory=list,
+        description="why the gateway is degraded or in error while it serves (typed; e.g. publication deferred)",
+    )
 
 
 class RefreshIn(_Model):
@@ -140,20 +150,33 @@ class CatalogOut(_Model):
 
 
 class SessionIn(_Model):
-    owner: str | None = Field(default=None, max_length=128, description="operators only; owners get their own")
-    grant_policy: Literal["current", "none", "explicit"] = "current"
-    names: list[str] = Field(default_factory=list, max_length=1024)
+    owner: str | None = Field(
+        default=None,
+        max_length=128,
+        description="operators only: the owner (by name) the session is for; owners get their own",
+    )
+    grant_policy: Literal["current", "none", "explicit", "follow"] = "current"
+    names: list[str] = Field(default_factory=list, max_length=1024, description="explicit only")
+    sources: list[str] = Field(
+        default_factory=list, max_length=128, description="follow only: the sources it follows (default: all)"
+    )
     revision: int | None = Field(default=None, description="pin the session to this live revision")
+    control_tools: bool = Field(
+        default=False, description="operators only: the session may call the built-in gateway_status/gateway_refresh"
+    )
 
 
 class SessionOut(_Model):
     id: str
-    owner: str
+    owner: str = Field(description="role-qualified principal id, e.g. owner::alice, config::ci")
     created_at: float
     pinned_revision: int | None
     granted: int
     names: list[str]
     drifted: list[str]
+    grant_policy: Literal["current", "none", "explicit", "follow"] = "current"
+    sources: list[str] | None = Field(default=None, description="follow: the sources it follows (null: all)")
+    declared: bool = Field(default=False, description="declared in the config (change it there)")
 
 
 class SessionCreated(SessionOut):
@@ -198,6 +221,9 @@ class ReadyOut(_Model):
     ready: bool
     revision: int | None
     reason: str | None = None
+    conditions: list[str] = Field(
+        default_factory=list, description="degraded conditions of a ready gateway (it still serves)"
+    )
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

@@ -398,6 +398,9 @@ def write_config(tmp: Path, upstream_url: str) -> Path:
     path = tmp / "gateway.yaml"
     args = json.dumps(["-m", SERVER_MODULE, "--tools", ECHO])
     path.write_text(
+        # The benchmark's clients carry no token: anonymous access is opened on purpose (every
+        # request still passes the /mcp guard; a session token would add one hash lookup).
+        "gateway: {anonymous: {grant_policy: current}}\n"
         "sources:\n"
         f"  - name: h\n    http: {{url: {json.dumps(upstream_url)}}}\n"
         f"  - name: s\n    stdio: {{command: {json.dumps(sys.executable)}, args: {args}, "
@@ -1475,7 +1478,7 @@ def write_list_config(tmp: Path, upstream_url: str, n_sources: int) -> Path:
     """``n_sources`` HTTP sources (``l0`` ...) on the same upstream: each its own upstream session."""
     path = tmp / "list-scale.yaml"
     # 1,000 sessions from one client (this process): above the default per-client bound of 256.
-    lines = ["gateway:\n  limits: {transport_sessions_per_client: 4096}", "sources:"]
+    lines = ["gateway:\n  anonymous: {grant_policy: current}\n  limits: {transport_sessions_per_client: 4096}", "sources:"]  # tokenless clients, on purpose
     for i in range(n_sources):
         lines.append(f"  - name: l{i}\n    http: {{url: {json.dumps(upstream_url)}}}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

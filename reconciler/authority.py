@@ -7,7 +7,23 @@ A session may use exactly the names it was granted. Lookups answer one of four w
 - never granted → ``UnknownNameError`` (indistinguishable from a name that does not exist);
 - granted, drifted, and the drift policy is ``quarantine`` → ``QuarantinedNameError`` until the
   owner re-grants it.
-Automatic reconciliation never adds names to a session; only ``grant`` does.
+Automatic reconciliation never adds names to a session, with one exception the session's owner
+chose: a *standing grant* (:class:`StandingGrant`). A ``follow`` session holds one over every
+source or the listed ones, and a config-declared ``explicit`` session holds one over its named
+entries; at each publication (:meth:`Authority.follow`, a synchronous publication listener, so
+no request ever sees the new generation without them) the names the catalog *gained* that the
+standing grant covers are granted, with the definition digest seen then. Names already granted
+are never re-granted by it, so drift policy (I10) still applies to definitions the session has
+seen.
+
+Principals: ``owner`` is an opaque, role-qualified principal id (:func:`principal_id`:
+``namespace:issuer:subject``, e.g. ``owner::alice``, ``operator::operator1``, ``config::ci``);
+two roles' principals never compare equal, whatever their names.
+
+Sessions declared in the config (:meth:`Authority.declare`) are reconciled after every cycle:
+added, their grants re-applied when their declaration changes, their token rotated, removed.
+Whoever keeps per-session state (the front door's bindings) subscribes to removals and grant
+changes (:meth:`Authority.on_removed`, :meth:`Authority.on_changed`).
 
 Grant sets are immutable mappings swapped on change, so the hot path reads them without locks.
 Grants and refreshes of one session are serialized by that session's lock."""
@@ -17,9 +33,10 @@ from __future__ import annotations
 import enum
 import hashlib
 import itertools
+import logging
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -36,13 +53,44 @@ from mcp_reconciler.reconciler.errors import (
     UnknownNameError,
 )
 from mcp_reconciler.reconciler.generation import Generation
-from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
+from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind, SessionSpec
+
+log = logging.getLogger("mcp_reconciler.authority")
 
 
 class GrantPolicy(enum.StrEnum):
+    """How a session's grants start (and, for ``follow``, grow). ADR 0007 says when to use which."""
+
     CURRENT = "current"  # every name visible when the session is created
     NONE = "none"  # nothing until the owner grants
     EXPLICIT = "explicit"  # exactly the names given at creation
+    FOLLOW = "follow"  # a standing grant: every name the catalog has or gains (all sources or the listed ones)
+
+
+def principal_id(namespace: str, subject: str, issuer: str = "") -> str:
+    """The role-qualified id of a principal, ``namespace:issuer:subject`` (the issuer is empty for
+    static credentials): ``owner::alice`` and ``operator::alice`` are different principals."""
+    return f"{namespace}:{issuer}:{subject}"
+
+
+#: The namespace of sessions declared in the config file: ``config::<session name>``.
+CONFIG_NAMESPACE = "config"
+
+
+@dataclass(frozen=True, slots=True)
+class StandingGrant:
+    """Names a session is granted as soon as the catalog has them (see the module docstring).
+    ``sources``: only entries of these sources (``None``: every source); ``names``: only these
+    exposed names (``None``: every name)."""
+
+    sources: frozenset[str] | None = None
+    names: frozenset[str] | None = None
+
+    def covers(self, entry: CatalogEntry) -> bool:
+        """Whether ``entry`` falls under this standing grant."""
+        if self.sources is not None and entry.source not in self.sources:
+            return False
+        return self.names is None or entry.exposed_name in self.names
 
 
 class DriftPolicy(enum.StrEnum):
@@ -61,16 +109,27 @@ _ids = itertools.count(1)
 @dataclass(slots=True)
 class Session:
     """One downstream agent session. ``grants`` maps grant keys to the definition digest seen
-    at grant time (I10); it is replaced, never mutated."""
+    at grant time (I10); it is replaced, never mutated. ``owner`` is a role-qualified principal
+    id. ``standing`` is the session's standing grant (``follow``, declared ``explicit``), applied
+    at each publication; ``followed_revision`` is the newest revision it was applied to.
+    ``declared`` names the config declaration the session comes from (``None``: created over the
+    API or by the front door). ``control_tools``: may call the built-in control tools."""
 
     id: str
     owner: str
     created_at: float
     grants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     pinned_revision: int | None = None
-    token: str = ""
+    token: str = field(default="", repr=False)
     lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
     drift_seen: frozenset[str] = frozenset()
+    policy: GrantPolicy = GrantPolicy.CURRENT
+    standing: StandingGrant | None = None
+    followed_revision: int | None = None
+    declared: str | None = None
+    declared_digest: str = ""
+    control_tools: bool = False
+    over_bound_logged: bool = False
 
     def granted(self, kind: EntryKind, name: str) -> bool:
         return grant_key(kind, name) in self.grants
@@ -97,13 +156,61 @@ class View:
         return {k for k in EntryKind if self.digests[k] != other.digests[k]}
 
 
+@dataclass(frozen=True, slots=True)
+class DeclareOutcome:
+    """What :meth:`Authority.declare` changed, by declared session name (never tokens)."""
+
+    added: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    rotated: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.updated or self.rotated or self.removed)
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 class Authority:
+    """The session table, grants and the hot-path checks (module docstring). Synchronous and
+    single-loop: every method runs without awaiting, so a caller never sees a half-applied
+    change."""
+
     def __init__(self, bounds: Bounds | None = None, *, drift_policy: DriftPolicy = DriftPolicy.FLAG) -> None:
         self.bounds = bounds or Bounds()
         self.drift_policy = drift_policy
         self._sessions: dict[str, Session] = {}
         self._by_token_hash: dict[str, Session] = {}
         self._transport_owned: set[str] = set()
+        self._declared: dict[str, str] = {}  # declared session name -> session id
+        self._standing: dict[str, Session] = {}  # sessions with a standing grant, by id
+        self._removed_listeners: list[Callable[[str], None]] = []
+        self._changed_listeners: list[Callable[[], None]] = []
+
+    # -- listeners ---------------------------------------------------------------------------
+
+    def on_removed(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(session_id)`` synchronously after a session is removed (deleted over
+        the API, its declaration removed, its connection ended); returns a remover."""
+        self._removed_listeners.append(callback)
+        return lambda: self._removed_listeners.remove(callback) if callback in self._removed_listeners else None
+
+    def on_changed(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` synchronously after grants change outside a request (declared
+        sessions re-applied, standing grants applied); returns a remover."""
+        self._changed_listeners.append(callback)
+        return lambda: self._changed_listeners.remove(callback) if callback in self._changed_listeners else None
+
+    def _notify_changed(self) -> None:
+        for callback in list(self._changed_listeners):
+            try:
+                callback()
+            except Exception:
+                log.exception("authority change listener failed")
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -114,47 +221,251 @@ class Authority:
         *,
         policy: GrantPolicy = GrantPolicy.CURRENT,
         names: Iterable[str] = (),
+        sources: Iterable[str] | None = None,
         session_id: str | None = None,
+        token: str | None = None,
+        control_tools: bool = False,
         transport_owned: bool = False,
     ) -> Session:
-        """A new session. ``bounds.sessions`` bounds the sessions the control API creates;
-        a ``transport_owned`` session (created for one downstream connection and removed with
-        it) is bounded by the transport's own session limit instead, so a flood of connections
-        can never use up the slots of API sessions (issue 10, item 6)."""
+        """Create a session owned by the principal ``owner`` with grants per ``policy`` from
+        ``generation``: ``current`` (every visible name), ``none``, ``explicit`` (``names``,
+        validated as a batch) or ``follow`` (every visible name of ``sources`` — all sources when
+        ``None`` or empty — plus a standing grant over them). Raises ``SessionLimitError`` at the
+        session bound and ``GrantError`` for invalid names or sources. ``token`` (default: a new
+        random one) is the session's bearer token on ``/mcp``. ``bounds.sessions`` bounds the
+        sessions the control API and the config create; a ``transport_owned`` session (created
+        for one downstream connection and removed with it) is bounded by the transport's own
+        session limit instead, so a flood of connections can never use up the slots of API
+        sessions (issue 10, item 6)."""
         if not transport_owned and len(self._sessions) - len(self._transport_owned) >= self.bounds.sessions:
             raise SessionLimitError(f"at most {self.bounds.sessions} sessions may exist; delete unused sessions")
         sid = session_id or f"s{next(_ids)}-{secrets.token_hex(6)}"
-        session = Session(id=sid, owner=owner, created_at=time.time(), token=secrets.token_urlsafe(24))
-        if policy is GrantPolicy.CURRENT and generation is not None:
-            self._set_grants(session, self._all_visible(generation), generation)
-        elif policy is GrantPolicy.EXPLICIT:
-            self._set_grants(session, self._validate(list(names), generation), generation)
+        if sid in self._sessions:
+            raise GrantError(f"a session with id {sid} already exists")
+        session = Session(
+            id=sid,
+            owner=owner,
+            created_at=time.time(),
+            token=token if token is not None else secrets.token_urlsafe(24),
+            control_tools=control_tools,
+        )
+        if _token_hash(session.token) in self._by_token_hash:
+            raise GrantError("that token is already in use by another session")
+        self._apply_policy(session, policy, names, sources, generation)
         self._sessions[sid] = session
         if transport_owned:
             self._transport_owned.add(sid)
-        self._by_token_hash[hashlib.sha256(session.token.encode()).hexdigest()] = session
+        self._by_token_hash[_token_hash(session.token)] = session
         return session
 
+    def _apply_policy(
+        self,
+        session: Session,
+        policy: GrantPolicy,
+        names: Iterable[str],
+        sources: Iterable[str] | None,
+        generation: Generation | None,
+        *,
+        standing_names: bool = False,
+    ) -> None:
+        """Set ``session``'s grants from scratch per ``policy`` (creation, a changed declaration).
+        ``standing_names``: an ``explicit`` session whose names are granted as they appear
+        (config-declared) instead of validated now."""
+        scope = frozenset(s for s in (sources or ()) if s) or None
+        if scope is not None and len(scope) > self.bounds.sources:
+            raise GrantError(f"a follow session may name at most {self.bounds.sources} sources")
+        names = list(names)
+        standing: StandingGrant | None = None
+        keys: list[tuple[EntryKind, str]] = []
+        if policy is GrantPolicy.CURRENT and generation is not None:
+            keys = self._all_visible(generation)
+        elif policy is GrantPolicy.EXPLICIT and standing_names:
+            if len(names) > self.bounds.names_per_grant:
+                raise GrantError(f"a grant may name at most {self.bounds.names_per_grant} entries; got {len(names)}")
+            standing = StandingGrant(names=frozenset(names))
+            keys = self._covered(generation, standing) if generation is not None else []
+        elif policy is GrantPolicy.EXPLICIT:
+            keys = self._validate(names, generation)
+        elif policy is GrantPolicy.FOLLOW:
+            standing = StandingGrant(sources=scope)
+            keys = self._covered(generation, standing) if generation is not None else []
+        self._set_grants(session, keys, generation)
+        session.policy = policy
+        session.standing = standing
+        session.followed_revision = generation.revision if generation is not None else None
+        if standing is not None:
+            self._standing[session.id] = session
+        else:
+            self._standing.pop(session.id, None)
+
     def get(self, session_id: str) -> Session | None:
+        """The session with ``session_id``, or ``None``."""
         return self._sessions.get(session_id)
 
     def by_token(self, token: str) -> Session | None:
         """The session a bearer token authenticates. Looked up by the token's hash, then
         compared in constant time, so timing reveals nothing about valid tokens."""
-        session = self._by_token_hash.get(hashlib.sha256(token.encode()).hexdigest())
-        if session is not None and secrets.compare_digest(session.token, token):
+        session = self._by_token_hash.get(_token_hash(token))
+        if session is not None and secrets.compare_digest(session.token.encode(), token.encode()):
             return session
         return None
 
     def remove(self, session_id: str) -> Session | None:
+        """Remove a session (its token stops authenticating at once) and tell the removal
+        listeners. Removing an unknown id does nothing and returns ``None``."""
         session = self._sessions.pop(session_id, None)
         self._transport_owned.discard(session_id)
-        if session is not None:
-            self._by_token_hash.pop(hashlib.sha256(session.token.encode()).hexdigest(), None)
+        if session is None:
+            return None
+        self._by_token_hash.pop(_token_hash(session.token), None)
+        self._standing.pop(session_id, None)
+        if session.declared is not None and self._declared.get(session.declared) == session_id:
+            del self._declared[session.declared]
+        for callback in list(self._removed_listeners):
+            try:
+                callback(session_id)
+            except Exception:
+                log.exception("authority removal listener failed")
         return session
 
     def sessions(self) -> list[Session]:
+        """Every session, in creation order."""
         return list(self._sessions.values())
+
+    # -- sessions declared in the config -------------------------------------------------------
+
+    def declare(self, specs: Sequence[SessionSpec], generation: Generation | None) -> DeclareOutcome:
+        """Reconcile the config-declared sessions to ``specs``: create the new ones (owner
+        ``config::<name>``, id ``cfg-<name>``, the declared token), re-apply the grants of those
+        whose declaration changed, rotate changed tokens (the old one stops authenticating), and
+        remove those no longer declared. A declaration that cannot be applied (session bound,
+        a token another session uses) is logged by name and left out; the others still apply.
+        Tells the change listeners when anything changed."""
+        added: list[str] = []
+        updated: list[str] = []
+        rotated: list[str] = []
+        failed: list[str] = []
+        wanted = {spec.name: spec for spec in specs}
+        removed = [name for name in self._declared if name not in wanted]
+        for name in removed:
+            self.remove(self._declared[name])
+        for spec in specs:
+            policy = GrantPolicy(spec.policy)
+            sid = self._declared.get(spec.name)
+            session = self._sessions.get(sid) if sid is not None else None
+            try:
+                if session is None:
+                    session = self.create(
+                        principal_id(CONFIG_NAMESPACE, spec.name),
+                        None,
+                        policy=GrantPolicy.NONE,
+                        session_id=f"cfg-{spec.name}",
+                        token=spec.token,
+                        control_tools=spec.control_tools,
+                    )
+                    try:
+                        self._apply_declaration(session, spec, policy, generation)
+                    except GrantError:
+                        self.remove(session.id)
+                        raise
+                    session.declared = spec.name
+                    self._declared[spec.name] = session.id
+                    added.append(spec.name)
+                    continue
+                if not secrets.compare_digest(session.token.encode(), spec.token.encode()):
+                    self._rotate(session, spec.token)
+                    rotated.append(spec.name)
+                if session.declared_digest != spec.grants_digest:
+                    self._apply_declaration(session, spec, policy, generation)
+                    updated.append(spec.name)
+            except (GrantError, SessionLimitError) as exc:
+                log.error("config session %s was not applied: %s", spec.name, exc)
+                failed.append(spec.name)
+        outcome = DeclareOutcome(tuple(added), tuple(updated), tuple(rotated), tuple(removed), tuple(failed))
+        if outcome.changed:
+            log.info(
+                "config sessions: %d added, %d updated, %d token(s) rotated, %d removed",
+                len(added),
+                len(updated),
+                len(rotated),
+                len(removed),
+            )
+            self._notify_changed()
+        return outcome
+
+    def declared(self) -> dict[str, Session]:
+        """The config-declared sessions by declared name."""
+        return {name: self._sessions[sid] for name, sid in self._declared.items() if sid in self._sessions}
+
+    def _apply_declaration(
+        self, session: Session, spec: SessionSpec, policy: GrantPolicy, generation: Generation | None
+    ) -> None:
+        self._apply_policy(session, policy, spec.names, spec.sources, generation, standing_names=True)
+        session.control_tools = spec.control_tools
+        session.declared_digest = spec.grants_digest
+
+    def _rotate(self, session: Session, token: str) -> None:
+        if _token_hash(token) in self._by_token_hash:
+            raise GrantError("that token is already in use by another session")
+        self._by_token_hash.pop(_token_hash(session.token), None)
+        session.token = token
+        self._by_token_hash[_token_hash(token)] = session
+
+    # -- standing grants (follow) --------------------------------------------------------------
+
+    def follow(self, new: Generation, previous: Generation | None) -> None:
+        """A publication listener: grant every session with a standing grant the names it covers
+        that ``new`` gained over ``previous`` (a session that missed a publication, e.g. one
+        created from an older revision, is compared with the whole of ``new`` once). Never
+        re-grants a name the session holds, so drift (I10) still applies to what it has seen.
+        Synchronous: no request can observe ``new`` before the grants are in place."""
+        if not self._standing:
+            return
+        gained: list[CatalogEntry] | None = None
+        changed = False
+        for session in list(self._standing.values()):
+            standing = session.standing
+            if standing is None:
+                continue
+            if previous is not None and session.followed_revision == previous.revision:
+                if gained is None:
+                    gained = _gained(new, previous)
+                candidates: Iterable[CatalogEntry] = gained
+            else:
+                candidates = (e for kind in EntryKind for e in new.routes[kind].values())
+            keys = [
+                (e.kind, e.exposed_name)
+                for e in candidates
+                if standing.covers(e) and grant_key(e.kind, e.exposed_name) not in session.grants
+            ]
+            session.followed_revision = new.revision
+            if keys and self._add_bounded(session, keys, new):
+                changed = True
+        if changed:
+            self._notify_changed()
+
+    def _covered(self, generation: Generation, standing: StandingGrant) -> list[tuple[EntryKind, str]]:
+        return [
+            (kind, e.exposed_name) for kind in EntryKind for e in generation.routes[kind].values() if standing.covers(e)
+        ]
+
+    def _add_bounded(self, session: Session, keys: list[tuple[EntryKind, str]], generation: Generation) -> bool:
+        """Add ``keys`` to a standing-grant session up to ``names_per_session`` (an automatic
+        grant cannot be refused to anyone: past the bound the rest is left out and logged once)."""
+        room = self.bounds.names_per_session - len(session.grants)
+        if len(keys) > room:
+            if not session.over_bound_logged:
+                log.warning(
+                    "session %s: its standing grant reached %d names (names_per_session); newer names are not granted",
+                    session.id,
+                    self.bounds.names_per_session,
+                )
+                session.over_bound_logged = True
+            keys = keys[: max(0, room)]
+        if not keys:
+            return False
+        self._set_grants(session, keys, generation, merge=True)
+        return True
 
     # -- grants ------------------------------------------------------------------------------
 
@@ -274,3 +585,12 @@ class Authority:
             drifted=frozenset(drifted),
             digests={k: digest_parts(v) for k, v in parts.items()},
         )
+
+
+def _gained(new: Generation, previous: Generation) -> list[CatalogEntry]:
+    """The entries of ``new`` whose exposed name ``previous`` did not have (per kind)."""
+    out: list[CatalogEntry] = []
+    for kind in EntryKind:
+        old = previous.routes[kind]
+        out.extend(e for name, e in new.routes[kind].items() if name not in old)
+    return out

@@ -40,7 +40,7 @@ from pydantic_core import PydanticCustomError
 
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.freshness import raise_if_exhausted, strict_glob
-from mcp_reconciler.reconciler.model import SourceSpec
+from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig, UpstreamOAuthConfig
 from mcp_reconciler.reconciler.projection import (
     MIN_BUDGET,
@@ -53,6 +53,8 @@ from mcp_reconciler.reconciler.projection import (
 )
 
 __all__ = [
+    "MIN_TOKEN_CHARS",
+    "AnonymousSettings",
     "BudgetsConfig",
     "ConfigError",
     "ConfigProblem",
@@ -64,6 +66,7 @@ __all__ = [
     "MetadataSettings",
     "OAuthConfig",
     "OverrideConfig",
+    "SessionConfig",
     "SourceConfig",
     "SseTransportConfig",
     "StdioTransportConfig",
@@ -401,6 +404,63 @@ class SourceConfig(_Frozen):
         return self
 
 
+def _nonempty_items(value: tuple[str, ...]) -> tuple[str, ...]:
+    if any(not item for item in value):
+        raise PydanticCustomError("empty_name", "names must not be empty")
+    return value
+
+
+class AnonymousSettings(_Frozen):
+    """Anonymous access to ``/mcp`` over HTTP (``gateway.anonymous``, I16). Absent: every HTTP
+    ``/mcp`` request needs a valid credential (401 otherwise). Present: a request without any
+    credential gets a gateway session with ``grant_policy`` (legacy: one per MCP session; 2026
+    era: one shared session), and ``serve`` warns at startup. ``sources`` scope ``follow``."""
+
+    grant_policy: Literal["current", "follow", "none"]
+    sources: tuple[str, ...] = ()
+
+    _check_sources = field_validator("sources")(_nonempty_items)
+
+    @model_validator(mode="after")
+    def _sources_need_follow(self) -> AnonymousSettings:
+        if self.sources and self.grant_policy != "follow":
+            raise PydanticCustomError("sources_need_follow", "sources scope the follow policy only")
+        return self
+
+
+#: The shortest bearer token a config-declared session may have.
+MIN_TOKEN_CHARS = 16
+
+
+class SessionConfig(_Frozen):
+    """One session declared in the config (``sessions:``), reconciled like the sources (a reload
+    adds, updates or removes it). ``token`` is its ``/mcp`` bearer token — write ``${VAR}`` so the
+    secret stays out of the file; it is never logged or shown. ``names`` go with ``explicit``
+    (each granted as soon as the catalog has it), ``sources`` with ``follow`` (default: all)."""
+
+    name: str
+    token: str = Field(min_length=1)
+    grant_policy: Literal["current", "none", "explicit", "follow"]
+    names: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    control_tools: bool = False
+
+    _check_lists = field_validator("names", "sources")(_nonempty_items)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _NAME_PATTERN.fullmatch(value):
+            raise PydanticCustomError("session_name", "a session name is 1..64 characters of A-Z a-z 0-9 _ . -")
+        return value
+
+    @model_validator(mode="after")
+    def _lists_match_policy(self) -> SessionConfig:
+        if self.names and self.grant_policy != "explicit":
+            raise PydanticCustomError("names_need_explicit", "names go with grant_policy: explicit")
+        if self.sources and self.grant_policy != "follow":
+            raise PydanticCustomError("sources_need_follow", "sources scope the follow policy only")
+        return self
 class BudgetsConfig(_Frozen):
     """Length budgets (code points) for an untrusted source's text, per field kind."""
 
@@ -464,7 +524,9 @@ class LimitsConfig(_Frozen):
 
 
 class GatewaySettings(_Frozen):
-    """Gateway-wide settings (the ``gateway:`` mapping). Every key is optional."""
+    """Gateway-wide settings (the ``gateway:`` mapping). Every key is optional. ``grant_policy``
+    is the policy of the local session ``mcp-reconciler stdio`` serves (the process owner);
+    anonymous HTTP access has its own, under ``anonymous``."""
 
     host: str = Field(default="127.0.0.1", min_length=1)
     port: int = Field(default=8765, ge=0, le=65535)
@@ -472,9 +534,10 @@ class GatewaySettings(_Frozen):
     retiring_max: int = Field(default=4, ge=1)
     operation_deadline_s: float = Field(default=300.0, gt=0)
     expose_control_tools: bool = False
-    grant_policy: Literal["current", "none"] = "current"
+    grant_policy: Literal["current", "none", "follow"] = "current"
     drift_policy: Literal["allow", "flag", "quarantine"] = "flag"
-    allowed_hosts: tuple[str, ...] = ()  # extra Host values accepted on /mcp (DNS-rebinding protection)
+    allowed_hosts: tuple[str, ...] = ()  # extra Host values accepted on /mcp and /v1 (DNS-rebinding protection)
+    anonymous: AnonymousSettings | None = None
     metadata: MetadataSettings = Field(default_factory=MetadataSettings)
 
     @field_validator("metadata", mode="before")
@@ -500,9 +563,10 @@ class _MainFile(_Frozen):
     sources: tuple[SourceConfig, ...] = ()
     include: tuple[str, ...] = ()
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    sessions: tuple[SessionConfig, ...] = ()
     oauth: OAuthConfig | None = None
 
-    @field_validator("sources", "include", mode="before")
+    @field_validator("sources", "include", "sessions", mode="before")
     @classmethod
     def _null_list_is_empty(cls, value: Any) -> Any:
         # "sources:" with nothing after it parses as null; read it as "none" rather than
@@ -531,6 +595,7 @@ class LoadedConfig:
     specs: tuple[SourceSpec, ...]
     files: tuple[Path, ...]
     include_globs: tuple[str, ...]
+    sessions: tuple[SessionSpec, ...] = ()
     oauth: OAuthConfig | None = None  # the resource-server section, secrets interpolated (HTTP edge only)
     #: Every value ``${VAR}`` interpolation substituted: secrets wherever they land (the log
     #: system redacts them by value, ``reconciler/redaction.py``).
@@ -681,6 +746,8 @@ _MISSING_HINTS = {
     "name": "every source needs a unique name",
     "command": "stdio needs the command to run",
     "url": "give the server's MCP endpoint URL",
+    "grant_policy": "say what these callers may see: current, follow or none (sessions also: explicit)",
+    "token": "the session's bearer token, from the environment: token: ${MY_SESSION_TOKEN}",
     "resource": "the public URL of this gateway's /mcp endpoint (the aud tokens must carry)",
     "issuers": "list the authorization servers whose tokens are accepted",
     "issuer": "the issuer identifier, exactly as in the authorization server's metadata",
@@ -1001,6 +1068,7 @@ def load_config(
     metadata = main.gateway.metadata if main is not None else None
     secrets: set[str] = set()
     specs = [_build_spec(item, env, problems, metadata, secrets) for item in declared]
+    sessions = _build_sessions(main, main_doc, env, {item.source.name for item in declared}, problems, secrets)
     oauth = _interpolate_oauth(main.oauth, main_doc, env, problems, secrets) if main is not None else None
     if problems or main is None or include_globs is None:
         # Report in reading order: main file first, then drop-ins, each top to bottom.
@@ -1015,9 +1083,78 @@ def load_config(
         specs=tuple(spec for spec in specs if spec is not None),
         files=tuple(files),
         include_globs=tuple(include_globs),
+        sessions=sessions,
         oauth=oauth,
         secret_values=frozenset(secrets),
     )
+
+
+def _build_sessions(
+    main: _MainFile | None,
+    doc: _Document,
+    environ: Mapping[str, str],
+    source_names: set[str],
+    problems: list[ConfigProblem],
+    secrets: set[str] | None = None,
+) -> tuple[SessionSpec, ...]:
+    """The declared sessions with their tokens interpolated, and the cross-checks a single entry
+    cannot make: unique names and tokens, tokens long enough, sources that exist (also for
+    ``gateway.anonymous``). Problems name fields and variables, never token values; the tokens
+    join ``secrets`` (redacted by value in logs)."""
+    if main is None:
+        return ()
+
+    def problem(loc: tuple[int | str, ...], message: str, hint: str | None = None) -> None:
+        problems.append(ConfigProblem(doc.file, _locate(doc.root, loc), _field_path(loc), message, hint))
+
+    def check_sources(names: Sequence[str], loc: tuple[int | str, ...]) -> None:
+        for index, name in enumerate(names):
+            if name not in source_names:
+                close = difflib.get_close_matches(name, sorted(source_names), n=1, cutoff=0.6)
+                problem((*loc, index), f"no source named {name!r}", f"did you mean {close[0]!r}?" if close else None)
+
+    anonymous = main.gateway.anonymous
+    if anonymous is not None:
+        check_sources(anonymous.sources, ("gateway", "anonymous", "sources"))
+    out: list[SessionSpec] = []
+    first_name: dict[str, int] = {}
+    first_token: dict[str, int] = {}
+    for index, declared in enumerate(main.sessions):
+        loc: tuple[int | str, ...] = ("sessions", index)
+        if declared.name in first_name:
+            problem((*loc, "name"), f"duplicate session name {declared.name!r}", "each session needs its own name")
+        first_name.setdefault(declared.name, index)
+        check_sources(declared.sources, (*loc, "sources"))
+        token, issues = _interpolate(declared.token, environ)
+        for issue in issues:
+            problem((*loc, "token"), issue.message, issue.hint)
+        if issues:
+            continue
+        if len(token) < MIN_TOKEN_CHARS:
+            problem(
+                (*loc, "token"),
+                f"the token must be at least {MIN_TOKEN_CHARS} characters",
+                "generate one, e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))'",
+            )
+            continue
+        if token in first_token:
+            same = f"the same token as sessions[{first_token[token]}]"
+            problem((*loc, "token"), same, "every session needs its own token")
+            continue
+        first_token[token] = index
+        if secrets is not None:
+            secrets.add(str(token))  # a literal token in the file is as secret as an interpolated one
+        out.append(
+            SessionSpec(
+                name=declared.name,
+                token=token,
+                policy=declared.grant_policy,
+                names=declared.names,
+                sources=declared.sources,
+                control_tools=declared.control_tools,
+            )
+        )
+    return tuple(out)
 
 
 def check_config(

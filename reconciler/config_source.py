@@ -138,6 +138,7 @@ class ConfigDesiredState:
                     warnings=tracker.warnings,
                     inputs_digest=tracker.per_source_digest(),
                     config_error=None,
+                    sessions=outcome.loaded.sessions,
                 )
             assert outcome.error is not None
             rendered = str(outcome.error)
@@ -161,6 +162,7 @@ class ConfigDesiredState:
                 ),
                 inputs_digest=tracker.per_source_digest(),
                 config_error=rendered,
+                sessions=self._good.sessions,
             )
 
     async def poll(self) -> set[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mcp_reconciler.reconciler.model import SourceSpec
+from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +16,8 @@ class DesiredState:
     ``inputs_digest`` maps a source name to the fingerprint digest of that source's watched
     inputs: when it changes, the source is re-read on a new connection (respawned).
     ``config_error`` is set when the newest config on disk is invalid and ``specs`` are the
-    last good ones (I11: reported, never silently served as current)."""
+    last good ones (I11: reported, never silently served as current). ``sessions`` are the
+    sessions the config declares (from the same good config as ``specs``)."""
 
     specs: tuple[SourceSpec, ...]
     reload_mode: str = "manual"
@@ -24,6 +25,7 @@ class DesiredState:
     warnings: tuple[str, ...] = ()
     inputs_digest: dict[str, str] = field(default_factory=dict)
     config_error: str | None = None
+    sessions: tuple[SessionSpec, ...] = ()
 
     def spec(self, name: str) -> SourceSpec | None:
         for s in self.specs:

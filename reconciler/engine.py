@@ -27,7 +27,7 @@ import anyio
 
 from mcp_reconciler.reconciler.authority import Authority, DriftPolicy
 from mcp_reconciler.reconciler.bounds import Bounds
-from mcp_reconciler.reconciler.desired import DesiredStateSource
+from mcp_reconciler.reconciler.desired import DesiredState, DesiredStateSource
 from mcp_reconciler.reconciler.holds import HoldRegistry
 from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.runtime import Listener, LiveGeneration
@@ -45,12 +45,16 @@ InputCheck = Callable[[], Awaitable[set[str]]]
 
 @dataclass(frozen=True, slots=True)
 class Readiness:
-    """Whether the engine can serve: a generation is published and the newest config is valid.
-    ``reason`` names why not (``no_generation_published`` | ``config_invalid``)."""
+    """Whether the engine can serve: a generation is published and the engine is not closing.
+    ``reason`` names why not (``no_generation_published`` | ``closed``). ``conditions`` name
+    the degraded conditions of a ready engine (``config_invalid``: an invalid edit while the last
+    good config serves; ``publication_deferred``): it still serves, so it stays ready — a typo
+    in one replica's config must not pull every replica out of a load balancer."""
 
     ready: bool
     revision: int | None
     reason: str | None = None
+    conditions: tuple[str, ...] = ()
 
 
 class Engine:
@@ -80,6 +84,15 @@ class Engine:
         self._sessions = Authority(reconciler.bounds, drift_policy=drift_policy)
         self._holds = HoldRegistry(reconciler.runtime)
         self._exit = AsyncExitStack()
+        # Standing grants (follow) are applied in the publication itself, before any reader can
+        # see the new generation; config-declared sessions after every cycle (a reload that only
+        # changes sessions publishes nothing).
+        self._runtime.add_listener(self._sessions.follow)
+        reconciler.add_desired_listener(self._declare_sessions)
+
+    def _declare_sessions(self, desired: DesiredState) -> None:
+        live = self._runtime.current
+        self._sessions.declare(desired.sessions, live.generation if live is not None else None)
 
     async def __aenter__(self) -> Engine:
         async with AsyncExitStack() as stack:
@@ -156,26 +169,38 @@ class Engine:
         return self._holds
 
     def readiness(self) -> Readiness:
-        """Ready iff a generation is published and the newest config loaded is valid."""
-        desired = self._rec.last_desired
+        """Ready iff a generation is published and the engine is not closing ("can serve");
+        degraded conditions (an invalid config edit, a deferred publication) are named, not
+        unready."""
         revision = self._runtime.current_revision
-        if desired is not None and desired.config_error is not None:
-            return Readiness(False, revision, "config_invalid")
+        if self._runtime.closed:
+            return Readiness(False, revision, "closed")
         if revision is None:
             return Readiness(False, None, "no_generation_published")
-        return Readiness(True, revision)
+        desired = self._rec.last_desired
+        conditions: list[str] = []
+        if desired is not None and desired.config_error is not None:
+            conditions.append("config_invalid")
+        if self._runtime.pending is not None:
+            conditions.append("publication_deferred")
+        return Readiness(True, revision, None, tuple(conditions))
 
     async def status(self) -> EngineStatus:
         """A frozen status snapshot, taken after an input check: when watched inputs changed
         since the served revision was built, it says so (``inputs_changed_since_build``) rather
         than answer as current (I11)."""
         changed = await self.check_inputs()
+        holds = self._holds.list()
+        held: dict[int, float] = {}
+        for hold in holds:
+            held[hold.revision] = max(held.get(hold.revision, 0.0), hold.expires_at)
         return build_status(
             self._rec,
             reconnects=self._reconnects,
             inputs_changed=changed,
-            holds=len(self._holds.list()),
+            holds=len(holds),
             sessions=len(self._sessions.sessions()),
+            held=held,
         )
 
     # -- acting ------------------------------------------------------------------------------

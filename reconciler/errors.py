@@ -178,3 +178,11 @@ class HoldLimitError(ReconcilerError):
 
     code = "too_many_holds"
     retryable = True
+
+
+class HoldSlotsError(HoldLimitError):
+    """A hold would let holds keep more superseded revisions alive than the retiring set can spare
+    (``retiring_max - 1``), which could defer publication for as long as the holds last (I5).
+    Retryable: it succeeds once a hold on another revision is released or expires."""
+
+    code = "hold_slots_full"

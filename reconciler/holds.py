@@ -1,9 +1,18 @@
 """Revision holds: a bounded, expiring pin that keeps one generation callable for a run
 (an SDK client pinning a revision across many requests).
 
-Bounds: at most ``max_holds`` holds, each at most ``max_ttl_s``. A held superseded generation
-stays open until the hold expires or is released — its drain deadline is extended to the hold's
-expiry, never beyond ``max_ttl_s`` — then retires as usual (I5)."""
+Bounds: at most ``max_holds`` holds, each at most ``max_ttl_s``, at most ``max_per_owner`` per
+owner principal. A held superseded generation stays open until the hold expires or is released —
+its drain deadline is extended to the hold's expiry, never beyond ``max_ttl_s`` — then retires as
+usual (I5).
+
+Holds cannot freeze publication. A publication is deferred only while the retiring set is full
+(``retiring_max`` superseded revisions open) and the current revision is pinned; holds last up to
+an hour, operations only up to their drain deadline. So holds together may keep at most
+``retiring_max - 1`` distinct revisions alive (the current one counted: it becomes superseded at
+the next publication): a hold on another revision beyond that is refused (``HoldSlotsError``,
+retryable) and the retiring set always has a slot that only operations — bounded by the drain
+deadline — can fill. Any number of holds may share a revision already held."""
 
 from __future__ import annotations
 
@@ -14,7 +23,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from mcp_reconciler.reconciler.errors import HoldError, HoldLimitError
+from mcp_reconciler.reconciler.errors import HoldError, HoldLimitError, HoldSlotsError
 from mcp_reconciler.reconciler.pins import Pin
 from mcp_reconciler.reconciler.runtime import Runtime
 
@@ -58,9 +67,22 @@ class HoldRegistry:
         self._holds: dict[str, _Hold] = {}
         self._wake = anyio.Event()
 
+    @property
+    def max_held_revisions(self) -> int:
+        """How many distinct revisions holds may keep alive at once: ``retiring_max - 1``."""
+        return self.runtime.bounds.retiring_max - 1
+
+    def held_revisions(self) -> set[int]:
+        """The revisions at least one hold keeps alive."""
+        return {h.info.revision for h in self._holds.values()}
+
     def create(
-        self, revision: int, ttl_s: float, *, owner: str = "operator", per_owner_limit: bool = False
+        self, revision: int, ttl_s: float, *, owner: str = "operator::", per_owner_limit: bool = False
     ) -> HoldInfo:
+        """Hold ``revision`` for ``ttl_s`` seconds for the principal ``owner``. Raises
+        ``HoldError`` (TTL out of range), ``HoldLimitError`` (too many holds in total, or for
+        ``owner`` when ``per_owner_limit``), ``HoldSlotsError`` (one more held revision would let
+        holds fill the retiring set; see the module docstring) or ``RevisionUnavailableError``."""
         if not (0 < ttl_s <= self.max_ttl_s):
             raise HoldError(f"ttl_s must be > 0 and at most {self.max_ttl_s:g} seconds")
         if len(self._holds) >= self.max_holds:
@@ -68,6 +90,19 @@ class HoldRegistry:
         if per_owner_limit and sum(1 for h in self._holds.values() if h.info.owner == owner) >= self.max_per_owner:
             raise HoldLimitError(f"an owner may keep at most {self.max_per_owner} revision holds; release one first")
         live = self.runtime.get(revision)  # RevisionUnavailableError if not live
+        held = self.held_revisions()
+        if revision not in held and len(held) >= self.max_held_revisions:
+            retiring_max = self.runtime.bounds.retiring_max
+            if self.max_held_revisions == 0:
+                raise HoldSlotsError(
+                    "revision holds need retiring_max of at least 2 (it is 1): a hold would block publication"
+                )
+            shown = ", ".join(str(r) for r in sorted(held))
+            raise HoldSlotsError(
+                f"holds may keep at most {self.max_held_revisions} revisions alive (retiring_max {retiring_max} - 1), "
+                f"so that they can never defer publication; revisions {shown} are held: hold one of those, or retry "
+                "when a hold is released or expires"
+            )
         pin = live.pin()
         now_wall, now = time.time(), anyio.current_time()
         info = HoldInfo(

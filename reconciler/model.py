@@ -82,6 +82,39 @@ _DEFAULT_POLICY = MetadataPolicy()
 
 
 @dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """Desired state of one session declared in the config (``sessions:``), reconciled like the
+    sources: a reload adds, updates or removes it (``Authority.declare``).
+
+    ``token`` is the session's bearer token for ``/mcp`` (from ``${VAR}``): a secret, so it is
+    kept out of ``repr`` and never logged. ``policy`` is ``current`` | ``none`` | ``explicit`` |
+    ``follow``; ``names`` are the exposed names an ``explicit`` session is granted (each as soon
+    as the catalog has it); ``sources`` scope a ``follow`` session (empty: every source).
+    ``control_tools`` lets the session call the built-in ``gateway_status``/``gateway_refresh``
+    tools (with the owner's sanitized status). ``grants_digest`` covers everything but the token:
+    when it changes the session's grants are re-applied; a token change alone only rotates it."""
+
+    name: str
+    token: str = field(repr=False)
+    policy: str = "current"
+    names: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    control_tools: bool = False
+
+    @property
+    def grants_digest(self) -> str:
+        """A digest of the declaration without its token."""
+        return digest_json(
+            {
+                "policy": self.policy,
+                "names": list(self.names),
+                "sources": list(self.sources),
+                "control_tools": self.control_tools,
+            }
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Diagnostic:
     """One operator-facing finding (rejected entry, name collision, stale source, ...).
 

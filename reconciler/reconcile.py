@@ -102,6 +102,15 @@ class Reconciler:
         self._exit = AsyncExitStack()
         self._closing = False
         self._closed = anyio.Event()
+        self._desired_listeners: list[Callable[[DesiredState], None]] = []
+
+    def add_desired_listener(self, listener: Callable[[DesiredState], None]) -> Callable[[], None]:
+        """Call ``listener(desired)`` synchronously at the end of every cycle that published,
+        discarded or deferred its candidate, with the desired state that cycle loaded (for the
+        parts of the desired state that are not sources: config-declared sessions). Returns a
+        remover. A listener that raises is logged and does not fail the cycle."""
+        self._desired_listeners.append(listener)
+        return lambda: self._desired_listeners.remove(listener) if listener in self._desired_listeners else None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -255,6 +264,11 @@ class Reconciler:
             )
         with telemetry.tracer.start_as_current_span("reconciler.publish"):
             result = self.runtime.publish(catalog)
+        for listener in list(self._desired_listeners):
+            try:
+                listener(desired)
+            except Exception:  # a listener must not fail the cycle
+                log.exception("desired-state listener failed")
         for diag in catalog.diagnostics:
             log.info("catalog diagnostic [%s] %s", diag.code, diag.message)
         return CycleOutcome(

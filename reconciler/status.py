@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -73,6 +73,29 @@ class CycleReport:
     error: str | None
 
 
+ConditionType = Literal["config_invalid", "publication_deferred"]
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A typed reason the engine serves, but not as asked (``degraded`` or ``error`` state).
+
+    ``type`` and ``reason`` are stable codes for scripts; ``message`` is a sanitized sentence for
+    people (revisions, counts and times only — never paths, hosts or upstream text), safe to
+    show every principal that may read status.
+
+    - ``config_invalid`` / ``last_good_config_serving``: the newest config is invalid; the last
+      good one serves (details in ``config_error``, operators only).
+    - ``publication_deferred`` / ``retiring_set_full``: a new catalog is built but waits, because
+      ``retiring_max`` superseded revisions are still open and the current one is pinned (I5);
+      the message says which revisions hold the slots (revision holds, operations draining) and
+      until when at the latest."""
+
+    type: ConditionType
+    reason: str
+    message: str
+
+
 @dataclass(frozen=True, slots=True)
 class EngineStatus:
     """One consistent, immutable reading of the engine (I11).
@@ -106,6 +129,7 @@ class EngineStatus:
     inputs_changed_since_build: tuple[str, ...] | None = None
     holds: int = 0
     sessions: int = 0
+    conditions: tuple[Condition, ...] = ()
 
 
 def build_status(
@@ -115,9 +139,12 @@ def build_status(
     inputs_changed: frozenset[str] = frozenset(),
     holds: int = 0,
     sessions: int = 0,
+    held: Mapping[int, float] | None = None,
     wall_clock: Callable[[], float] = time.time,
 ) -> EngineStatus:
     """Read ``rec`` (and the reader's reconnect schedule) into an :class:`EngineStatus`.
+    ``held`` maps each revision a hold keeps open to the latest expiry of its holds (wall clock),
+    for the ``publication_deferred`` condition.
 
     Synchronous and side-effect free: one consistent reading, no await between the parts."""
     live = rec.runtime.current
@@ -144,12 +171,23 @@ def build_status(
         )
     stale = tuple(s.name for s in sources if s.state != "ready")
     config_error = desired.config_error if desired is not None else None
+    conditions: list[Condition] = []
+    if config_error is not None:
+        conditions.append(
+            Condition(
+                "config_invalid",
+                "last_good_config_serving",
+                "the newest config is invalid; the last good config keeps serving until it is fixed",
+            )
+        )
+    if rec.runtime.pending is not None:
+        conditions.append(_deferred(rec, held or {}, wall_clock()))
     state: State
     if config_error is not None:
         state = "error"  # inputs changed and the reload failed: explicit, never silently old
     elif gen is None:
         state = "starting"
-    elif stale:
+    elif stale or rec.runtime.pending is not None:
         state = "degraded"
     else:
         state = "ready"
@@ -197,6 +235,33 @@ def build_status(
         inputs_changed_since_build=tuple(sorted(inputs_changed)) if inputs_changed else None,
         holds=holds,
         sessions=sessions,
+        conditions=tuple(conditions),
+    )
+
+
+def _deferred(rec: Reconciler, held: Mapping[int, float], now_wall: float) -> Condition:
+    """The ``publication_deferred`` condition: who holds the retiring slots, and until when."""
+    now = anyio.current_time()
+    parts: list[str] = []
+    waits: list[float] = []  # when each slot frees at the latest; the first to free publishes
+    for live in rec.runtime.retiring:
+        until = held.get(live.revision)
+        drain = live.drain_deadline - now if live.drain_deadline is not None else 0.0
+        if until is not None:
+            waits.append(max(until - now_wall + rec.bounds.drain_grace_s, drain))
+            parts.append(f"revision {live.revision} held for {max(0.0, until - now_wall):.0f} s more")
+        else:
+            waits.append(drain)
+            parts.append(f"revision {live.revision} draining {live.operations} operation(s)")
+    latest = min(waits, default=0.0)
+    current = rec.runtime.current
+    pinned = f"; the current revision {current.revision} is pinned" if current is not None else ""
+    return Condition(
+        "publication_deferred",
+        "retiring_set_full",
+        f"a new catalog waits to publish: the retiring set is full ({len(rec.runtime.retiring)} of "
+        f"{rec.bounds.retiring_max}: {', '.join(parts)}){pinned}; it publishes when one of them closes, "
+        f"at the latest in {max(0.0, latest):.0f} s",
     )
 
 

@@ -40,11 +40,14 @@ REVISION_META = "io.mcp-reconciler/revision"
 
 @dataclass
 class PinnedRun:
-    """An MCP client whose every request is served by ``revision`` (held live by ``hold``)."""
+    """An MCP client whose every request is served by ``revision`` (held live by ``hold``).
+    ``session_id`` is the run's own gateway session when ``pinned()`` created one (no
+    ``session_token`` given); it is deleted when the run ends."""
 
     mcp: Client
     revision: int
     hold: wire.HoldOut
+    session_id: str | None = None
 
 
 class ReconcilerClient:
@@ -158,11 +161,25 @@ class ReconcilerClient:
         self,
         *,
         owner: str | None = None,
-        grant_policy: Literal["current", "none", "explicit"] = "current",
+        grant_policy: Literal["current", "none", "explicit", "follow"] = "current",
         names: Sequence[str] = (),
+        sources: Sequence[str] = (),
         revision: int | None = None,
+        control_tools: bool = False,
     ) -> wire.SessionCreated:
-        body = {"owner": owner, "grant_policy": grant_policy, "names": list(names), "revision": revision}
+        """Create an agent session; its ``token`` (shown once) is its bearer token on ``/mcp``.
+        ``names`` go with ``explicit``, ``sources`` with ``follow``; ``control_tools`` (operators
+        only) lets it call the built-in control tools."""
+        body: dict[str, Any] = {
+            "owner": owner,
+            "grant_policy": grant_policy,
+            "names": list(names),
+            "revision": revision,
+        }
+        if sources:
+            body["sources"] = list(sources)
+        if control_tools:
+            body["control_tools"] = True
         response = await self._request("POST", "/v1/sessions", json=body)
         return wire.SessionCreated.model_validate(response.json())
 
@@ -221,8 +238,9 @@ class ReconcilerClient:
         every request carries it, so the whole run sees one consistent catalog even while the
         gateway publishes newer revisions. The hold is released on exit, whatever happened.
 
-        ``session_token`` is the credential for ``/mcp``: a token, or a token provider asked per
-        request (the run survives its refresh)."""
+        ``session_token`` is the credential for ``/mcp`` (it needs one): a token, or a token
+        provider asked per request (the run survives its refresh). Without one the run gets its
+        own session (policy ``current`` at the held revision, pinned to it), deleted at the end."""
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
@@ -231,7 +249,11 @@ class ReconcilerClient:
         hold = await self._hold_for_run(revision, ttl_s)
         revision = hold.revision
         raised: BaseException | None = None
+        session_id: str | None = None
         try:
+            if not session_token:
+                created = await self.create_session(grant_policy="current", revision=revision)
+                session_id, session_token = created.id, created.token
             headers = {REVISION_HEADER: str(revision)}
             if isinstance(session_token, str) and session_token:
                 headers["Authorization"] = f"Bearer {session_token}"
@@ -239,7 +261,7 @@ class ReconcilerClient:
             http = mcp_http_client(headers=headers, auth=auth)
             async with http, Client(streamable_http_client(f"{self.base_url}/mcp", http_client=http), mode=mode) as mcp:
                 try:
-                    yield PinnedRun(mcp=mcp, revision=revision, hold=hold)
+                    yield PinnedRun(mcp=mcp, revision=revision, hold=hold, session_id=session_id)
                 except BaseException as exc:
                     raised = exc
                     raise
@@ -255,8 +277,12 @@ class ReconcilerClient:
                     raised.__suppress_context__ = suppress
             raise
         finally:
-            with anyio.CancelScope(shield=True), contextlib.suppress(ReconcilerAPIError):
-                await self.release_hold(hold.id)
+            with anyio.CancelScope(shield=True):
+                with contextlib.suppress(ReconcilerAPIError):
+                    await self.release_hold(hold.id)
+                if session_id is not None:
+                    with contextlib.suppress(ReconcilerAPIError):
+                        await self.delete_session(session_id)
 
 
 def _only(group: BaseExceptionGroup[BaseException], exc: BaseException) -> bool:

@@ -6,9 +6,12 @@ look the exposed name up in that generation's immutable routing table → check 
 pin → forward on the source's live connection → release. Results carry
 ``_meta["io.mcp-reconciler/revision"]``.
 
-Sessions (ADR 0006): a 2025-11-25 client's connection is one gateway session; a 2026-07-28
-(sessionless) client is identified by its bearer token, or shares one anonymous session per
-front door when it sends none. When a session's view changes it gets the matching
+Sessions (ADR 0006, ADR 0013): every HTTP request carries the identity the HTTP layer accepted
+(``api/mcp_auth.py``: a session token, or anonymous when the config opens it); stdio's caller is
+the process owner. A 2025-11-25 client's connection is bound to one gateway session (its token's,
+or one created for it) and stays with the principal that opened it; a 2026-07-28 (sessionless)
+client is its token's session (anonymous callers share one). When a session's view changes it
+gets the matching
 ``list_changed`` — pushed on its connection (legacy) or on its own ``subscriptions/listen`` bus
 (new era) — coalesced per session, and held until a legacy HTTP client's GET stream is open.
 

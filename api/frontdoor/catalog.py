@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mcp_reconciler.reconciler.engine import Engine
+from mcp_reconciler.reconciler.engine import Engine, Readiness
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 
 
@@ -48,8 +48,7 @@ class CatalogAccess:
         """Call ``callback()`` synchronously after every publication; returns a remover."""
         return self._engine.add_listener(lambda new, old: callback())
 
-    def readiness(self) -> tuple[bool, str | None]:
-        """``(ready, reason)`` for ``/readyz``: ready once a generation is published and the
-        config last read is valid; ``reason`` is ``config_invalid`` or ``no_generation_published``."""
-        readiness = self._engine.readiness()
-        return readiness.ready, readiness.reason
+    def readiness(self) -> Readiness:
+        """The engine's readiness for ``/readyz``: ready while a generation can be served, with
+        its degraded conditions named (``Engine.readiness``)."""
+        return self._engine.readiness()

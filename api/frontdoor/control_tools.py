@@ -1,6 +1,13 @@
 """The built-in control tools (``gateway_status``, ``gateway_refresh``), for MCP clients that
-cannot reach the control API. Exposed only when the config sets ``expose_control_tools``; they
-are listed before the catalog's tools and answered by the gateway itself, never forwarded."""
+cannot reach the control API. Exposed only when the config sets ``expose_control_tools``, and
+then only to callers allowed to use them (``FrontDoor.may_use_control_tools``: the local stdio
+user, or a session given the ``control_tools`` flag by an operator or the config); to everyone
+else they do not exist (not listed; a call answers "unknown tool", like any ungranted name).
+They are listed before the catalog's tools and answered by the gateway itself, never forwarded.
+
+``gateway_status`` answers what the caller's role may read (I12): the operator's full status to
+the local user, the owner view (``api/views.py::owner_view``: no config paths in
+``config_error`` or ``warnings``) to a session."""
 
 from __future__ import annotations
 
@@ -14,7 +21,8 @@ from mcp import MCPError
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.revisions import REVISION_META
 
-StatusFn = Callable[[], Awaitable[dict[str, Any]]]
+#: ``status(operator)``: the status as JSON data, the operator's full view or the owner view.
+StatusFn = Callable[[bool], Awaitable[dict[str, Any]]]
 RefreshFn = Callable[[], Awaitable[int | None]]
 
 CONTROL_TOOLS: list[types.Tool] = [
@@ -33,9 +41,10 @@ CONTROL_NAMES = frozenset(t.name for t in CONTROL_TOOLS)
 
 
 class ControlTools:
-    """Answers the control tools: ``gateway_status`` returns ``status()``, ``gateway_refresh``
-    returns ``{"revision": refresh()}``, both as JSON text with the current revision in
-    ``_meta``. A tool whose function was not given answers ``unknown_name``."""
+    """Answers the control tools: ``gateway_status`` returns ``status(operator)``,
+    ``gateway_refresh`` returns ``{"revision": refresh()}``, both as JSON text with the current
+    revision in ``_meta``. A tool whose function was not given answers ``unknown_name``. The
+    caller's right to use them is checked by the front door before :meth:`call`."""
 
     tools = CONTROL_TOOLS
     names = CONTROL_NAMES
@@ -45,10 +54,11 @@ class ControlTools:
         self._status = status
         self._refresh = refresh
 
-    async def call(self, name: str) -> types.CallToolResult:
-        """The result of control tool ``name``."""
+    async def call(self, name: str, *, operator: bool = False) -> types.CallToolResult:
+        """The result of control tool ``name`` for a caller allowed to use it; ``operator``
+        selects the full status over the owner view."""
         if name == "gateway_status" and self._status is not None:
-            body: Any = await self._status()
+            body: Any = await self._status(operator)
         elif name == "gateway_refresh" and self._refresh is not None:
             body = {"revision": await self._refresh()}
         else:

@@ -24,9 +24,10 @@ from mcp_reconciler.api.frontdoor.control_tools import ControlTools, RefreshFn, 
 from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
-from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions, Transport
+from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
+from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.version import __version__
-from mcp_reconciler.reconciler.authority import Authority, GrantPolicy
+from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.engine import Engine
 
 
@@ -49,26 +50,34 @@ class GatewayServer(Server[Any]):
 class FrontDoor:
     """One downstream MCP server over the engine, for both protocol eras. Serve :attr:`server`
     on a transport and run :meth:`run` (the notifier) beside it in the same task group; every
-    result carries the revision it came from, and every session sees exactly its grants."""
+    result carries the revision it came from, and every session sees exactly its grants.
+
+    Over HTTP every request carries the identity the HTTP layer accepted (``api/mcp_auth.py``);
+    on stdio and in memory the caller is the local user, granted per ``local`` (default: the
+    policy ``current``). Sessions removed from the authority (API delete, config reload) lose
+    their bindings at once; grants changed outside a request re-evaluate every view."""
 
     def __init__(
         self,
         engine: Engine,
         authority: Authority,
         *,
-        grant_policy: GrantPolicy = GrantPolicy.CURRENT,
+        local: GrantSet | None = None,
         expose_control_tools: bool = False,
         status: StatusFn | None = None,
         refresh: RefreshFn | None = None,
-        transport: Transport = "http",
     ) -> None:
         self.authority = authority
         self.catalog = CatalogAccess(engine)
-        self.sessions = Sessions(self.catalog, authority, grant_policy=grant_policy, transport=transport)
+        self.sessions = Sessions(self.catalog, authority, local=local or GrantSet("current"))
         self.notifier = Notifier(self.catalog, authority, self.sessions.bindings)
         self.control = ControlTools(self.catalog, status=status, refresh=refresh) if expose_control_tools else None
         self.listing = Listing(
-            self.catalog, authority, self.sessions, extra_tools=self.control.tools if self.control else ()
+            self.catalog,
+            authority,
+            self.sessions,
+            extra_tools=self.control.tools if self.control else (),
+            may_use_extra=self.may_use_control_tools,
         )
         self.forwarder = Forwarder(self.catalog, authority, self.sessions)
         self.server = GatewayServer(
@@ -88,6 +97,15 @@ class FrontDoor:
             get_tool_input_schema=self.listing.tool_input_schema,
         )
         self.server.middleware.append(self.sessions.bind_at_handshake)
+        # Subscribed for the front door's lifetime (it lives as long as the engine it serves).
+        authority.on_removed(self.forget_session)
+        authority.on_changed(self.touch)
+
+    @staticmethod
+    def may_use_control_tools(binding: Binding) -> bool:
+        """Whether ``binding``'s identity may list and call the built-in control tools: the local
+        user, or a session an operator (or the config) gave the ``control_tools`` flag."""
+        return binding.control_tools or binding.session.control_tools
 
     @property
     def bindings(self) -> Mapping[str, Binding]:
@@ -117,7 +135,10 @@ class FrontDoor:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         if self.control is not None and params.name in self.control.names:
-            return await self.control.call(params.name)
+            binding = self.sessions.binding(ctx)
+            if self.may_use_control_tools(binding):
+                return await self.control.call(params.name, operator=binding.operator)
+            # Not allowed: the same answer as a name that does not exist (ungranted = unknown).
         return await self.forwarder.call_tool(ctx, params)
 
     async def _listen(

@@ -15,7 +15,7 @@ upstream's original definition and stays the same when trust or overrides change
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import mcp_types as types
@@ -25,7 +25,7 @@ from mcp.server import ServerRequestContext
 from mcp_reconciler.api.frontdoor.cache import LRU
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.revisions import DRIFT_META, REVISION_META, choose_generation
-from mcp_reconciler.api.frontdoor.sessions import Sessions
+from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
 from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
 
@@ -59,7 +59,7 @@ def page(items: list[Any], cursor: str | None, revision: int) -> tuple[list[Any]
 class Listing:
     """The list handlers of the front door's MCP server, and the tool input-schema lookup the
     SDK uses to validate new-era call headers. Extra tools (the built-in control tools, when
-    exposed) come first in every tool listing."""
+    exposed) come first in the tool listing of every caller ``may_use_extra`` admits."""
 
     def __init__(
         self,
@@ -68,12 +68,14 @@ class Listing:
         sessions: Sessions,
         *,
         extra_tools: Sequence[types.Tool] = (),
+        may_use_extra: Callable[[Binding], bool] = lambda binding: True,
         cache_entries: int = DEFINITION_CACHE_ENTRIES,
     ) -> None:
         self._catalog = catalog
         self._authority = authority
         self._sessions = sessions
         self._extra_tools = list(extra_tools)
+        self._may_use_extra = may_use_extra
         self.definitions: LRU[tuple[Any, ...], Any] = LRU(cache_entries)
 
     async def list_tools(
@@ -143,7 +145,7 @@ class Listing:
         live = choose_generation(self._catalog, ctx, binding.session, params.meta if params is not None else None)
         view = self._authority.view(binding.session, live.generation)
         items = [self.definition(e, f"{kind.value}:{e.exposed_name}" in view.drifted) for e in view.entries[kind]]
-        if kind is EntryKind.TOOL and self._extra_tools:
+        if kind is EntryKind.TOOL and self._extra_tools and self._may_use_extra(binding):
             items = self._extra_tools + items
         items_page, nxt = page(items, params.cursor if params is not None else None, live.revision)
         return items_page, nxt, live.revision

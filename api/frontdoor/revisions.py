@@ -4,10 +4,17 @@ In order of precedence: the revision named in the request's ``_meta``
 (``io.mcp-reconciler/revision``), the ``MCP-Reconciler-Revision`` header, the session's pinned
 revision, else the current generation. A named revision that is not live is an error
 (``revision_unavailable``), never a silent fallback to another one: a client that asked for a
-revision must see exactly that catalog or be told it cannot."""
+revision must see exactly that catalog or be told it cannot.
+
+A revision value is a plain non-negative integer, nothing that merely converts to one
+(:func:`parse_revision`): in ``_meta`` a JSON integer (not ``true``, not ``1.9``, not a
+string), in the header ASCII digits only (not ``+1``, `` 1``, ``1_0``, non-ASCII digits). Anything else
+is -32602 ``invalid_revision`` — a client that asked for a revision it did not mean must not be
+served some other one."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +29,7 @@ from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 
 REVISION_META = "io.mcp-reconciler/revision"
+_DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII only; fullmatch, so no sign, space, "_" or newline
 DRIFT_META = "io.mcp-reconciler/drifted"
 REVISION_HEADER = "mcp-reconciler-revision"
 
@@ -31,6 +39,21 @@ def header_revision(ctx: ServerRequestContext[Any]) -> str | None:
     return ctx.request.headers.get(REVISION_HEADER) if ctx.request is not None else None
 
 
+def parse_revision(value: object, *, text: bool) -> int:
+    """``value`` as a revision: a non-negative ``int`` (never a ``bool``) from JSON ``_meta``
+    (``text=False``), or a string of ASCII digits from a header (``text=True``). Raises
+    ``MCPError(-32602, invalid_revision)`` for anything else."""
+    if not text and type(value) is int and value >= 0:
+        return value
+    if text and isinstance(value, str) and _DIGITS.fullmatch(value) is not None:
+        return int(value)
+    raise MCPError(
+        -32602,
+        "the requested revision must be a plain non-negative integer (digits only)",
+        {"code": "invalid_revision", "retryable": False},
+    )
+
+
 def choose_generation(
     catalog: CatalogAccess, ctx: ServerRequestContext[Any], session: Session, meta: Mapping[str, Any] | None
 ) -> LiveGeneration:
@@ -38,15 +61,15 @@ def choose_generation(
     ``MCPError``: ``invalid_revision`` (not an integer), ``revision_unavailable`` (not live),
     ``closed`` (the engine is shutting down) or ``starting`` (nothing published yet, retryable)."""
     wanted: Any = (meta or {}).get(REVISION_META)
-    if wanted is None:
-        wanted = header_revision(ctx)
-    if wanted is None:
-        wanted = session.pinned_revision
+    header = header_revision(ctx)
+    revision: int | None
     if wanted is not None:
-        try:
-            revision = int(wanted)
-        except (TypeError, ValueError):
-            raise MCPError(-32602, "the requested revision must be an integer", {"code": "invalid_revision"}) from None
+        revision = parse_revision(wanted, text=False)
+    elif header is not None:
+        revision = parse_revision(header, text=True)
+    else:
+        revision = session.pinned_revision
+    if revision is not None:
         try:
             return catalog.get(revision)
         except Exception as exc:
@@ -69,6 +92,6 @@ def header_generation(catalog: CatalogAccess, ctx: ServerRequestContext[Any]) ->
     if wanted is None:
         return None
     try:
-        return catalog.get(int(wanted)).generation
+        return catalog.get(parse_revision(wanted, text=True)).generation
     except Exception:
         return None

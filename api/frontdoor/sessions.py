@@ -1,20 +1,30 @@
 """Sessions: which gateway session a downstream request belongs to, in both protocol eras.
 
-ADR 0006 gives the rules. A bearer token issued by ``POST /v1/sessions`` *is* that session, in
-either era, on any transport; an unknown token is an error (-32018), never a fallback. Without
-a token, a 2025-11-25 connection is one gateway session, created at the handshake's
-``notifications/initialized`` (so pushes can reach it at once) and removed when the connection
-ends; a sessionless 2026-07-28 client shares one anonymous session per front door (``anonymous``
-on HTTP, ``local`` on stdio and in-memory).
+ADR 0006 gives the rules, ADR 0013 the credentials. Every HTTP request arrives with an
+:class:`~mcp_reconciler.api.mcp_auth.McpIdentity` the HTTP layer accepted (``api/mcp_auth.py``,
+before the SDK saw the request); a request without one is refused here too (fail closed). On
+stdio and in-memory transports there is no HTTP layer: the caller is the local user (the process
+owner, ``local::<user>``) with the front door's local grant policy.
+
+- An identity that *is* a gateway session (a session token) binds to that session, in either
+  era, on any transport; a session deleted meanwhile answers -32018.
+- An identity that names no session (anonymous, local; later an OAuth subject) gets a session
+  the front door creates with the identity's grant spec: one per 2025-11-25 connection —
+  created at the handshake's ``notifications/initialized`` (so pushes can reach it at once) and
+  removed when the connection ends — and one shared per principal for sessionless 2026-07-28
+  requests.
+- A legacy connection stays bound to the principal that opened it: a request on it from another
+  principal is refused (-32018; on HTTP the SDK's session manager already answered 404).
 
 A :class:`Binding` ties one downstream identity to its gateway session and carries what the
 notifier needs to tell it about view changes. Bindings live in :attr:`Sessions.bindings`, keyed
-by the legacy connection's key, ``token:<token>`` or the anonymous key; the token is never
-logged."""
+by the legacy connection's key, ``session:<id>`` or ``principal:<principal id>``; no token is
+ever part of a key or a log line."""
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,7 +36,9 @@ from mcp.server.connection import Connection
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.revisions import header_generation
-from mcp_reconciler.reconciler.authority import Authority, GrantPolicy, Session, View
+from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, McpIdentity
+from mcp_reconciler.api.oauth.identity import GrantSet
+from mcp_reconciler.reconciler.authority import Authority, GrantPolicy, Session, View, principal_id
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import EntryKind
 
@@ -38,96 +50,133 @@ Transport = Literal["http", "stdio", "memory"]
 class Binding:
     """One downstream identity bound to a gateway session, with its notification state: the view
     it was last told about (``last_view``), the kinds whose change it has not been told yet
-    (``pending``) and how many change notifications it was sent."""
+    (``pending``) and how many change notifications it was sent. ``principal`` is who opened it;
+    ``control_tools`` / ``operator`` are what that identity may do with the built-in tools."""
 
     session: Session
     era: Era
     key: str
+    principal: str = ""
     owned: bool = False  # the session was created for this binding (not a control-API session)
     conn: Connection | None = None  # legacy: the SDK's per-connection object (pushes ride on it)
     http_session_id: str | None = None
     last_view: View | None = None
     pending: set[EntryKind] = field(default_factory=set)
     notifications: int = 0
+    control_tools: bool = False
+    operator: bool = False
 
 
-def bearer_token(ctx: ServerRequestContext[Any]) -> str | None:
-    """The ``Authorization: Bearer`` token of an HTTP request, if any (``None`` on stdio)."""
-    request = ctx.request
-    if request is None:
-        return None
-    auth = request.headers.get("authorization")
-    if auth and auth.lower().startswith("bearer "):
-        return str(auth[7:].strip())
-    return None
+def local_identity(grants: GrantSet) -> McpIdentity:
+    """The caller of a local transport (stdio, in-memory): the process owner, who may use the
+    control tools and see the operator's status (they can read the config file anyway)."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in this environment: still one local principal
+        user = "local"
+    return McpIdentity(principal=principal_id("local", user), grants=grants, control_tools=True, operator=True)
+
+
+def _invalid(message: str, code: str) -> MCPError:
+    return MCPError(-32018, message, {"code": code, "retryable": False})
 
 
 class Sessions:
     """Finds or creates the :class:`Binding` of every request (:meth:`binding`) and removes it
     when its downstream goes away. A session created for a binding (``owned``) is removed from
-    the authority with it; a control-API session outlives its bindings."""
+    the authority with it; a control-API or config session outlives its bindings."""
 
-    def __init__(
-        self, catalog: CatalogAccess, authority: Authority, *, grant_policy: GrantPolicy, transport: Transport
-    ) -> None:
+    def __init__(self, catalog: CatalogAccess, authority: Authority, *, local: GrantSet) -> None:
         self._catalog = catalog
         self._authority = authority
-        self._grant_policy = grant_policy
-        self._anonymous_key = "anonymous" if transport == "http" else "local"
+        self._local = local_identity(local)
         self.bindings: dict[str, Binding] = {}
 
     async def bind_at_handshake(
         self, ctx: ServerRequestContext[Any], call_next: Callable[[Any], Awaitable[Any]]
     ) -> Any:
         """Server middleware: bind a legacy connection when its ``notifications/initialized``
-        arrives, so pushes can reach it before its first request. A bad token is answered on the
-        first request instead (a notification has no response to carry the error)."""
+        arrives, so pushes can reach it before its first request. A refused identity is answered
+        on the first request instead (a notification has no response to carry the error)."""
         result = await call_next(ctx)
         if ctx.method == "notifications/initialized":
             with contextlib.suppress(MCPError):
                 self.binding(ctx)
         return result
 
+    def identity(self, ctx: ServerRequestContext[Any]) -> McpIdentity:
+        """Who sent ``ctx``'s request: the identity the HTTP layer accepted, or the local user on
+        a transport without HTTP. An HTTP request without one is refused (fail closed)."""
+        request = ctx.request
+        if request is None:
+            return self._local
+        identity = request.scope.get(IDENTITY_KEY)
+        if not isinstance(identity, McpIdentity):
+            raise _invalid("a valid session credential is required", "unauthenticated")
+        return identity
+
     def binding(self, ctx: ServerRequestContext[Any]) -> Binding:
         """The binding of ``ctx``'s downstream, created on first use. Raises ``MCPError(-32018)``
-        for a bearer token that names no session."""
-        token = bearer_token(ctx)
-        if token is not None and self._authority.by_token(token) is None:
-            raise MCPError(-32018, "invalid session token", {"code": "invalid_token", "retryable": False})
+        when the identity's session is gone or the connection belongs to another principal."""
+        identity = self.identity(ctx)
+        if identity.session_id is not None and self._authority.get(identity.session_id) is None:
+            raise _invalid("invalid session token", "invalid_token")  # deleted after the HTTP check
         if str(ctx.protocol_version).startswith("2025"):
             conn = sdk_compat.connection_of(ctx)
             key = sdk_compat.connection_key(conn)
             binding = self.bindings.get(key)
             if binding is None:
-                binding = self._bind("legacy", key, token, header_generation(self._catalog, ctx))
+                binding = self._bind("legacy", key, identity, header_generation(self._catalog, ctx))
                 binding.conn = conn
                 binding.http_session_id = sdk_compat.http_session_id(conn)
                 sdk_compat.on_connection_close(conn, self._unbind, key)
+            elif binding.principal != identity.principal:
+                # The SDK's session manager already answers 404 on HTTP; this holds on any transport.
+                raise _invalid("this MCP session was opened by another identity", "identity_mismatch")
             return binding
-        key = f"token:{token}" if token is not None else self._anonymous_key
+        if identity.session_id is not None:
+            key = f"session:{identity.session_id}"
+        else:
+            key = f"principal:{identity.principal}"
         binding = self.bindings.get(key)
         if binding is None:
-            binding = self._bind("modern", key, token)
+            binding = self._bind("modern", key, identity)
         return binding
 
     def forget(self, session_id: str) -> list[str]:
-        """Drop every binding of a session that was deleted (its token no longer authenticates);
+        """Drop every binding of a session that was removed (its token no longer authenticates);
         returns their keys so the caller can close what it keeps per binding."""
         keys = [key for key, binding in self.bindings.items() if binding.session.id == session_id]
         for key in keys:
             del self.bindings[key]
         return keys
 
-    def _bind(self, era: Era, key: str, token: str | None, grants_from: Generation | None = None) -> Binding:
+    def _bind(self, era: Era, key: str, identity: McpIdentity, grants_from: Generation | None = None) -> Binding:
         live = self._catalog.current()
         gen = live.generation if live is not None else None
-        session = self._authority.by_token(token) if token is not None else None
+        session = self._authority.get(identity.session_id) if identity.session_id is not None else None
         owned = session is None  # created for this connection: it ends with the connection
         if session is None:
+            spec = identity.grants
+            if spec is None:
+                raise _invalid("this identity may not open a session", "no_grants")
             session = self._authority.create(
-                f"mcp:{key}", grants_from or gen, policy=self._grant_policy, transport_owned=True
+                identity.principal,
+                grants_from or gen,
+                policy=GrantPolicy(spec.policy),
+                names=sorted(spec.names),
+                sources=sorted(spec.sources),
+                transport_owned=True,
             )
-        binding = Binding(session=session, era=era, key=key, owned=owned)
+        binding = Binding(
+            session=session,
+            era=era,
+            key=key,
+            principal=identity.principal,
+            owned=owned,
+            control_tools=identity.control_tools,
+            operator=identity.operator,
+        )
         binding.last_view = self._authority.view(session, gen) if gen is not None else None
         self.bindings[key] = binding
         return binding

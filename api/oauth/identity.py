@@ -40,10 +40,14 @@ class PrincipalId:
 @dataclass(frozen=True, slots=True)
 class GrantSet:
     """What the MCP sessions an identity opens may see: ``current`` (every name visible at
-    creation), ``none``, or ``explicit`` (exactly ``names``). ``names`` is empty unless explicit."""
+    creation), ``none``, ``explicit`` (exactly ``names``) or ``follow`` (every name the catalog
+    has or gains, of ``sources`` — all sources when empty). ``names`` is empty unless explicit,
+    ``sources`` unless follow. The front door's anonymous and local callers use it too
+    (``api/mcp_auth.py``)."""
 
-    policy: Literal["current", "none", "explicit"]
+    policy: Literal["current", "none", "explicit", "follow"]
     names: frozenset[str] = frozenset()
+    sources: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ polling is used only for engine state outside the test's control flow."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -28,6 +29,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import Served, serve_http
+from mcp_reconciler.reconciler.authority import GrantPolicy, principal_id
+from mcp_reconciler.reconciler.errors import RevisionUnavailableError
 from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
     REPO_ROOT,
     SERVER_MODULE,
@@ -42,6 +45,7 @@ ALICE, BOB = OWNER_TOKENS["alice"], OWNER_TOKENS["bob"]
 ALL_TOKENS = (OPERATOR_TOKEN, *OWNER_TOKENS.values())
 
 REVISION_META = "io.mcp-reconciler/revision"
+REVISION_HEADER_LOWER = "mcp-reconciler-revision"
 
 
 def authenticator() -> Authenticator:
@@ -109,13 +113,35 @@ async def mcp_client(
     mode: str = "auto",
     headers: dict[str, str] | None = None,
     message_handler: Any = None,
+    credential: bool = True,
 ) -> AsyncIterator[Client]:
-    """A downstream MCP client on the served front door with extra HTTP ``headers``."""
-    async with mcp_http_client(headers=headers or {}) as http:
-        async with Client(
-            streamable_http_client(served.url, http_client=http), mode=mode, message_handler=message_handler
-        ) as client:
-            yield client
+    """A downstream MCP client on the served front door with extra HTTP ``headers``.
+
+    ``/mcp`` needs a credential (I16): unless ``headers`` carry an ``Authorization`` of their own
+    (or ``credential=False``), the client gets a session of its own for the block — policy
+    ``current`` at the revision its ``MCP-Reconciler-Revision`` header names (else the current
+    one), like the per-connection session a tokenless client used to get — removed afterwards."""
+    headers = dict(headers or {})
+    session = None
+    if credential and not any(k.lower() == "authorization" for k in headers):
+        engine = served.gateway.engine
+        wanted = next((v for k, v in headers.items() if k.lower() == REVISION_HEADER_LOWER), None)
+        live = engine.current
+        with contextlib.suppress(RevisionUnavailableError):  # not live: the requests will say so
+            live = engine.get(int(wanted)) if wanted is not None and wanted.isdigit() else live
+        session = engine.sessions.create(
+            principal_id("owner", "tests"), live.generation if live is not None else None, policy=GrantPolicy.CURRENT
+        )
+        headers["Authorization"] = f"Bearer {session.token}"
+    try:
+        async with mcp_http_client(headers=headers) as http:
+            async with Client(
+                streamable_http_client(served.url, http_client=http), mode=mode, message_handler=message_handler
+            ) as client:
+                yield client
+    finally:
+        if session is not None:
+            served.gateway.engine.sessions.remove(session.id)
 
 
 class Changes:
@@ -175,3 +201,22 @@ def assert_error_shape(body: Any, *, forbidden: Sequence[str] = ALL_TOKENS) -> N
     text = json.dumps(body)
     for secret in forbidden:
         assert secret not in text, f"error body leaks a token: {body}"
+
+
+def leaves(exc: BaseException, kinds: Any) -> list[BaseException]:
+    """The exceptions of type ``kinds`` inside ``exc`` (exception groups flattened)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner, kinds)]
+    return [exc] if isinstance(exc, kinds) else []
+
+
+async def refused(served: Any, mode: str, headers: dict[str, str]) -> BaseException:
+    """The exception an SDK client gets connecting with ``headers`` (it must not connect)."""
+    try:
+        with anyio.fail_after(WAIT):
+            async with mcp_client(served, mode=mode, headers=headers, credential=False) as mcp:
+                await mcp.list_tools(cache_mode="bypass")
+    except Exception as exc:  # the SDK wraps the 401 in exception groups
+        assert not leaves(exc, AssertionError | TimeoutError), exc
+        return exc
+    raise AssertionError(f"connected with {list(headers)}")

@@ -31,7 +31,7 @@ def _concrete(path: str) -> str:
 
 async def test_no_token_and_wrong_token_are_401_on_every_route(tmp_path: Path) -> None:
     async with served_gateway(write_config(tmp_path)) as served:
-        session = served.front.authority.create("alice", None)  # its MCP token is no control-API token
+        session = served.front.authority.create("owner::alice", None)  # its MCP token is no control-API token
         bad_headers: list[dict[str, str]] = [
             {},
             {"Authorization": "Bearer wrong-token"},
@@ -72,9 +72,9 @@ async def test_owners_see_only_their_own_sessions(tmp_path: Path) -> None:
             ReconcilerClient(served.base_url, OPERATOR_TOKEN) as op,
         ):
             a = await alice.create_session(grant_policy="none", owner="bob")  # owners cannot choose the owner
-            assert a.owner == "alice"
+            assert a.owner == "owner::alice"  # role-qualified principal ids (issue 10, item 3)
             b = await bob.create_session(grant_policy="none")
-            assert b.owner == "bob"
+            assert b.owner == "owner::bob"
 
             assert [s.id for s in await alice.sessions()] == [a.id]
             assert [s.id for s in await bob.sessions()] == [b.id]
@@ -107,7 +107,7 @@ async def test_owners_see_only_their_own_sessions(tmp_path: Path) -> None:
             rev = (await alice.status()).revision
             assert rev is not None
             hold = await alice.hold(rev, ttl_s=30)
-            assert hold.owner == "alice"
+            assert hold.owner == "owner::alice"
             with pytest.raises(NotFound):
                 await bob.release_hold(hold.id)
             await op.release_hold(hold.id)
@@ -118,10 +118,48 @@ async def test_owners_see_only_their_own_sessions(tmp_path: Path) -> None:
             await op.grant(b.id, ["up__a"])
             assert (await bob.session(b.id)).names == ["up__a"]
             for_alice = await op.create_session(owner="alice", grant_policy="none")
-            assert for_alice.owner == "alice"
+            assert for_alice.owner == "owner::alice"
             assert [s.id for s in await alice.sessions()] == [for_alice.id]
             await op.delete_session(b.id)
             assert await bob.sessions() == []
+
+
+async def test_an_owner_named_like_an_operator_cannot_touch_operator_resources(tmp_path: Path) -> None:
+    # Operators are named operator1, operator2, ...; an owner may be given the same name.
+    impostor_token = "impostor-token-0123456789"
+    auth = Authenticator([OPERATOR_TOKEN], {"operator1": impostor_token})
+    async with served_gateway(write_config(tmp_path), authenticator=auth) as served:
+        async with (
+            ReconcilerClient(served.base_url, OPERATOR_TOKEN) as op,
+            ReconcilerClient(served.base_url, impostor_token) as impostor,
+        ):
+            mine = await op.create_session(grant_policy="none")  # the operator's own session
+            assert mine.owner == "operator::operator1"
+            rev = (await op.status()).revision
+            assert rev is not None
+            hold = await op.hold(rev, ttl_s=30)
+            assert hold.owner == "operator::operator1"
+
+            assert await impostor.sessions() == []  # none of the operator's sessions are "its own"
+            for call in (
+                lambda: impostor.session(mine.id),
+                lambda: impostor.grant(mine.id, ["up__a"]),
+                lambda: impostor.refresh_session(mine.id),
+                lambda: impostor.delete_session(mine.id),
+                lambda: impostor.release_hold(hold.id),
+            ):
+                with pytest.raises(NotFound):
+                    await call()
+            assert (await op.session(mine.id)).granted == 0 and (await op.status()).holds == 1
+
+            # Its own resources carry its own role: owner::operator1, never operator::operator1.
+            own = await impostor.create_session(grant_policy="none")
+            assert own.owner == "owner::operator1"
+            assert [s.id for s in await impostor.sessions()] == [own.id]
+            own_hold = await impostor.hold(rev, ttl_s=30)
+            assert own_hold.owner == "owner::operator1"
+            await op.release_hold(hold.id)
+            await impostor.release_hold(own_hold.id)
 
 
 async def test_owner_on_operator_only_endpoint_is_403(tmp_path: Path) -> None:
@@ -150,7 +188,7 @@ async def test_insecure_no_auth_is_operator(tmp_path: Path) -> None:
             out = await rc.refresh()
             assert isinstance(out, wire.RefreshOut)
             s = await rc.create_session(owner="alice")
-            assert s.owner == "alice"
+            assert s.owner == "owner::alice"
             assert [x.id for x in await rc.sessions()] == [s.id]
             await rc.delete_session(s.id)
         async with ReconcilerClient(served.base_url, "whatever") as rc:
@@ -185,3 +223,14 @@ def test_tokens_from_env() -> None:
 async def _raw(base_url: str, token: str, method: str, path: str, **kw: object) -> httpx2.Response:
     async with httpx2.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {token}"}) as http:
         return await http.request(method, path, **kw)  # type: ignore[arg-type]
+
+
+def test_principal_ids_are_the_oauth_identitys_owner_keys() -> None:
+    # One principal id scheme for every credential (issue 10, item 3; issue 14): a static
+    # principal's id is what the OAuth identity model calls its owner key.
+    from mcp_reconciler.api.auth import Principal
+    from mcp_reconciler.api.oauth.identity import Identity
+
+    for principal in (Principal("owner", "operator1"), Principal("operator", "operator1"), Principal("owner", "a")):
+        assert principal.id == Identity.from_principal(principal).owner_key
+    assert Principal("owner", "operator1").id != Principal("operator", "operator1").id

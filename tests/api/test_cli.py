@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -70,7 +71,7 @@ async def test_operator_commands_and_exit_codes(tmp_path: Path) -> None:
     async with served_gateway(cfg) as served:
         url, rev = served.base_url, served.gateway.rec.runtime.current_revision
         ok = {"url": url, "token": OPERATOR_TOKEN}
-        session = served.front.authority.create("alice", None)
+        session = served.front.authority.create("owner::alice", None)
         commands = ("status", "refresh", "sources", "generations", "sessions")
         runs = await cli_all(
             [((c,), ok) for c in commands]
@@ -130,6 +131,7 @@ async def test_status_exit_4_when_not_ready(tmp_path: Path) -> None:
         r = await cli("status", url=served.base_url, token=OPERATOR_TOKEN)
         assert r.code == 4, r
         assert "CONFIG ERROR" in r.out and "gateway.yaml:" in r.out
+        assert "condition   config_invalid (last_good_config_serving)" in r.out  # typed, and printed
         j = await cli("status", "--json", url=served.base_url, token=OPERATOR_TOKEN)
         assert j.code == 4 and json.loads(j.out)["config_error"]
 
@@ -158,3 +160,40 @@ async def test_check_config(tmp_path: Path) -> None:
     assert invalid.code == 1 and f"{bad}:4:" in invalid.err, invalid
     assert syntax.code == 1 and f"{broken}:" in syntax.err and "YAML" in syntax.err, syntax
     assert missing.code == 1 and "absent.yaml" in missing.err, missing
+
+
+async def _serve_output(cfg: Path) -> str:
+    """What ``serve`` prints at startup (up to its "Ctrl-C stops" line); the process is stopped
+    with SIGINT afterwards, like an operator would."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
+    lines: list[str] = []
+    async with await anyio.open_process(
+        [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"],
+        cwd=REPO_ROOT,
+        env=env,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            buffer = b""
+            with anyio.fail_after(CLI_TIMEOUT_S):
+                async for chunk in proc.stdout:
+                    buffer += chunk
+                    if b"Ctrl-C stops" in buffer:
+                        break
+            lines = buffer.decode().splitlines()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            with anyio.fail_after(CLI_TIMEOUT_S):
+                await proc.wait()
+    return "\n".join(lines)
+
+
+async def test_serve_warns_when_anonymous_access_is_on(tmp_path: Path) -> None:
+    (tmp_path / "open").mkdir()
+    (tmp_path / "closed").mkdir()
+    opened = await _serve_output(write_config(tmp_path / "open", gateway={"anonymous": {"grant_policy": "follow"}}))
+    assert "WARNING: anonymous access to /mcp is ON (gateway.anonymous, grant_policy follow)" in opened
+    assert "Remove gateway.anonymous to require session tokens" in opened
+    closed = await _serve_output(write_config(tmp_path / "closed"))
+    assert "anonymous" not in closed
+    assert "/mcp requires a session token" in closed

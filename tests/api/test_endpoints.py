@@ -138,10 +138,10 @@ async def test_sessions_crud(tmp_path: Path) -> None:
         async with ReconcilerClient(served.base_url, OPERATOR_TOKEN) as rc:
             assert await rc.sessions() == []
             s = await rc.create_session()  # policy "current": every name visible now
-            assert s.owner == "operator1" and s.token and s.granted == len(BASE_TOOLS)
+            assert s.owner == "operator::operator1" and s.token and s.granted == len(BASE_TOOLS)
             assert set(s.names) == BASE_TOOLS and s.pinned_revision is None and s.drifted == []
             none = await rc.create_session(grant_policy="none", owner="alice")
-            assert none.owner == "alice" and none.granted == 0 and none.names == []
+            assert none.owner == "owner::alice" and none.granted == 0 and none.names == []
             explicit = await rc.create_session(grant_policy="explicit", names=["up__a"], revision=rev)
             assert explicit.names == ["up__a"] and explicit.pinned_revision == rev
 
@@ -233,7 +233,7 @@ async def test_holds_create_and_delete(tmp_path: Path) -> None:
         async with ReconcilerClient(served.base_url, OPERATOR_TOKEN) as rc:
             before = time.time()
             hold = await rc.hold(rev, ttl_s=60)
-            assert hold.revision == rev and hold.owner == "operator1" and hold.id
+            assert hold.revision == rev and hold.owner == "operator::operator1" and hold.id
             assert before <= hold.created_at <= hold.expires_at <= hold.created_at + 60 + 1e-3
             assert (await rc.status()).holds == 1
             assert served.gateway.rec.runtime.get(rev).pins == 1  # the hold pins the generation
@@ -276,18 +276,25 @@ async def test_healthz_and_readyz(tmp_path: Path) -> None:
             r = await http.get("/readyz")  # no token needed
             assert r.status_code == 200 and wire.ReadyOut.model_validate(r.json()).ready
 
-            # An invalid config: the last good one keeps serving, but the gateway is not ready (I11).
+            # An invalid config: the last good one keeps serving, so the gateway stays ready —
+            # "ready" means "can serve" (issue 10, item 13); a typo in one replica's config must
+            # not pull it out of a load balancer. Status says so: state error (I11), a typed
+            # condition, and /readyz names the condition.
             cfg.write_text("sources:\n  - name: up\n    stdio: {command: python\n")
             backdate(cfg)  # outside the racy window: one change, seen once
             out = await rc.refresh()
             assert isinstance(out, wire.RefreshOut)
             r = await http.get("/readyz")
-            assert r.status_code == 503
+            assert r.status_code == 200
             body = wire.ReadyOut.model_validate(r.json())
-            assert not body.ready and body.reason == "config_invalid" and body.revision is not None
+            assert body.ready and body.reason is None and body.revision == pubs.revision
+            assert body.conditions == ["config_invalid"]
             st = await rc.status()
-            assert st.config_error and st.state != "ready"
-            assert (await rc.readyz()).ready is False
+            assert st.config_error and st.state == "error"
+            assert [(c.type, c.reason) for c in st.conditions] == [("config_invalid", "last_good_config_serving")]
+            assert (await rc.readyz()).ready is True
+            async with mcp_client(served) as mcp:  # and it serves
+                assert not (await mcp.call_tool("up__a", {"x": "1"})).is_error
             r = await http.get("/healthz")  # the process is still up
             assert r.status_code == 200 and r.json() == {"status": "ok"}
 
@@ -295,7 +302,8 @@ async def test_healthz_and_readyz(tmp_path: Path) -> None:
             backdate(cfg)
             await rc.refresh()
             r = await http.get("/readyz")
-            assert r.status_code == 200 and r.json()["ready"] is True
+            assert r.status_code == 200 and r.json()["ready"] is True and "conditions" not in r.json()
+            assert (await rc.status()).conditions == []
 
 
 async def test_config_edit_adds_a_source(tmp_path: Path) -> None:

@@ -11,9 +11,10 @@ import pytest
 
 from mcp_reconciler.reconciler.errors import RevisionUnavailableError
 from mcp_reconciler.reconciler.runtime import LiveState
-from mcp_reconciler.sdk import NotFound, ReconcilerClient
+from mcp_reconciler.sdk import NotFound, ReconcilerClient, TooManyRequests
 from mcp_reconciler.sdk.client import REVISION_HEADER
 from tests.api.conftest import (
+    ALICE,
     OPERATOR_TOKEN,
     WAIT,
     Publications,
@@ -176,3 +177,59 @@ async def test_pinned_releases_the_hold_when_the_body_raises(tmp_path: Path) -> 
                 async with rc.pinned(revision=10_000):
                     raise AssertionError("unreachable")
             assert (await rc.status()).holds == 0
+
+
+async def test_holds_cannot_defer_publication_and_status_says_why(tmp_path: Path) -> None:
+    # retiring_max 2: holds may keep 1 revision alive (retiring_max - 1), whatever their TTLs.
+    async with served_gateway(write_config(tmp_path, gateway={"retiring_max": 2})) as served:
+        pubs = Publications(served)
+        runtime = served.gateway.rec.runtime
+        async with (
+            ReconcilerClient(served.base_url, ALICE) as alice,
+            ReconcilerClient(served.base_url, OPERATOR_TOKEN) as op,
+            mcp_client(served) as mcp,
+        ):
+
+            async def publish(*names: str) -> int:
+                await mcp.call_tool("up__set_tools", {"names": ["a", "b", *names]})
+                return (await pubs.wait_for(lambda g: f"up__{names[-1]}" in g.tools)).revision
+
+            n = pubs.revision
+            await alice.hold(n, ttl_s=3600)
+            n1 = await publish("c")
+            for client in (alice, op):  # the rule binds operators too
+                with pytest.raises(TooManyRequests) as refused:
+                    await client.hold(n1, ttl_s=3600)
+                assert refused.value.code == "hold_slots_full" and "retiring_max 2 - 1" in refused.value.message
+            await alice.hold(n, ttl_s=60)  # the held revision may be held again
+
+            # An hour-long hold cannot stop publication: each new revision publishes at once.
+            for tool in ("d", "e", "f"):
+                await publish("c", tool)
+                assert not runtime.pending and not (await op.status()).pending_publication
+
+            # Operations in flight still defer a publication (bounded by the drain deadline, I5);
+            # status says so, and why.
+            cur = runtime.current
+            assert cur is not None
+            first = cur.pin()  # an operation in flight on the current revision
+            m1 = cur.revision
+            m2 = await publish("c", "g")  # m1 retires beside the held n: the retiring set is full
+            second = runtime.get(m2).pin()
+            await mcp.call_tool("up__set_tools", {"names": ["a", "b", "c", "h"]})
+            await wait_until(lambda: runtime.pending is not None, what="the publication to be deferred")
+            st = await op.status()
+            assert st.pending_publication and st.state == "degraded"
+            (cond,) = st.conditions
+            assert (cond.type, cond.reason) == ("publication_deferred", "retiring_set_full")
+            assert f"revision {n} held for" in cond.message and f"revision {m1} draining" in cond.message
+            assert "2 of 2" in cond.message and f"current revision {m2} is pinned" in cond.message
+            assert [c.type for c in (await alice.status()).conditions] == ["publication_deferred"]
+            ready = await op.readyz()
+            assert ready.ready and ready.conditions == ["publication_deferred"]
+
+            first.release()  # m1 drains: the deferred catalog publishes (exactly one retry)
+            await pubs.wait_for(lambda g: "up__h" in g.tools)
+            st = await op.status()
+            assert not st.pending_publication and st.conditions == [] and st.state == "ready"
+            second.release()

@@ -186,9 +186,9 @@ def _fuzz_operation(
 async def test_fuzz_every_operation_against_the_document(tmp_path: Path) -> None:
     async with served_gateway(write_config(tmp_path)) as served:
         rev = served.gateway.rec.runtime.current_revision
-        mine = served.front.authority.create("operator1", None)
-        alices = served.front.authority.create("alice", None)
-        hold = served.control.holds.create(rev or 0, 600, owner="alice") if served.control else None
+        mine = served.front.authority.create("operator::operator1", None)
+        alices = served.front.authority.create("owner::alice", None)
+        hold = served.control.holds.create(rev or 0, 600, owner="owner::alice") if served.control else None
         known = {
             "revision": [str(rev), "0", "-1"],
             "name": ["up"],

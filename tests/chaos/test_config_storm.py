@@ -42,7 +42,7 @@ SAMPLE_EVERY_S = 0.02
 # quiet periods (after writes 333 and 666, +2 x 3 s) let answers be checked against the disk.
 QUIET_AFTER = [333, 666]
 QUIET_S = 3.0
-GATEWAY = {"cooldown_s": 0.1}
+GATEWAY = {"cooldown_s": 0.1, "anonymous": {"grant_policy": "current"}}  # clients need no token here
 UPSTREAM_TOOLS = {"p0": ["t1", "t2"], "p1": ["u1"], "p2": ["w1", "w2", "w3"]}
 
 # (source name, upstream, prefix) per source; prefix None = "<name>__", "" = none.

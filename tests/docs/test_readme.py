@@ -236,3 +236,21 @@ def test_limits_defaults() -> None:
     assert shown["shutdown_grace_s"] == defaults.shutdown_grace_s
     assert shown["limits"] == defaults.limits.model_dump(), "README limits differ from LimitsConfig's defaults"
     assert GatewaySettings.model_validate(shown) == defaults
+def test_security_blocks(tmp_path: Path) -> None:
+    """The Security section's config fragments are valid configs, and the warning it quotes is
+    the one ``serve`` prints (``tests/api/test_cli.py::test_serve_warns_when_anonymous_access_is_on``
+    runs ``serve`` itself)."""
+    from mcp_reconciler.api.server import ANONYMOUS_WARNING
+    from mcp_reconciler.reconciler.config import load_config
+
+    source = "sources:\n  - name: notes\n    stdio: {command: python}\n"
+    anonymous = tmp_path / "anonymous.yaml"
+    anonymous.write_text(block("anonymous-config").text + source)
+    settings = load_config(anonymous).settings.anonymous
+    assert settings is not None and settings.grant_policy == "follow"
+    (warning,) = block("anonymous-warning").lines()
+    assert warning == "  " + ANONYMOUS_WARNING.format(policy="follow", url="http://127.0.0.1:8765/mcp")
+    sessions = tmp_path / "sessions.yaml"
+    sessions.write_text(block("sessions-config").text + source)
+    (declared,) = load_config(sessions, environ={"MY_AGENT_TOKEN": "a-long-enough-token-123"}).sessions
+    assert (declared.name, declared.policy, declared.control_tools) == ("my-agent", "follow", False)

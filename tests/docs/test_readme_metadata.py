@@ -12,7 +12,9 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
+from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.config import load_config
 from mcp_reconciler.reconciler.projection import Trust
@@ -39,7 +41,13 @@ async def test_I20_readme_served_definition_and_diagnostics(tmp_path: Path, monk
     cfg.write_text(json.dumps({"sources": [source("mail", "mail"), source("poison", "poisoned", trust="untrusted")]}))
     monkeypatch.setenv("MCP_RECONCILER_OPERATOR_TOKENS", TOKEN)
     async with serve_http(cfg, port=0) as served:
-        async with Client(served.url, mode="legacy") as client:
+        # /mcp needs a credential (I16): a session holding every current name.
+        session = served.gateway.engine.sessions.create("owner::readme", served.gateway.engine.current.generation)  # type: ignore[union-attr]
+        headers = {"Authorization": f"Bearer {session.token}"}
+        async with (
+            mcp_http_client(headers=headers) as http,
+            Client(streamable_http_client(served.url, http_client=http), mode="legacy") as client,
+        ):
             tools = {t.name: t for t in (await client.list_tools()).tools}
         shown = json.loads(block("metadata-served").text)
         assert tools["poison__search"].model_dump(mode="json", by_alias=True, exclude_none=True) == shown

@@ -49,6 +49,14 @@ def upstream_source(name: str = "up", *server_args: str) -> dict[str, Any]:
     }
 
 
+#: The e2e and chaos suites exercise the front door's sessions, notifications, revisions and
+#: teardown, not credentials: their configs open anonymous ``/mcp`` access explicitly, with the
+#: policy ``current`` (one session per legacy connection holding the names visible when it was
+#: created — the behaviour these tests assert). Credentials are tested in
+#: ``tests/api/test_mcp_auth.py``; pass ``gateway={"anonymous": None}`` to require them here.
+ANONYMOUS_CURRENT = {"grant_policy": "current"}
+
+
 def write_config(
     tmp: Path,
     *,
@@ -56,12 +64,18 @@ def write_config(
     server_args: Sequence[str] = (),
     gateway: dict[str, Any] | None = None,
     sources: Sequence[dict[str, Any]] | None = None,
+    sessions: Sequence[dict[str, Any]] = (),
 ) -> Path:
-    """A gateway config (JSON is YAML) with one upstream ``up`` serving ``tools``."""
+    """A gateway config (JSON is YAML) with one upstream ``up`` serving ``tools`` and anonymous
+    access open (:data:`ANONYMOUS_CURRENT`) unless ``gateway`` says otherwise."""
     if sources is None:
         sources = [upstream_source("up", "--tools", ",".join(tools), *server_args)]
+    settings = {"cooldown_s": 0.05, "anonymous": ANONYMOUS_CURRENT, **(gateway or {})}
+    doc: dict[str, Any] = {"gateway": {k: v for k, v in settings.items() if v is not None}, "sources": list(sources)}
+    if sessions:
+        doc["sessions"] = list(sessions)
     cfg = tmp / "gateway.yaml"
-    cfg.write_text(json.dumps({"gateway": {"cooldown_s": 0.05, **(gateway or {})}, "sources": list(sources)}))
+    cfg.write_text(json.dumps(doc))
     return cfg
 
 
@@ -197,6 +211,7 @@ async def no_pins(served: Served) -> None:
 
 
 __all__ = [
+    "ANONYMOUS_CURRENT",
     "ERAS",
     "REPO_ROOT",
     "WAIT",

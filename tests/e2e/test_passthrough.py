@@ -12,9 +12,12 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from mcp import MCPError
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.server import serve_http
+from mcp_reconciler.api.sdk_compat import mcp_http_client
+from mcp_reconciler.api.server import Served, serve_http
+from mcp_reconciler.reconciler.authority import principal_id
 from tests.e2e.conftest import (
     REPO_ROOT,
     WAIT,
@@ -24,6 +27,7 @@ from tests.e2e.conftest import (
     no_pins,
     payload,
     revision_of,
+    stdio_gateway,
     text_of,
     tool_names,
     upstream_source,
@@ -161,15 +165,21 @@ async def test_upstream_is_error_passthrough(mode: str, tmp_path: Path) -> None:
 async def test_control_tools_opt_in(mode: str, tmp_path: Path) -> None:
     (tmp_path / "on").mkdir()
     cfg = write_config(tmp_path / "on", gateway={"expose_control_tools": True})
-    async with serve_http(cfg, port=0) as served, downstream(served.url, mode) as (client, _changes):
-        names = await tool_names(client)
-        assert {"gateway_status", "gateway_refresh"} <= names
-        status = json.loads(text_of(await client.call_tool("gateway_status", {})))
-        assert status["revision"] == served.gateway.rec.runtime.current_revision
-        assert status["state"] == "ready" and "sources" in status
-        refreshed = json.loads(text_of(await client.call_tool("gateway_refresh", {})))
-        assert isinstance(refreshed["revision"], int)
-        assert refreshed["revision"] == served.gateway.rec.runtime.current_revision
+    async with serve_http(cfg, port=0) as served:
+        # Only a caller the operator gave them may use them (issue 10, item 9): not anonymous.
+        async with downstream(served.url, mode) as (anonymous, _changes):
+            assert not await tool_names(anonymous) & {"gateway_status", "gateway_refresh"}
+            assert (await call_error(anonymous, "gateway_status")).code == -32602
+        live = served.gateway.engine.current
+        assert live is not None
+        flagged = served.gateway.engine.sessions.create(
+            principal_id("operator", "operator1"), live.generation, control_tools=True
+        )
+        async with (
+            mcp_http_client(headers={"Authorization": f"Bearer {flagged.token}"}) as http,
+            downstream(streamable_http_client(served.url, http_client=http), mode) as (client, _changes),
+        ):
+            await _control_tools_work(served, client)
 
     (tmp_path / "off").mkdir()
     cfg = write_config(tmp_path / "off")
@@ -177,6 +187,17 @@ async def test_control_tools_opt_in(mode: str, tmp_path: Path) -> None:
         names = await tool_names(client)
         assert not names & {"gateway_status", "gateway_refresh"}
         assert (await call_error(client, "gateway_status")).code == -32602
+
+
+async def _control_tools_work(served: Served, client: Client) -> None:
+    names = await tool_names(client)
+    assert {"gateway_status", "gateway_refresh"} <= names
+    status = json.loads(text_of(await client.call_tool("gateway_status", {})))
+    assert status["revision"] == served.gateway.rec.runtime.current_revision
+    assert status["state"] == "ready" and "sources" in status
+    refreshed = json.loads(text_of(await client.call_tool("gateway_refresh", {})))
+    assert isinstance(refreshed["revision"], int)
+    assert refreshed["revision"] == served.gateway.rec.runtime.current_revision
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -193,3 +214,17 @@ async def test_source_call_timeout_ends_the_call_and_cancels_upstream(mode: str,
         assert int(await wait_for_file(cancelled)) > 0  # the upstream's handler was cancelled
         await no_pins(served)
         assert payload(await client.call_tool("up__a", {}))["tool"] == "a"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_stdio_is_the_local_owner_and_needs_no_token(mode: str, tmp_path: Path) -> None:
+    # No anonymous access configured: HTTP would answer 401. stdio is a local, single-user
+    # transport: its caller is the process owner, served with gateway.grant_policy, and may use
+    # the control tools (with the operator's full status) when they are exposed.
+    cfg = write_config(tmp_path, gateway={"anonymous": None, "expose_control_tools": True, "grant_policy": "current"})
+    async with downstream(stdio_gateway(cfg), mode) as (client, _changes):
+        names = await tool_names(client)
+        assert {"up__a", "up__b", "gateway_status"} <= names
+        status = json.loads(text_of(await client.call_tool("gateway_status", {})))
+        assert status["state"] == "ready" and status["revision"] >= 1
+        assert payload(await client.call_tool("up__a", {"x": "1"}))["tool"] == "a"

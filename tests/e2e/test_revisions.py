@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.api.frontdoor import PAGE_SIZE, REVISION_META
@@ -173,6 +173,37 @@ async def test_revision_request(mode: str, tmp_path: Path) -> None:
                 assert err.code == -32012 and str(new) in err.message
         err = await call_error(client, "up__a", meta={REVISION_META: "not-a-number"})
         assert err.code == -32602
+
+
+#: Values that merely convert to an integer (issue 10, item 15). In ``_meta`` only a JSON integer
+#: is a revision; in the header only ASCII digits.
+BAD_META = [True, False, 1.9, 1.0, "1", "\u0661", "1_0", "+1", " 1", -1, [1], {"r": 1}]
+BAD_HEADER = ["true", "1.9", "\u0661", "1_0", "+1", "1 1", "-1", "0x1", "1e0", "9" * 19]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_malformed_revision_values_are_refused(mode: str, tmp_path: Path) -> None:
+    async with serve_http(write_config(tmp_path), port=0) as served, downstream(served.url, mode) as (client, _):
+        rev = Publications(served).revision
+        for bad in BAD_META:
+            err = await call_error(client, "up__a", meta={REVISION_META: bad})
+            assert err.code == -32602, bad
+            assert err.data["code"] == "invalid_revision" and "non-negative integer" in err.message, bad
+            with pytest.raises(MCPError) as listed:
+                await client.list_tools(meta={REVISION_META: bad}, cache_mode="bypass")
+            assert listed.value.code == -32602, bad
+        for bad in BAD_HEADER:
+            # As UTF-8 bytes: httpx would refuse a non-ASCII str. (HTTP strips surrounding blanks
+            # from header values — h11 will not even send " 1" — so "1 1" stands in for them.)
+            async with mcp_http_client(headers={"MCP-Reconciler-Revision": bad.encode()}) as http:  # type: ignore[dict-item]
+                async with Client(streamable_http_client(served.url, http_client=http), mode=mode) as pinned:
+                    err = await call_error(pinned, "up__a")
+            assert err.code == -32602 and err.data["code"] == "invalid_revision", bad
+        # The plain forms are accepted.
+        assert revision_of(await client.call_tool("up__a", {}, meta={REVISION_META: rev})) == rev
+        async with mcp_http_client(headers={"MCP-Reconciler-Revision": str(rev)}) as http:
+            async with Client(streamable_http_client(served.url, http_client=http), mode=mode) as pinned:
+                assert revision_of(await pinned.call_tool("up__a", {})) == rev
 
 
 # -- pagination ----------------------------------------------------------------------------------

@@ -19,12 +19,13 @@ announces ``list_changed``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,9 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
+from mcp_reconciler.api.sdk_compat import mcp_http_client
 from tests.api.conftest import backdate
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE
 from tests.support.gateway_process import GatewayProcess, alive, gateway_process, stop
@@ -42,6 +45,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ADR = REPO_ROOT / "adr" / "0005-reload-and-restart-paths.md"
 TOKEN = "i15-operator-token-0123456789"
+SESSION_TOKENS = {"I15_SESSION_TOKEN": "i15-session-token-0123456789", "I15_EXTRA_TOKEN": "i15-extra-token-0123456789"}
 WAIT = 45.0
 SOURCES = ("notes", "clock", "up")
 _PROCESS_OF = {"notes_server.py": "notes", "clock_server.py": "clock", SERVER_MODULE: "up"}
@@ -84,7 +88,17 @@ def config(tmp: Path, *, edition: int, valid: bool = True) -> str:
     ]
     if not valid:
         sources.append({"name": "broken", "stdio": {"args": []}})  # no command: invalid
-    return json.dumps({"gateway": {"cooldown_s": 0.05}, "sources": sources})
+    # /mcp needs a credential (I16): the walk's MCP client uses a session declared in the config.
+    session = {"name": "walk", "token": "${I15_SESSION_TOKEN}", "grant_policy": "current"}
+    return json.dumps({"gateway": {"cooldown_s": 0.05}, "sources": sources, "sessions": [session]})
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, token: str) -> AsyncIterator[Client]:
+    """A legacy-era MCP client on ``url`` with a session token."""
+    async with mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+            yield client
 
 
 @dataclass
@@ -162,6 +176,18 @@ async def invalid_config_edit(w: Walk) -> set[str]:
     return set()
 
 
+async def config_declared_sessions(w: Walk) -> set[str]:
+    doc = json.loads(w.cfg.read_text())  # the same sources: only the sessions change
+    doc["sessions"].append({"name": "extra", "token": "${I15_EXTRA_TOKEN}", "grant_policy": "none"})
+    w.write_config(json.dumps(doc))
+    await w.until(lambda st: "config" not in st["dirty"] and st["sessions"] == 2, "the declared session")
+    listed = (await w.http.get("/v1/sessions")).json()["sessions"]
+    assert {s["id"] for s in listed} == {"cfg-walk", "cfg-extra"}, listed
+    async with mcp_client(w.gw.url, SESSION_TOKENS["I15_EXTRA_TOKEN"]) as client:
+        assert (await client.list_tools()).tools == []  # grant_policy none: it works, and sees nothing
+    return set()
+
+
 async def watched_inputs_changed(w: Walk) -> set[str]:
     (w.tmp / "data" / "third.yml").write_text("title: third\n")
     await w.until(lambda st: "notes" not in (st["inputs_changed_since_build"] or []), "the respawn")
@@ -170,7 +196,7 @@ async def watched_inputs_changed(w: Walk) -> set[str]:
 
 async def upstream_list_changed(w: Walk) -> set[str]:
     before = (await w.status())["entries"]
-    async with Client(w.gw.url, mode="legacy") as client:
+    async with mcp_client(w.gw.url, SESSION_TOKENS["I15_SESSION_TOKEN"]) as client:
         await client.call_tool("up__set_tools", {"names": ["a", "b", "c"]})  # announces list_changed
     await w.until(lambda st: st["entries"] == before + 1, "the re-list on the same connection")
     return set()
@@ -209,6 +235,7 @@ async def sighup(w: Walk) -> set[str]:
 STEPS: dict[str, Callable[[Walk], Awaitable[set[str]]]] = {
     "config reload": config_reload,
     "invalid config edit": invalid_config_edit,
+    "config-declared sessions": config_declared_sessions,
     "watched inputs changed": watched_inputs_changed,
     "upstream list_changed": upstream_list_changed,
     "upstream death": upstream_death,
@@ -229,6 +256,7 @@ async def test_I15_every_reload_path_in_adr_0005(tmp_path: Path) -> None:
     backdate(cfg)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
     env["MCP_RECONCILER_OPERATOR_TOKENS"] = TOKEN
+    env.update(SESSION_TOKENS)
     serve = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"]
     async with gateway_process(serve, cwd=REPO_ROOT, env=env) as gw:
         headers = {"Authorization": f"Bearer {TOKEN}"}

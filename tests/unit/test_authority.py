@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_reconciler.reconciler.authority import Authority, DriftPolicy, GrantPolicy
+from mcp_reconciler.reconciler.authority import Authority, DriftPolicy, GrantPolicy, Session, principal_id
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.errors import GrantError, QuarantinedNameError, UnavailableNameError, UnknownNameError
 from mcp_reconciler.reconciler.generation import Generation
-from mcp_reconciler.reconciler.model import EntryKind
+from mcp_reconciler.reconciler.model import EntryKind, SessionSpec
 from tests.support.fakes import catalog, state
 
 T = EntryKind.TOOL
@@ -133,7 +133,7 @@ async def test_transport_owned_sessions_do_not_use_up_api_session_slots() -> Non
     specs = [SourceSpec(name="a", transport={"kind": "in-process"})]
     async with open_engine(StaticDesiredState(specs), lambda s, _e: srv.server, bounds=bounds) as engine:
         await engine.refresh(timeout_s=10)
-        front = FrontDoor(engine, engine.sessions, transport="memory")
+        front = FrontDoor(engine, engine.sessions)  # in memory: the local identity
         async with anyio.create_task_group() as tg:
             await tg.start(front.run)
             with anyio.fail_after(30):
@@ -152,3 +152,110 @@ async def test_transport_owned_sessions_do_not_use_up_api_session_slots() -> Non
                     async with Client(front.server, mode="auto") as modern:  # not -32603
                         assert (await modern.call_tool("a__x", {"x": "1"})).is_error is False
             tg.cancel_scope.cancel()
+# -- standing grants: follow (I9) ------------------------------------------------------------------
+
+
+def gen2(revision: int, a: list[str], b: list[str], version: str = "") -> Generation:
+    """Two sources, ``a`` and ``b``."""
+    return Generation(
+        revision=revision, catalog=catalog(state("a", a, version=version), state("b", b)), published_at=0.0
+    )
+
+
+def names(auth: Authority, s: Session, g: Generation) -> list[str]:
+    return [e.exposed_name for e in auth.view(s, g).entries[T]]
+
+
+def test_I9_follow_grants_what_the_catalog_gains_per_source_and_drift_still_applies() -> None:
+    auth = Authority(drift_policy=DriftPolicy.QUARANTINE)
+    changed: list[int] = []
+    auth.on_changed(lambda: changed.append(1))
+    g1 = gen2(1, ["x"], ["p"])
+    every = auth.create("owner::o", g1, policy=GrantPolicy.FOLLOW)
+    only_a = auth.create("owner::o", g1, policy=GrantPolicy.FOLLOW, sources=["a"])
+    current = auth.create("owner::o", g1)
+    assert names(auth, every, g1) == ["a__x", "b__p"] and names(auth, only_a, g1) == ["a__x"]
+
+    g2 = gen2(2, ["x", "y"], ["p", "q"])  # both sources gain a tool
+    auth.follow(g2, g1)
+    assert names(auth, every, g2) == ["a__x", "a__y", "b__p", "b__q"]
+    assert names(auth, only_a, g2) == ["a__x", "a__y"]  # scoped: b__q is not followed
+    assert names(auth, current, g2) == ["a__x", "b__p"]  # I9: no other session gains anything
+    with pytest.raises(UnknownNameError):
+        auth.resolve(only_a, g2, T, "b__q")
+    assert changed  # the front door is told to re-evaluate views
+
+    # A definition the session has seen changes: drift policy applies (quarantine), the standing
+    # grant never silently accepts the new definition.
+    g3 = gen2(3, ["x", "y"], ["p", "q"], version="v2")
+    auth.follow(g3, g2)
+    with pytest.raises(QuarantinedNameError):
+        auth.resolve(every, g3, T, "a__y")
+    assert "a__y" not in names(auth, every, g3)
+
+    # A name that leaves and comes back is still granted (and still its first-seen definition).
+    g4 = gen2(4, [], ["p", "q"])
+    auth.follow(g4, g3)
+    g5 = gen2(5, ["x", "y"], ["p", "q"])
+    auth.follow(g5, g4)
+    assert names(auth, every, g5) == ["a__x", "a__y", "b__p", "b__q"]
+
+
+def test_I9_follow_session_created_from_an_older_revision_catches_up() -> None:
+    auth = Authority()
+    g1, g2 = gen(1, ["x"]), gen(2, ["x", "y"])
+    s = auth.create("owner::o", g1, policy=GrantPolicy.FOLLOW)  # e.g. pinned to revision 1 at creation
+    g3 = gen(3, ["x", "y", "z"])
+    auth.follow(g3, g2)  # it missed revision 2: compared with the whole of revision 3
+    assert names(auth, s, g3) == ["a__x", "a__y", "a__z"]
+
+
+def test_I9_follow_is_bounded_by_names_per_session() -> None:
+    auth = Authority(Bounds(names_per_session=3))
+    g1 = gen(1, ["x"])
+    s = auth.create("owner::o", g1, policy=GrantPolicy.FOLLOW)
+    g2 = gen(2, ["x", "y", "z"])  # N = 3 names: all granted
+    auth.follow(g2, g1)
+    assert len(s.grants) == 3
+    g3 = gen(3, ["x", "y", "z", "w"])  # N + 1: left out (and logged), never an error
+    auth.follow(g3, g2)
+    assert len(s.grants) == 3 and "a__w" not in names(auth, s, g3)
+
+
+# -- sessions declared in the config ----------------------------------------------------------------
+
+
+def test_declared_sessions_are_added_updated_rotated_and_removed() -> None:
+    auth = Authority()
+    removed: list[str] = []
+    auth.on_removed(removed.append)
+    g = gen(1, ["x", "y"])
+    token = "t" * 20
+    ci = SessionSpec(name="ci", token=token, policy="explicit", names=("a__x", "a__later"))
+    out = auth.declare([ci], g)
+    assert out.added == ("ci",)
+    s = auth.declared()["ci"]
+    assert s.id == "cfg-ci" and s.owner == "config::ci" and auth.by_token(token) is s
+    assert names(auth, s, g) == ["a__x"]  # a declared name the catalog lacks waits for it...
+    g2 = gen(2, ["x", "y", "later"])
+    auth.follow(g2, g)
+    assert names(auth, s, g2) == ["a__later", "a__x"]  # ...and is granted when it appears
+
+    assert not auth.declare([ci], g2).changed  # unchanged declaration: untouched
+    rotated = SessionSpec(name="ci", token="u" * 20, policy="explicit", names=("a__x", "a__later"))
+    out = auth.declare([rotated], g2)
+    assert out.rotated == ("ci",) and not out.updated
+    assert auth.by_token(token) is None and auth.by_token("u" * 20) is s  # same session, new token
+    widened = SessionSpec(name="ci", token="u" * 20, policy="current")
+    assert auth.declare([widened], g2).updated == ("ci",)
+    assert names(auth, s, g2) == ["a__later", "a__x", "a__y"]
+
+    assert auth.declare([], g2).removed == ("ci",)
+    assert auth.by_token("u" * 20) is None and removed == ["cfg-ci"] and auth.sessions() == []
+    assert "u" * 20 not in repr(rotated) and "u" * 20 not in repr(s)  # tokens stay out of reprs
+
+
+def test_principal_ids_of_different_roles_never_collide() -> None:
+    assert principal_id("owner", "operator1") != principal_id("operator", "operator1")
+    assert principal_id("owner", "alice") == "owner::alice"
+    assert principal_id("oauth", "alice", issuer="https://idp") != principal_id("owner", "alice")

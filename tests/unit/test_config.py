@@ -529,3 +529,73 @@ def test_name_with_trailing_newline_is_rejected(tmp_path: Path) -> None:
     # A "$"-anchored regex would accept "abc\n"; names must match in full.
     cfg = write(tmp_path / "g.yaml", 'sources: [{name: "abc\\n", sse: {url: "http://a/sse"}}]\n')
     assert [p.field for p in check_config(cfg)] == ["sources[0].name"]
+
+
+def test_anonymous_access_and_declared_sessions(tmp_path: Path) -> None:
+    long_secret = SECRET * 2  # ≥ 16 characters
+    cfg = write(
+        tmp_path / "g.yaml",
+        """
+        gateway:
+          anonymous: {grant_policy: follow, sources: [up]}
+        sources:
+          - name: up
+            stdio: {command: x}
+        sessions:
+          - {name: ci, token: "${CI}", grant_policy: explicit, names: [up__a]}
+          - {name: me, token: "${ME}", grant_policy: follow, sources: [up], control_tools: true}
+        """,
+    )
+    loaded = load_config(cfg, environ={"CI": long_secret, "ME": long_secret + "x"})
+    anonymous = loaded.settings.anonymous
+    assert anonymous is not None and anonymous.grant_policy == "follow" and anonymous.sources == ("up",)
+    ci, me = loaded.sessions
+    assert (ci.name, ci.policy, ci.names, ci.token) == ("ci", "explicit", ("up__a",), long_secret)
+    assert (me.policy, me.sources, me.control_tools) == ("follow", ("up",), True)
+    assert long_secret not in repr(loaded) and long_secret not in repr(ci)  # a token is a secret
+    # Absent: no anonymous access, no sessions.
+    plain = load_config(write(tmp_path / "p.yaml", "sources: []\n"))
+    assert plain.settings.anonymous is None and plain.sessions == ()
+
+
+def test_anonymous_and_session_problems_never_show_tokens(tmp_path: Path) -> None:
+    cfg = write(
+        tmp_path / "g.yaml",
+        """
+        gateway:
+          anonymous: {grant_policy: follow, sources: [nope]}
+        sources:
+          - name: up
+            stdio: {command: x}
+        sessions:
+          - {name: a, token: "${SHORT}", grant_policy: none}
+          - {name: b, token: "${TOK}", grant_policy: follow, sources: [upp]}
+          - {name: b, token: "${TOK}", grant_policy: current}
+          - {name: c, token: "${UNSET}", grant_policy: current}
+        """,
+    )
+    found = [p[p.index("g.yaml") :] for p in problems_of(cfg, environ={"SHORT": "short", "TOK": SECRET * 2})]
+    assert found == [
+        "g.yaml:2: gateway.anonymous.sources[0]: no source named 'nope'",
+        "g.yaml:7: sessions[0].token: the token must be at least 16 characters"
+        " (generate one, e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')",
+        "g.yaml:8: sessions[1].sources[0]: no source named 'upp' (did you mean 'up'?)",
+        "g.yaml:9: sessions[2].name: duplicate session name 'b' (each session needs its own name)",
+        "g.yaml:9: sessions[2].token: the same token as sessions[1] (every session needs its own token)",
+        "g.yaml:10: sessions[3].token: environment variable UNSET is not set"
+        " (export UNSET before starting the gateway, or write $${ for a literal ${)",
+    ], found
+    assert not any(SECRET in p or "'short'" in p for p in found)
+    # Policy-specific keys, and anonymous access must name its policy.
+    bad = write(
+        tmp_path / "b.yaml",
+        """
+        gateway:
+          anonymous: {sources: [up]}
+        sessions:
+          - {name: x, token: "0123456789abcdefgh", grant_policy: current, names: [a]}
+        """,
+    )
+    found = problems_of(bad)
+    assert any("gateway.anonymous.grant_policy: field required" in p for p in found), found
+    assert any("sessions[0]: names go with grant_policy: explicit" in p for p in found), found

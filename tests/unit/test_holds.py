@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from mcp_reconciler.reconciler.bounds import Bounds
-from mcp_reconciler.reconciler.errors import HoldError, HoldLimitError
+from mcp_reconciler.reconciler.errors import HoldError, HoldLimitError, HoldSlotsError
 from mcp_reconciler.reconciler.holds import HoldRegistry
 from mcp_reconciler.reconciler.runtime import Runtime
 from tests.support.fakes import FakeConnection, catalog, state
@@ -49,3 +49,36 @@ async def test_I5_hold_extends_drain_and_expiry_retires() -> None:
                 await old._closed_event.wait()  # the hold expired: its pin released, the generation drained
             assert rt.forced_drains == 0 and old.pins == 0
             tg.cancel_scope.cancel()
+
+
+async def test_I5_holds_cannot_fill_the_retiring_set_so_they_never_defer_publication() -> None:
+    # retiring_max 3: holds may keep at most 2 revisions alive, whatever their TTLs.
+    async with Runtime(Bounds(retiring_max=3)) as rt:
+        holds = HoldRegistry(rt)
+        assert holds.max_held_revisions == 2
+        rt.publish(catalog(state("a", ["v1"], FakeConnection())))
+        holds.create(1, 3600, owner="owner::alice", per_owner_limit=True)
+        rt.publish(catalog(state("a", ["v2"], FakeConnection())))
+        holds.create(2, 3600, owner="owner::alice", per_owner_limit=True)  # N = 2 held revisions
+        rt.publish(catalog(state("a", ["v3"], FakeConnection())))
+        with pytest.raises(HoldSlotsError, match=r"at most 2 revisions alive \(retiring_max 3 - 1\)") as refused:
+            holds.create(3, 3600, owner="owner::bob", per_owner_limit=True)  # N + 1: refused
+        assert refused.value.retryable and refused.value.code == "hold_slots_full"
+        holds.create(1, 60, owner="owner::bob", per_owner_limit=True)  # a held revision may be held again
+
+        # The current revision is busy (an operation) at every publication: the held revisions
+        # never take the last retiring slot, so publications keep happening.
+        for i in range(4, 8):
+            busy = rt.current.pin()  # type: ignore[union-attr]
+            result = rt.publish(catalog(state("a", [f"v{i}"], FakeConnection())))
+            assert result.status == "published", (i, result)
+            busy.release()
+            assert rt.pending is None
+        assert {1, 2} <= {live.revision for live in rt.live()} and len(rt.retiring) <= 3
+        holds.release_all()
+
+    # retiring_max 1 leaves no slot to spare: holds are refused, with the reason.
+    async with Runtime(Bounds(retiring_max=1)) as rt:
+        rt.publish(catalog(state("a", ["x"], FakeConnection())))
+        with pytest.raises(HoldSlotsError, match="retiring_max of at least 2"):
+            HoldRegistry(rt).create(1, 10)

@@ -124,5 +124,10 @@ async def test_I11_status_says_when_inputs_changed_since_the_build_and_readiness
             desired.set(DesiredState(specs=(spec("a"),), config_error="gateway.yaml:3: bad"))
             await engine.refresh(timeout_s=WAIT)
             ready = engine.readiness()
-            assert not ready.ready and ready.reason == "config_invalid" and ready.revision is not None
-            assert (await engine.status()).state == "error"
+            # Ready means "can serve" (issue 10, item 13): the last good config serves, so the
+            # invalid edit is a named condition, never unreadiness.
+            assert ready.ready and ready.conditions == ("config_invalid",) and ready.revision is not None
+            st = await engine.status()
+            assert st.state == "error"
+            assert [(c.type, c.reason) for c in st.conditions] == [("config_invalid", "last_good_config_serving")]
+            assert "gateway.yaml" not in st.conditions[0].message  # conditions name no paths
