@@ -251,6 +251,20 @@ class SseTransportConfig(_Frozen):
     headers: dict[str, str] = Field(default_factory=dict)
 
 
+class RootConfig(_Frozen):
+    """One root the gateway answers a source's ``roots/list`` with (see ``SourceConfig.roots``)."""
+
+    uri: str = Field(min_length=8, max_length=2048)
+    name: str | None = Field(default=None, max_length=256)
+
+    @field_validator("uri")
+    @classmethod
+    def _check_uri(cls, value: str) -> str:
+        if not value.startswith("file://"):
+            raise PydanticCustomError("root_uri", "a root is a file:// URI (MCP roots are file:// URIs)")
+        return value
+
+
 RESERVED_SOURCE_NAMES = frozenset({"all", "config"})
 
 
@@ -265,6 +279,9 @@ class SourceConfig(_Frozen):
     prefix: str | None = None
     poll_seconds: float | None = Field(default=None, ge=1.0)
     timeouts: TimeoutsConfig | None = None
+    # What the gateway answers this source's roots/list with. Unset: a roots/list made while
+    # serving a call is relayed to that call's client; one made outside any call is refused.
+    roots: tuple[RootConfig, ...] | None = Field(default=None, max_length=64)
 
     @field_validator("name")
     @classmethod
@@ -615,6 +632,9 @@ def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[
             "headers": {key: expand(value, kind, "headers", key) for key, value in remote.headers.items()},
         }
     transport["timeouts"] = {"connect_s": timeouts.connect_s, "call_s": timeouts.call_s}
+    if src.roots is not None:
+        # In the transport, so the spec digest covers it: changed roots reconnect the source.
+        transport["roots"] = [r.model_dump(exclude_none=True) for r in src.roots]
     if len(problems) != before:
         return None
     return SourceSpec(

@@ -49,6 +49,7 @@ class Binding:
     last_view: View | None = None
     pending: set[EntryKind] = field(default_factory=set)
     notifications: int = 0
+    log_level: str | None = None  # legacy ``logging/setLevel``; ``None``: every record (see ``logs``)
 
 
 def bearer_token(ctx: ServerRequestContext[Any]) -> str | None:
