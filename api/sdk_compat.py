@@ -23,7 +23,14 @@ naming the attribute if an SDK release moves it:
 4. **An HTTP client with the MCP transports' defaults** (30 s connect/write/pool, 300 s read for
    held-open streams) for clients that must add headers: ``mcp.shared._httpx_utils`` is a
    private module. :func:`mcp_http_client` is used by the SDK's pinned runs and by tests.
-5. **Which call an upstream message belongs to** (behaviour, not an attribute). The
+5. **A server→client request under an id the gateway chooses, on a request's own stream.** The
+   relay sends a downstream client the requests an upstream makes during a call; when the call
+   is cancelled the SDK's own ``notifications/cancelled`` for them rides that call's response
+   stream, which streamable HTTP has already closed, so the client would never hear of it. The
+   relay therefore sends the request with a ``request_id`` it minted (``CallOptions``) on the
+   request's back-channel — ``ServerSession._request_outbound``, reached by
+   :func:`request_channel` — and repeats the cancellation on the session's standalone channel.
+6. **Which call an upstream message belongs to** (behaviour, not an attribute). The
    streamable-HTTP client transport delivers a message that arrived on a request's own response
    stream in a copy of the context of the task that sent that request (``ContextSendStream``
    snapshots, re-entered by the dispatcher's spawn), so a ``ContextVar`` set around the send is
@@ -48,6 +55,7 @@ from mcp.server.connection import Connection
 from mcp.server.streamable_http import GET_STREAM_KEY, EventStore, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import Outbound
 
 from mcp_reconciler.reconciler.model import EntryKind
 
@@ -117,6 +125,22 @@ async def push_list_changed(conn: Connection, kinds: Iterable[EntryKind]) -> Non
         await conn.send_resource_list_changed()
     if EntryKind.PROMPT in kinds:
         await conn.send_prompt_list_changed()
+
+
+def request_channel(ctx: ServerRequestContext[Any]) -> Outbound:
+    """The back-channel of the request ``ctx`` serves (``ServerSession._request_outbound``): a
+    server→client request sent on it rides that request's own stream."""
+    try:
+        channel: Outbound = ctx.session._request_outbound
+    except AttributeError:
+        raise SDKChangedError("ServerSession._request_outbound") from None
+    return channel
+
+
+async def push_cancelled(conn: Connection, request_id: str, reason: str) -> None:
+    """Push ``notifications/cancelled`` for our request ``request_id`` on ``conn``'s standalone
+    channel (where it arrives even after the request's own stream closed)."""
+    await conn.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
 
 
 async def push_log(conn: Connection, params: types.LoggingMessageNotificationParams) -> None:

@@ -79,6 +79,7 @@ class Exchange:
     revision: int
     drifted: bool
     ttl_s: float
+    capabilities: types.ClientCapabilities | None = None  # what the client declared on its first call
     id: str = field(default_factory=lambda: secrets.token_urlsafe(18))
     ctx: ServerRequestContext[Any] | None = None
     scope: anyio.CancelScope | None = None
@@ -204,7 +205,9 @@ class Exchanges:
         ``InputRequiredResult`` when the upstream asked for input first."""
         if self._tg is None:
             raise RuntimeError("the front door's exchange task group is not running")
-        ex = Exchange(binding.session.id, kind, name, live.revision, drifted, self._ttl_s)
+        ex = Exchange(
+            binding.session.id, kind, name, live.revision, drifted, self._ttl_s, ctx.session.client_capabilities
+        )
         started = anyio.Event()
         self._tg.start_soon(self._run, ex, binding, conn, live, request, result_type, timeout_s, started)
         await started.wait()

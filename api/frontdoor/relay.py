@@ -7,7 +7,7 @@ sets :data:`CURRENT_CALL` in the task that sends the upstream request (:meth:`Re
 **Attribution.** A server→client request or log record arriving on a connection belongs to:
 
 1. the call whose own response stream carried it — the streamable-HTTP client delivers such a
-   message in a copy of the sending task's context (``sdk_compat``, item 5), so
+   message in a copy of the sending task's context (``sdk_compat``, item 6), so
    :data:`CURRENT_CALL` names the call exactly, however many calls are in flight;
 2. otherwise (stdio, SSE, an HTTP server's standalone stream) the *only* call in flight on that
    connection, if there is exactly one — the wire does not say which call a message is about,
@@ -37,6 +37,7 @@ Progress the downstream reports on a relayed request goes back up under the upst
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -48,7 +49,7 @@ import anyio
 import mcp_types as types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
-from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.dispatcher import CallOptions
 
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.sessions import Binding
@@ -57,6 +58,7 @@ from mcp_reconciler.reconciler.peer import PeerAnswer, request_kind
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
+_request_ids = itertools.count(1)
 
 _relayed = telemetry.meter.create_counter(
     "frontdoor.relay.requests", description="Server→client requests from upstreams, by kind and outcome"
@@ -126,7 +128,12 @@ class Call:
 
 def missing_capability(ctx: ServerRequestContext[Any], request: types.InputRequest) -> str | None:
     """The client capability ``request`` needs that the downstream did not declare, if any."""
-    caps = ctx.session.client_capabilities or types.ClientCapabilities()
+    return missing_from(ctx.session.client_capabilities, request)
+
+
+def missing_from(declared: types.ClientCapabilities | None, request: types.InputRequest) -> str | None:
+    """The capability ``request`` needs that ``declared`` lacks, if any."""
+    caps = declared or types.ClientCapabilities()
     if isinstance(request, types.CreateMessageRequest):
         if caps.sampling is None:
             return "sampling"
@@ -263,6 +270,11 @@ class Relay:
         if not target.open:
             return _refused(f"the call this {kind} request belongs to has ended", "call_ended")
         if target.exchange is not None:
+            missing = missing_from(target.exchange.capabilities, request)
+            if missing is not None:  # refused now: the client could not answer it anyway
+                return _refused(
+                    f"the downstream client does not support {missing}", "capability_missing", capability=missing
+                )
             answer: PeerAnswer | types.ErrorData = await target.exchange.ask(request)
             return answer
         if target.binding.era != "legacy" or target.ctx is None:
@@ -326,15 +338,16 @@ class Relay:
             and request.params.elicitation_id
         ):
             self._remember_elicitation(conn, request.params.elicitation_id, call.binding.key)
+        request_id = f"gw-relay-{next(_request_ids)}"  # a string id never collides with the SDK's own
+        opts: CallOptions = {"request_id": request_id}
+        if progress is not None:
+            opts["on_progress"] = progress
+        params = downstream_request.model_dump(by_alias=True, mode="json", exclude_none=True).get("params")
         with anyio.CancelScope() as scope:
             call.scopes.add(scope)
             try:
-                result: PeerAnswer = await ctx.session.send_request(
-                    downstream_request,
-                    _result_type(request),
-                    metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
-                    progress_callback=progress,
-                )
+                raw = await sdk_compat.request_channel(ctx).send_raw_request(downstream_request.method, params, opts)
+                result: PeerAnswer = _result_type(request).model_validate(raw, by_name=False)
                 return result
             except MCPError as exc:
                 return exc.error  # the downstream client's own answer, passed up as it is
@@ -343,9 +356,23 @@ class Relay:
                     "relaying a %s request to session %s failed: %s", kind, call.binding.session.id, type(exc).__name__
                 )
                 return types.ErrorData(code=types.INTERNAL_ERROR, message=f"relaying the {kind} request failed")
+            except BaseException:
+                # Withdrawn (the upstream cancelled it). The SDK's own cancel rides the call's
+                # stream, which streamable HTTP may have closed: repeat it where the client
+                # still listens (sdk_compat, item 5).
+                await self._withdraw(call, request_id)
+                raise
             finally:
                 call.scopes.discard(scope)
+        await self._withdraw(call, request_id)  # withdrawn because the call ended
         return _refused(f"the call this {kind} request belongs to has ended", "call_ended")
+
+    async def _withdraw(self, call: Call, request_id: str) -> None:
+        conn = call.binding.conn
+        if conn is None or call.binding.http_session_id is None:
+            return  # stdio and in-memory carry the SDK's own cancellation
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2), contextlib.suppress(Exception):
+            await sdk_compat.push_cancelled(conn, request_id, "the call this request belongs to ended")
 
     def _remember_elicitation(self, conn: UpstreamConnection, elicitation_id: str, binding_key: str) -> None:
         self._elicitations[(conn.connection_id, elicitation_id)] = binding_key
