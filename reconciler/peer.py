@@ -53,12 +53,23 @@ class UpstreamPeer(Protocol):
         ...
 
 
-def refusal(what: str) -> types.ErrorData:
+def refusal(what: str, source: str = "?") -> types.ErrorData:
     """The error an upstream gets when nobody can answer its ``what`` request."""
+    if what == "roots":
+        return no_roots(source)
     return types.ErrorData(
         code=types.INVALID_REQUEST,
         message=f"{what} is not available: the gateway has no downstream client to relay it to",
         data={"code": "no_downstream"},
+    )
+
+
+def no_roots(source: str) -> types.ErrorData:
+    """The answer to a ``roots/list`` tied to no call, for a source without configured roots."""
+    return types.ErrorData(
+        code=types.INVALID_REQUEST,
+        message=f"roots/list outside a call: no roots are configured for source {source!r}",
+        data={"code": "no_roots"},
     )
 
 
@@ -106,7 +117,7 @@ class PeerSwitch:
         """Route one server→client request to the attached peer, or refuse it."""
         peer = self._peer
         if peer is None:
-            return refusal(request_kind(request))
+            return refusal(request_kind(request), conn.source)
         return await peer.on_request(conn, request, request_id)
 
     async def on_log(self, conn: UpstreamConnection, params: types.LoggingMessageNotificationParams) -> None:

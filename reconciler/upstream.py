@@ -10,7 +10,8 @@ Every connection declares the client capabilities a direct client would — samp
 elicitation (form and URL) and roots (with ``listChanged``) — so servers enable those features,
 and hands what its server starts (those requests, log records, elicitation-complete notices) to
 the engine's :class:`~reconciler.peer.PeerSwitch`, where the front door answers them
-(``api/frontdoor/relay.py``). The upstream's log level is the peer's to set.
+(``api/frontdoor/relay.py``) — except ``roots/list`` for a source with ``roots`` configured,
+which the connection answers itself with those. The upstream's log level is the peer's to set.
 
 :class:`UpstreamReader` implements the engine's ``SourceReader``: it reuses a healthy
 connection whose spec and watched inputs are unchanged and opens a new one otherwise."""
@@ -271,6 +272,9 @@ class UpstreamConnection:
         return _mismatch("elicitation")
 
     async def _on_list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+        configured = self.spec.transport.get("roots")
+        if configured is not None:  # the operator's roots for this source answer every roots/list
+            return types.ListRootsResult(roots=[types.Root.model_validate(dict(r)) for r in configured])
         params = types.RequestParams(_meta=context.meta) if context.meta else None
         answer = await self._peer.on_request(self, types.ListRootsRequest(params=params), context.request_id)
         if isinstance(answer, types.ListRootsResult | types.ErrorData):

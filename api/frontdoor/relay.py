@@ -54,7 +54,7 @@ from mcp.shared.dispatcher import CallOptions
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.sessions import Binding
 from mcp_reconciler.reconciler import telemetry
-from mcp_reconciler.reconciler.peer import PeerAnswer, request_kind
+from mcp_reconciler.reconciler.peer import PeerAnswer, no_roots, request_kind
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
@@ -250,10 +250,6 @@ class Relay:
     async def _answer(
         self, conn: UpstreamConnection, request: types.InputRequest, kind: str
     ) -> PeerAnswer | types.ErrorData:
-        if isinstance(request, types.ListRootsRequest):
-            configured = conn.spec.transport.get("roots")
-            if configured is not None:
-                return types.ListRootsResult(roots=[types.Root.model_validate(dict(r)) for r in configured])
         target = self.attribute(conn)
         if isinstance(target, str):  # AMBIGUOUS
             return _refused(
@@ -263,9 +259,7 @@ class Relay:
             )
         if target is None:
             if kind == "roots":
-                return _refused(
-                    f"roots/list outside a call: no roots are configured for source {conn.source!r}", "no_roots"
-                )
+                return no_roots(conn.source)  # (configured roots never get here: the connection answers)
             return _refused(f"{kind} requests are relayed only while the gateway serves a call", "no_call")
         if not target.open:
             return _refused(f"the call this {kind} request belongs to has ended", "call_ended")

@@ -54,12 +54,17 @@ class RelayUpstreams:
         self._tmp = tmp
         self._procs: list[subprocess.Popen[bytes]] = []
 
-    async def source(self, name: str = "up", *args: str) -> dict[str, Any]:
-        port = free_port()
-        pid_file = self._tmp / f"relay-{name}-{len(self._procs)}.pid"
+    def _spawn(self, port: int, pid_file: Path, args: tuple[str, ...]) -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-m", MODULE, "--transport", "http", "--port", str(port), "--pid-file", str(pid_file)]
         proc = subprocess.Popen([*argv, *args], cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
         self._procs.append(proc)
+        return proc
+
+    async def source(self, name: str = "up", *args: str) -> dict[str, Any]:
+        """Start one server and return its source (``http``) for a gateway config."""
+        port = free_port()
+        pid_file = self._tmp / f"relay-{name}-{len(self._procs)}.pid"
+        proc = self._spawn(port, pid_file, args)
         await wait_for_file(pid_file, proc=proc)
         return {"name": name, "http": {"url": f"http://127.0.0.1:{port}/mcp"}}
 
@@ -79,7 +84,9 @@ def relay_upstreams(tmp_path: Path) -> Iterator[RelayUpstreams]:
         ups.close()
 
 
-async def upstream(relay_upstreams: RelayUpstreams, transport: str, era: str, name: str = "up", *extra: str) -> dict[str, Any]:
+async def upstream(
+    relay_upstreams: RelayUpstreams, transport: str, era: str, name: str = "up", *extra: str
+) -> dict[str, Any]:
     """A source of the relay server in ``era`` (``legacy`` | ``both``) over ``transport``."""
     args = ("--era", era, *extra)
     if transport == "stdio":
@@ -160,6 +167,25 @@ class Sampler:
         return types.CreateMessageResult(
             role="assistant", content=types.TextContent(type="text", text=f"{self.prefix}:{prompt}"), model="test-model"
         )
+
+
+class Gated(Sampler):
+    """A sampler that answers only once ``gate`` opens: with two of them sharing a gate that
+    opens when both were asked, both relayed requests are in flight at the same time."""
+
+    def __init__(self, prefix: str, gate: list[anyio.Event | int]) -> None:
+        super().__init__(prefix=prefix)
+        self.gate = gate
+
+    async def __call__(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
+        event, waiting = self.gate
+        assert isinstance(event, anyio.Event) and isinstance(waiting, int)
+        self.gate[1] = waiting + 1
+        if waiting + 1 == 2:
+            event.set()
+        with anyio.fail_after(WAIT):
+            await event.wait()
+        return await super().__call__(context, params)
 
 
 class Elicitor:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.relay.conftest import (
     WAIT,
+    Gated,
     RelayUpstreams,
     Sampler,
     client,
@@ -40,25 +41,6 @@ async def test_sampling_reaches_the_calling_client(
             res = await c.call_tool("up__sample", {"prompt": "hi"})
             assert payload(res) == {"sampled": "echo:hi", "model": "test-model"}
             assert sampler.prompts == ["hi"]
-
-
-class Gated(Sampler):
-    """A sampler that answers only once ``gate`` opens: with two of them sharing a gate that
-    opens when both were asked, both relayed requests are in flight at the same time."""
-
-    def __init__(self, prefix: str, gate: list[anyio.Event | int]) -> None:
-        super().__init__(prefix=prefix)
-        self.gate = gate
-
-    async def __call__(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
-        event, waiting = self.gate
-        assert isinstance(event, anyio.Event) and isinstance(waiting, int)
-        self.gate[1] = waiting + 1
-        if waiting + 1 == 2:
-            event.set()
-        with anyio.fail_after(WAIT):
-            await event.wait()
-        return await super().__call__(context, params)
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

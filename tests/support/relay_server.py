@@ -19,9 +19,10 @@ Tools (every result is one JSON text block; ``who`` tags are echoed so tests can
 - ``elicit {message, mode: form|url}`` → ``{"action", "content"}`` or ``{"error": ...}``; URL
   mode sends ``notifications/elicitation/complete`` after an ``accept``.
 - ``roots {}`` → ``{"roots": [uri, ...]}`` or ``{"error": ...}``.
-- ``log {n, level?, logger?, standalone?, who?}`` → ``{"logged": n}`` after sending ``n``
-  records (``data`` = ``"<who> <i>"``) on the request's stream (``standalone``: on the
-  connection's standalone channel, tied to no call).
+- ``log {n, level?, logger?, standalone?, who?, sample_between?}`` → ``{"logged": n}`` after
+  sending ``n`` records (``data`` = ``"<who> <i>"``) on the request's stream (``standalone``: on
+  the connection's standalone channel; ``sample_between``: a sampling request half-way, which
+  holds the call in flight until the client answers; 2025 era only).
 - ``state {}`` → ``{"level": <last logging/setLevel>, "connect_roots": <roots/list on connect>,
   "cancelled": <requests of ours the client cancelled>}``.
 
@@ -193,7 +194,9 @@ class RelayServer:
             raise MCPError(types.INVALID_PARAMS, f"unexpected request_state {params.request_state!r}")
         return _text(_summary(answer))
 
-    async def _legacy_ask(self, ctx: ServerRequestContext[Any], request: types.InputRequest, args: dict[str, Any]) -> Any:
+    async def _legacy_ask(
+        self, ctx: ServerRequestContext[Any], request: types.InputRequest, args: dict[str, Any]
+    ) -> Any:
         related = None if args.get("standalone") else ctx.request_id
         result_type: Any = {
             "sampling/createMessage": types.CreateMessageResultWithTools
@@ -224,6 +227,17 @@ class RelayServer:
         who = str(args.get("who", ""))
         related = None if args.get("standalone") else ctx.request_id
         for i in range(n):
+            if i == n // 2 and args.get("sample_between"):  # hold the call in flight mid-way
+                content = types.TextContent(type="text", text=who)
+                await ctx.session.send_request(
+                    types.CreateMessageRequest(
+                        params=types.CreateMessageRequestParams(
+                            messages=[types.SamplingMessage(role="user", content=content)], max_tokens=5
+                        )
+                    ),
+                    types.CreateMessageResult,
+                    metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+                )
             data = f"{who} {i}".strip()
             if args.get("standalone") and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                 await ctx.session.send_notification(
@@ -315,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--port is required with --transport http")
         anyio.run(serve_http, server, args.port, args.pid_file)  # type: ignore[arg-type]
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
