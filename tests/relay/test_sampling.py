@@ -180,3 +180,28 @@ async def test_a_request_on_the_standalone_stream_reaches_the_only_caller(
         async with client(served, sampling_callback=sampler) as c:
             out = payload(await c.call_tool("up__sample", {"prompt": "s", "standalone": True}))
             assert out == {"sampled": "echo:s", "model": "test-model"}
+
+
+async def test_a_sealed_request_state_works_only_for_the_session_it_was_given_to(
+    relay_upstreams: RelayUpstreams, tmp_path: Path
+) -> None:
+    """A 2026-era upstream's InputRequiredResult passes through with its state sealed: the
+    session that got it can retry with it; another session replaying it is refused (-32031)."""
+    src = await upstream(relay_upstreams, "http", "both")
+    async with gateway(write_config(tmp_path, [src])) as served:
+        answer = types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="a"), model="m")
+        caps = {"sampling_callback": Sampler()}  # declares sampling
+        async with client(served, "auto", **caps) as a, client(served, "auto", **caps) as b:
+            first = await a.session.call_tool("up__sample", {"prompt": "p"}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            assert first.request_state and first.request_state.startswith("gw1.s.")
+            assert "asked:sample" not in first.request_state  # the upstream's state is not shown as is
+            assert set(first.input_requests or {}) == {"q"}  # the upstream's request, unchanged
+            stolen = await call_error(
+                b, "up__sample", {"prompt": "p"}, input_responses={"q": answer}, request_state=first.request_state
+            )
+            assert stolen.code == -32031 and stolen.error.data["code"] == "invalid_request_state"
+            done = await a.session.call_tool(
+                "up__sample", {"prompt": "p"}, input_responses={"q": answer}, request_state=first.request_state
+            )
+            assert isinstance(done, types.CallToolResult) and payload(done)["sampled"] == "a"
