@@ -40,9 +40,8 @@ import contextlib
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar, Token
 from typing import Any, Literal
 
 import anyio
@@ -84,25 +83,58 @@ Ambiguous = Literal["ambiguous"]
 AMBIGUOUS: Ambiguous = "ambiguous"
 
 
-@dataclass(eq=False)
 class Call:
-    """One forwarded operation in flight on one upstream connection.
+    """One forwarded operation in flight on one upstream connection (and the context manager
+    that registers it: see :meth:`Relay.call`).
 
     ``ctx`` is the downstream request being served (``None`` while a 2026-era exchange is parked
     between rounds); ``exchange`` is set when the call runs as one (a 2026 client on a legacy
     upstream). ``scopes`` holds the cancel scopes of requests relayed for this call, cancelled
     when it ends. ``deliveries``/``settled`` let the forwarder wait for log records that are
-    still being relayed before it answers (they must precede the result)."""
+    still being relayed before it answers (they must precede the result). Slotted, with the
+    lock and scope set made on first use: every forwarded operation builds one."""
 
-    binding: Binding
-    ctx: ServerRequestContext[Any] | None
-    connection_id: str
-    exchange: Any = None
-    open: bool = True
-    scopes: set[anyio.CancelScope] = field(default_factory=set)
-    deliveries: int = 0
-    settled: anyio.Event | None = None
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    __slots__ = (
+        "_calls",
+        "_lock",
+        "_scopes",
+        "_token",
+        "binding",
+        "connection_id",
+        "ctx",
+        "deliveries",
+        "exchange",
+        "open",
+        "settled",
+    )
+
+    def __init__(
+        self, binding: Binding, ctx: ServerRequestContext[Any] | None, connection_id: str, exchange: Any = None
+    ) -> None:
+        self.binding = binding
+        self.ctx = ctx
+        self.connection_id = connection_id
+        self.exchange = exchange
+        self.open = True
+        self.deliveries = 0
+        self.settled: anyio.Event | None = None
+        self._lock: anyio.Lock | None = None
+        self._scopes: set[anyio.CancelScope] | None = None
+        self._calls: dict[str, set[Call]] | None = None
+        self._token: Token[Call | None] | None = None
+
+    @property
+    def lock(self) -> anyio.Lock:
+        """Serializes relays to this call's client (log records go out in arrival order)."""
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        return self._lock
+
+    @property
+    def scopes(self) -> set[anyio.CancelScope]:
+        if self._scopes is None:
+            self._scopes = set()
+        return self._scopes
 
     def begin_delivery(self) -> None:
         """Count one relay to the downstream that must finish before the result."""
@@ -122,8 +154,25 @@ class Call:
     def end(self) -> None:
         """The call is over: cancel what is still relayed for it."""
         self.open = False
-        for scope in list(self.scopes):
-            scope.cancel()
+        if self._scopes:
+            for scope in list(self._scopes):
+                scope.cancel()
+
+    def __enter__(self) -> Call:
+        assert self._calls is not None
+        self._calls.setdefault(self.connection_id, set()).add(self)
+        self._token = CURRENT_CALL.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._calls is not None and self._token is not None
+        CURRENT_CALL.reset(self._token)
+        calls = self._calls.get(self.connection_id)
+        if calls is not None:
+            calls.discard(self)
+            if not calls:
+                del self._calls[self.connection_id]
+        self.end()
 
 
 def missing_capability(ctx: ServerRequestContext[Any], request: types.InputRequest) -> str | None:
@@ -198,24 +247,15 @@ class Relay:
 
     # -- calls -------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
     def call(
         self, binding: Binding, ctx: ServerRequestContext[Any] | None, conn: UpstreamConnection, exchange: Any = None
-    ) -> Iterator[Call]:
-        """Register one forwarded operation on ``conn`` for the block (O(1), no await): messages
-        its upstream sends meanwhile are attributed to it. Leaving the block ends the call."""
+    ) -> Call:
+        """``with relay.call(...) as call:`` registers one forwarded operation on ``conn`` for the
+        block (O(1), no await): messages its upstream sends meanwhile are attributed to it.
+        Leaving the block ends the call (what is still relayed for it is cancelled)."""
         call = Call(binding, ctx, conn.connection_id, exchange)
-        calls = self._calls.setdefault(conn.connection_id, set())
-        calls.add(call)
-        token = CURRENT_CALL.set(call)
-        try:
-            yield call
-        finally:
-            CURRENT_CALL.reset(token)
-            calls.discard(call)
-            if not calls:
-                self._calls.pop(conn.connection_id, None)
-            call.end()
+        call._calls = self._calls
+        return call
 
     def in_flight(self, conn: UpstreamConnection) -> int:
         """How many forwarded operations are in flight on ``conn`` now."""

@@ -189,7 +189,9 @@ async def test_a_sealed_request_state_works_only_for_the_session_it_was_given_to
     session that got it can retry with it; another session replaying it is refused (-32031)."""
     src = await upstream(relay_upstreams, "http", "both")
     async with gateway(write_config(tmp_path, [src])) as served:
-        answer = types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="a"), model="m")
+        answer = types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="a"), model="m"
+        )
         caps = {"sampling_callback": Sampler()}  # declares sampling
         async with client(served, "auto", **caps) as a, client(served, "auto", **caps) as b:
             first = await a.session.call_tool("up__sample", {"prompt": "p"}, allow_input_required=True)
