@@ -21,7 +21,8 @@ One concept per module; :class:`FrontDoor` (``door``) assembles them:
 - ``listing``: the four list results, paging, and the bounded definition cache (``cache``).
 - ``forwarding``: call/read/get forwarded upstream with pins, progress relay and error mapping.
 - ``relay``: what upstreams start while serving a call (sampling, elicitation, roots, log
-  records) attributed to that call and relayed to its session only (I17); ``exchanges``: the
+  records) attributed to that call and relayed to its session only (I17), after a client
+  capability check (``capabilities``); ``exchanges`` and ``rounds``: the
   multi-round ``InputRequiredResult`` exchanges of 2026-era clients; ``logs``: per-session log
   levels, upstream levels and bounded log delivery; ``completion``: ``completion/complete``
   routed to the owning source.

@@ -51,6 +51,7 @@ from mcp.server import ServerRequestContext
 from mcp.shared.dispatcher import CallOptions
 
 from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor.capabilities import missing_capability, missing_from
 from mcp_reconciler.api.frontdoor.sessions import Binding
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.peer import PeerAnswer, no_roots, request_kind
@@ -173,31 +174,6 @@ class Call:
             if not calls:
                 del self._calls[self.connection_id]
         self.end()
-
-
-def missing_capability(ctx: ServerRequestContext[Any], request: types.InputRequest) -> str | None:
-    """The client capability ``request`` needs that the downstream did not declare, if any."""
-    return missing_from(ctx.session.client_capabilities, request)
-
-
-def missing_from(declared: types.ClientCapabilities | None, request: types.InputRequest) -> str | None:
-    """The capability ``request`` needs that ``declared`` lacks, if any."""
-    caps = declared or types.ClientCapabilities()
-    if isinstance(request, types.CreateMessageRequest):
-        if caps.sampling is None:
-            return "sampling"
-        if (request.params.tools or request.params.tool_choice) and caps.sampling.tools is None:
-            return "sampling.tools"
-        return None
-    if isinstance(request, types.ElicitRequest):
-        elicitation = caps.elicitation
-        if elicitation is None:
-            return "elicitation"
-        if isinstance(request.params, types.ElicitRequestURLParams):
-            return "elicitation.url" if elicitation.url is None else None
-        # An empty elicitation capability means form mode (2025-06-18 clients declared just {}).
-        return "elicitation.form" if elicitation.form is None and elicitation.url is not None else None
-    return "roots" if caps.roots is None else None
 
 
 def _refused(message: str, code: str, **data: Any) -> types.ErrorData:
@@ -354,10 +330,12 @@ class Relay:
             )
         downstream_request, upstream_token = _without_progress_token(request)
         progress: Any = None
+        relaying = Call(call.binding, None, conn.connection_id)  # counts progress still going up
         if upstream_token is not None:
 
             async def progress(done: float, total: float | None, message: str | None) -> None:
-                with contextlib.suppress(Exception):
+                relaying.begin_delivery()  # before any await: the answer waits for it
+                try:
                     await conn.notify(
                         types.ProgressNotification(
                             params=types.ProgressNotificationParams(
@@ -365,6 +343,10 @@ class Relay:
                             )
                         )
                     )
+                except Exception:
+                    pass  # progress is best effort
+                finally:
+                    relaying.end_delivery()
 
         if (
             isinstance(request, types.ElicitRequest)
@@ -382,6 +364,7 @@ class Relay:
             try:
                 raw = await sdk_compat.request_channel(ctx).send_raw_request(downstream_request.method, params, opts)
                 result: PeerAnswer = _result_type(request).model_validate(raw, by_name=False)
+                await relaying.settle()  # the client's progress goes up before its answer
                 return result
             except MCPError as exc:
                 return exc.error  # the downstream client's own answer, passed up as it is

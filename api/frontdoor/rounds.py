@@ -35,6 +35,7 @@ import mcp_types as types
 from mcp.server import ServerRequestContext
 from pydantic import Discriminator, Tag, TypeAdapter
 
+from mcp_reconciler.api.frontdoor.capabilities import missing_capability
 from mcp_reconciler.api.frontdoor.relay import (
     CAPABILITY_MISSING,
     INPUT_ROUNDS_EXCEEDED,
@@ -42,7 +43,6 @@ from mcp_reconciler.api.frontdoor.relay import (
     Call,
     Relay,
     RelayError,
-    missing_capability,
 )
 from mcp_reconciler.api.frontdoor.sessions import Binding
 from mcp_reconciler.reconciler.upstream import UpstreamConnection

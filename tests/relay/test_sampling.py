@@ -207,3 +207,41 @@ async def test_a_sealed_request_state_works_only_for_the_session_it_was_given_to
                 "up__sample", {"prompt": "p"}, input_responses={"q": answer}, request_state=first.request_state
             )
             assert isinstance(done, types.CallToolResult) and payload(done)["sampled"] == "a"
+
+
+@pytest.mark.parametrize("up_era", ["legacy", "both"])
+async def test_the_gateway_declares_what_a_direct_client_declares(
+    up_era: str, relay_upstreams: RelayUpstreams, tmp_path: Path
+) -> None:
+    """Upstream servers see sampling (with tools), elicitation (form and URL) and roots
+    (listChanged), so they enable those features."""
+    src = await upstream(relay_upstreams, "http", up_era)
+    async with gateway(write_config(tmp_path, [src])) as served, client(served) as c:
+        caps = payload(await c.call_tool("up__state", {}))["capabilities"]
+    assert caps["sampling"] == {"tools": {}}
+    assert caps["elicitation"] == {"form": {}, "url": {}}
+    assert caps["roots"] == {"listChanged": True}
+
+
+class Reporting(Sampler):
+    """A sampler that reports progress on the request it answers (under the token it was given)."""
+
+    async def __call__(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
+        token = (context.meta or {}).get("progressToken") or (context.meta or {}).get("progress_token")
+        assert token is not None, "the relayed request carries the session's own progress token"
+        notification = types.ProgressNotification(
+            params=types.ProgressNotificationParams(progress_token=token, progress=1, total=2, message="half")
+        )
+        await context.session.send_notification(notification)
+        return await super().__call__(context, params)
+
+
+async def test_the_clients_progress_on_a_relayed_request_reaches_the_upstream(
+    relay_upstreams: RelayUpstreams, tmp_path: Path
+) -> None:
+    src = await upstream(relay_upstreams, "http", "legacy")
+    async with gateway(write_config(tmp_path, [src])) as served:
+        async with client(served, sampling_callback=Reporting()) as c:
+            out = payload(await c.call_tool("up__sample", {"prompt": "p", "progress": True}))
+    assert out["sampled"] == "echo:p"
+    assert out["progress"] == [[1.0, 2.0, "half"]]

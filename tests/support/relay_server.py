@@ -11,7 +11,8 @@ and finish when the client retries with the answers.
 
 Tools (every result is one JSON text block; ``who`` tags are echoed so tests can tell calls apart):
 
-- ``sample {prompt, tools?, standalone?, timeout_s?}`` → ``{"sampled": <text>, "model": ...}``,
+- ``sample {prompt, tools?, standalone?, timeout_s?, progress?}`` → ``{"sampled": <text>,
+  "model": ..., "progress": [[done, total, message], ...] (with ``progress``)}``,
   or ``{"error": {"code", "message"}}`` when the client's answer was an error. ``standalone``
   sends the request on the connection's standalone channel (no related request — what the
   conformance reference server does); ``timeout_s`` gives up (and cancels) after that long;
@@ -24,7 +25,7 @@ Tools (every result is one JSON text block; ``who`` tags are echoed so tests can
   the connection's standalone channel; ``sample_between``: a sampling request half-way, which
   holds the call in flight until the client answers; 2025 era only).
 - ``state {}`` → ``{"level": <last logging/setLevel>, "connect_roots": <roots/list on connect>,
-  "cancelled": <requests of ours the client cancelled>}``.
+  "cancelled": <requests of ours the client cancelled>, "capabilities": <the client's>}``.
 
 Also: prompt ``greet(name)`` and resource template ``note://{id}`` with completions (names
 ``alice``/``bob``/``carol``, ids ``1``/``2``/``3``, filtered by prefix) unless ``--no-completions``;
@@ -154,7 +155,15 @@ class RelayServer:
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         name = params.name
         if name == "state":
-            return _text({"level": self.level, "connect_roots": self.connect_roots, "cancelled": self.cancelled})
+            caps = ctx.session.client_capabilities
+            return _text(
+                {
+                    "level": self.level,
+                    "connect_roots": self.connect_roots,
+                    "cancelled": self.cancelled,
+                    "capabilities": caps.model_dump(by_alias=True, exclude_none=True) if caps else None,
+                }
+            )
         if name == "log":
             return await self._log(ctx, args)
         request: types.InputRequest
@@ -206,12 +215,18 @@ class RelayServer:
             "roots/list": types.ListRootsResult,
         }[request.method]
         timeout = float(args["timeout_s"]) if args.get("timeout_s") else None
+        progress: list[Any] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append([done, total, message])
+
         try:
             answer = await ctx.session.send_request(
                 request,  # type: ignore[arg-type]
                 result_type,
                 request_read_timeout_seconds=timeout,
                 metadata=ServerMessageMetadata(related_request_id=related),
+                progress_callback=on_progress if args.get("progress") else None,
             )
         except MCPError as exc:
             if exc.error.code == types.REQUEST_TIMEOUT:
@@ -219,7 +234,7 @@ class RelayServer:
             return _text(_error(exc))
         if isinstance(answer, types.ElicitResult) and args.get("mode") == "url" and answer.action == "accept":
             await ctx.session.send_elicit_complete("el-1", related_request_id=related)
-        return _text(_summary(answer))
+        return _text({**_summary(answer), **({"progress": progress} if args.get("progress") else {})})
 
     async def _log(self, ctx: ServerRequestContext[Any], args: dict[str, Any]) -> Any:
         n = int(args.get("n", 1))

@@ -10,9 +10,10 @@ import anyio
 import mcp_types as types
 import pytest
 
+from mcp_reconciler.api.frontdoor.capabilities import missing_from
 from mcp_reconciler.api.frontdoor.exchanges import Exchange, Exchanges
 from mcp_reconciler.api.frontdoor.logs import QUEUE, Bucket, LogRelay, admits, renamed
-from mcp_reconciler.api.frontdoor.relay import Call, RelayError, missing_from
+from mcp_reconciler.api.frontdoor.relay import Call, RelayError
 from mcp_reconciler.api.frontdoor.rounds import StateSeal
 from mcp_reconciler.reconciler.model import EntryKind
 from mcp_reconciler.reconciler.peer import PeerSwitch
