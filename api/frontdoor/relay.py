@@ -205,8 +205,9 @@ def _result_type(request: types.InputRequest) -> type[Any]:
 
 class Relay:
     """The front door's :class:`~reconciler.peer.UpstreamPeer` (contract in the module
-    docstring). ``logs`` receives the log records; ``exchanges`` parks the requests of calls
-    made by 2026-era clients; ``bindings`` is the live binding table (for completion notices)."""
+    docstring). ``on_log`` receives each log record with its attribution (the log relay);
+    ``bindings`` is the live binding table (where elicitation-complete notices go). Requests of
+    calls run as held exchanges are handed to the exchange (``Call.exchange``)."""
 
     def __init__(
         self,
