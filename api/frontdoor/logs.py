@@ -1,5 +1,5 @@
 """Logging through the gateway: per-session levels, upstream log records relayed to the right
-sessions, and each upstream's own level (I17, I18; ADR 0010).
+sessions, and each upstream's own level (I17, I18; ADR 0012).
 
 **Levels.** A 2025-11-25 session sets its level with ``logging/setLevel`` (until then it gets
 every record, as a direct client of a server that was never asked to filter would). A

@@ -1,5 +1,5 @@
 """The relay: what an upstream server starts while serving a call reaches the client that made
-the call, and only that client (I17; ADR 0010).
+the call, and only that client (I17; ADR 0012).
 
 **Calls.** Every forwarded operation registers a :class:`Call` for its upstream connection and
 sets :data:`CURRENT_CALL` in the task that sends the upstream request (:meth:`Relay.call`).
