@@ -1,11 +1,13 @@
 # Two commands do all setup on a fresh machine:
 #   make run    -> installs into .venv (first time) and serves the bundled demo config on 127.0.0.1:8765
 #   make test   -> installs into .venv (first time), lints, type-checks and runs the tests
+# and one is the edit loop:
+#   make check  -> lint, types, unit and property tests (under a minute; CI runs `make test`)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: run test lint typecheck pytest bench clean
+.PHONY: run test check lint typecheck pytest bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +21,9 @@ run: $(VENV)/.installed
 		$(VENV)/bin/mcp-reconciler serve
 
 test: lint typecheck pytest
+
+check: lint typecheck
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests/unit tests/property
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -1,14 +1,82 @@
-"""``mcp-reconciler`` command line."""
+"""``mcp-reconciler`` command line.
+
+Every subcommand names the function that runs it (``set_defaults(func=...)``); ``main`` calls
+``args.func(args)`` and returns its exit code. A command's module is imported only when that
+command runs, so ``status`` does not pay for uvicorn and the engine.
+
+Writing to a closed pipe (``mcp-reconciler status | head -3``) ends any command quietly: stdout
+is flushed inside :func:`main`, where a ``BrokenPipeError`` is caught (also when an anyio task
+group wraps it), and then pointed at ``/dev/null`` so the interpreter's own flush at exit has
+nothing left to fail on. The exit code is the command's own (0 if the closed pipe cut it short).
+``serve`` and ``reconcile`` notice at their next line of output and stop cleanly (I14)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+
+from mcp_reconciler.api.version import __version__
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from mcp_reconciler.api.server import run_serve
+
+    return _run_gateway(run_serve, args.config, args.host, args.port, args.insecure_no_auth)
+
+
+def _stdio(args: argparse.Namespace) -> int:
+    from mcp_reconciler.api.server import run_stdio
+
+    return _run_gateway(run_stdio, args.config)
+
+
+def _run_gateway(func: Callable[..., Awaitable[int]], *func_args: object) -> int:
+    import anyio
+
+    from mcp_reconciler.reconciler.config import ConfigError
+
+    try:
+        return anyio.run(func, *func_args)
+    except KeyboardInterrupt:
+        return 130
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        print(
+            "mcp-reconciler: the config is invalid; fix it (check with `mcp-reconciler check-config FILE`)",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise  # main's closed-pipe handling
+        print(f"mcp-reconciler: {exc}", file=sys.stderr)
+        return 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from mcp_reconciler.api.demo import main as demo_main
+
+    return demo_main()
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    from mcp_reconciler.api.reconcile_cmd import run as reconcile_run
+
+    return reconcile_run(args.config, once=args.once)
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from mcp_reconciler.api.check_config import run as check_run
+
+    return check_run(args.file)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The whole CLI; each subparser's ``func`` default is the function that runs it."""
     parser = argparse.ArgumentParser(prog="mcp-reconciler", description="An MCP gateway built like a reconciler.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--log-level", default="WARNING", help="operator log level (default: WARNING)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text", help="operator log format")
     parser.add_argument(
@@ -25,32 +93,63 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--insecure-no-auth", action="store_true", help="DEMOS ONLY: accept every control-API request as operator"
     )
+    serve.set_defaults(func=_serve)
     stdio = sub.add_parser("stdio", help="serve one MCP session over stdin/stdout")
     stdio.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
-    sub.add_parser("demo", help="run the bundled engine demo (in-process MCP servers, no network)")
-    from mcp_reconciler.api.operator_cli import add_common
+    stdio.set_defaults(func=_stdio)
+    demo = sub.add_parser("demo", help="run the bundled engine demo (in-process MCP servers, no network)")
+    demo.set_defaults(func=_demo)
+    from mcp_reconciler.api.operator_cli import add_commands
 
-    for name, text in (
-        ("status", "provenance: revision, freshness, sources (exit 0 ready, 4 not ready)"),
-        ("sources", "every source's live state"),
-        ("generations", "live generations (current and retiring)"),
-        ("sessions", "agent sessions"),
-    ):
-        add_common(sub.add_parser(name, help=text))
-    refresh = sub.add_parser("refresh", help="reconcile now and print the resulting revision")
-    add_common(refresh)
-    refresh.add_argument("--source", help="only this source")
-    refresh.add_argument("--no-wait", action="store_true", help="return once the request is queued (202)")
-    refresh.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cycle (default 30)")
+    add_commands(sub)
     rc = sub.add_parser("reconcile", help="run the engine headless on a config file, printing publications")
     rc.add_argument("--config", required=True)
     rc.add_argument("--once", action="store_true", help="print the first generation's status and exit")
+    rc.set_defaults(func=_reconcile)
     check = sub.add_parser("check-config", help="validate a config file without serving (exit 0 valid, 1 invalid)")
     check.add_argument("file")
+    check.set_defaults(func=_check_config)
     return parser
 
 
+def _broken_pipe(exc: BaseException) -> bool:
+    """``exc`` is a closed-pipe error, alone or as the only kind in an exception group."""
+    if isinstance(exc, BrokenPipeError):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        _, rest = exc.split(BrokenPipeError)
+        return rest is None
+    return False
+
+
+def _stdout_to_devnull() -> None:
+    """Point fd 1 at /dev/null: whatever is still buffered is dropped at exit, not re-raised."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (``--help``/``--version``/usage errors raise
+    ``SystemExit`` as argparse does). A closed stdout is not an error and prints nothing: a
+    command that finished keeps its own exit code, one cut short by it exits 0."""
+    code = 0
+    try:
+        try:
+            code = _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit flush
+        return code
+    except BaseException as exc:
+        if not _broken_pipe(exc):
+            raise
+        _stdout_to_devnull()
+        return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     # Logs go to stderr (on `stdio`, stdout carries the MCP protocol), with secrets redacted.
     from mcp_reconciler.api.logs import configure
@@ -68,52 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"mcp-reconciler: {exc}", file=sys.stderr)
             return 2
     try:
-        return _dispatch(args)
+        return int(args.func(args))
     finally:
         if shutdown_otel is not None:
             shutdown_otel()  # last metric export, before the interpreter tears down
-
-
-def _dispatch(args: argparse.Namespace) -> int:
-    if args.command in ("serve", "stdio"):
-        import anyio
-
-        from mcp_reconciler.api.server import BUNDLED_DEMO, run_serve, run_stdio
-        from mcp_reconciler.reconciler.config import ConfigError
-
-        try:
-            if args.command == "serve":
-                return anyio.run(run_serve, args.config, args.host, args.port, args.insecure_no_auth)
-            return anyio.run(run_stdio, args.config or BUNDLED_DEMO)
-        except KeyboardInterrupt:
-            return 130
-        except ConfigError as exc:
-            print(str(exc), file=sys.stderr)
-            print(
-                "mcp-reconciler: the config is invalid; fix it (check with `mcp-reconciler check-config FILE`)",
-                file=sys.stderr,
-            )
-            return 1
-        except OSError as exc:
-            print(f"mcp-reconciler: {exc}", file=sys.stderr)
-            return 1
-    if args.command in ("status", "sources", "generations", "sessions", "refresh"):
-        from mcp_reconciler.api.operator_cli import run as operator_run
-
-        return operator_run(args)
-    if args.command == "demo":
-        from mcp_reconciler.api.demo import main as demo_main
-
-        return demo_main()
-    if args.command == "reconcile":
-        from mcp_reconciler.api.reconcile_cmd import run as reconcile_run
-
-        return reconcile_run(args.config, once=args.once)
-    if args.command == "check-config":
-        from mcp_reconciler.api.check_config import run as check_run
-
-        return check_run(args.file)
-    return 2
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ only the engine facade (``open_engine``), as an embedding application would."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Any, TextIO
@@ -62,7 +63,8 @@ async def run_demo(out: TextIO = sys.stdout) -> int:
     specs = [SourceSpec(name=n, transport={"kind": "in-process"}) for n in servers]
 
     def say(msg: str) -> None:
-        print(msg, file=out, flush=True)
+        with contextlib.suppress(BrokenPipeError):  # stdout closed (`demo | head`): the CLI exits 0 quietly
+            print(msg, file=out, flush=True)
 
     opened: dict[str, UpstreamConnection] = {}
 

@@ -14,8 +14,8 @@ from pydantic.json_schema import models_json_schema
 
 from mcp_reconciler.api import wire
 from mcp_reconciler.api.routes import ROUTES
+from mcp_reconciler.api.version import __version__ as VERSION
 
-VERSION = "0.1.0"
 _ERRORS = {
     400: "invalid parameter or body",
     401: "unauthenticated",

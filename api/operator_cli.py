@@ -7,16 +7,18 @@ answered an error (auth, not found, invalid) · 2 usage error · 3 gateway unrea
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 from pydantic import BaseModel
 
+from mcp_reconciler.sdk.auth import CommandTokenProvider, TokenProvider, TokenProviderError
 from mcp_reconciler.sdk.client import ReconcilerClient
 from mcp_reconciler.sdk.errors import ReconcilerAPIError, RefreshTimeout, Unreachable
 
@@ -24,10 +26,18 @@ EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_READY, EXIT_CYCLE = 0,
 DEFAULT_URL = "http://127.0.0.1:8765"
 
 
-def add_common(parser: Any) -> None:
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """The connection options every operator command takes (``--url``, ``--token``, ``--token-command``,
+    ``--json``)."""
     parser.add_argument("--url", default=os.environ.get("MCP_RECONCILER_URL", DEFAULT_URL), help="gateway base URL")
     parser.add_argument(
         "--token", default=os.environ.get("MCP_RECONCILER_TOKEN"), help="bearer token (env MCP_RECONCILER_TOKEN)"
+    )
+    parser.add_argument(
+        "--token-command",
+        default=os.environ.get("MCP_RECONCILER_TOKEN_COMMAND"),
+        help="a command whose output is the bearer token, re-run when it expires or is refused "
+        "(env MCP_RECONCILER_TOKEN_COMMAND; takes precedence over --token)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -59,105 +69,140 @@ def _emit_json(value: Any) -> None:
     print(json.dumps(value, indent=2))
 
 
-async def _run(args: Any) -> int:
-    async with ReconcilerClient(args.url, args.token) as rc:
-        if args.command == "status":
-            st = await rc.status()
-            if args.json:
-                _emit_json(st)
-            else:
-                print(f"state       {st.state}")
-                print(f"revision    {st.revision}   built {_ago(st.built_at)}   digest {(st.digest or '-')[:12]}")
-                print(f"reloading   {st.reload_mode}, {st.tracked_files} tracked files, reconciling={st.reconciling}")
-                if st.config_error:
-                    print(f"CONFIG ERROR (last good config still serving):\n  {st.config_error}")
-                for w in st.warnings:
-                    print(f"warning     {w}")
-                print()
-                print(
-                    table(
-                        [
-                            (s.name, s.state, s.entries, _ago(s.last_ok_at), s.last_error, _ago(s.next_attempt_at))
-                            for s in st.sources
-                        ],
-                        ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "NEXT ATTEMPT"),
-                    )
-                )
-                if st.retiring:
-                    print()
-                    print(table([(r.revision, r.pins, r.operations) for r in st.retiring], ("RETIRING", "PINS", "OPS")))
-            return EXIT_OK if st.state == "ready" else EXIT_NOT_READY
-        if args.command == "refresh":
-            sources = [args.source] if args.source else None
-            progress = not args.json and not args.no_wait and sys.stderr.isatty()
-            if progress:
-                print("reconciling", end="", file=sys.stderr, flush=True)
-            failure: ReconcilerAPIError | None = None
-            async with anyio.create_task_group() as tg:
-                if progress:
-                    tg.start_soon(_progress_dots)
-                try:
-                    out = await rc.refresh(sources, wait=not args.no_wait, timeout_s=args.timeout)
-                except ReconcilerAPIError as exc:
-                    # Re-raised below, outside the task group: inside it would leave wrapped in an
-                    # exception group, which `run` does not map to an exit code.
-                    failure = exc
-                finally:
-                    tg.cancel_scope.cancel()
-            if progress:
-                print(file=sys.stderr)
-            if failure is not None:
-                raise failure
-            if args.json:
-                _emit_json(out)
-            elif hasattr(out, "ticket"):
-                print(f"accepted: cycle {out.ticket} will answer; current revision {out.revision}")
-            else:
-                change = "new revision" if out.changed else "no change"
-                print(f"cycle {out.cycle}: {out.cycle_status} — revision {out.revision} ({change})")
-                if out.error:
-                    print(f"error: {out.error}")
-            if getattr(out, "cycle_status", None) == "failed":
-                return EXIT_CYCLE
-            return EXIT_OK
-        if args.command == "sources":
-            sources = await rc.sources()
-            if args.json:
-                _emit_json(sources)
-            else:
-                print(
-                    table(
-                        [
-                            (s.name, s.state, s.entries, _ago(s.last_ok_at), s.last_error, s.diagnostics)
-                            for s in sources
-                        ],
-                        ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "DIAGNOSTICS"),
-                    )
-                )
-            return EXIT_OK
-        if args.command == "generations":
-            gens = await rc.generations()
-            if args.json:
-                _emit_json(gens)
-            else:
-                rows = [
-                    (g.revision, g.state, g.pins, g.entries, _ago(g.built_at), g.digest[:12]) for g in gens.generations
-                ]
-                print(table(rows, ("REVISION", "STATE", "PINS", "ENTRIES", "BUILT", "DIGEST")))
-                if gens.pending_publication:
-                    print("a publication is deferred until a retiring generation drains")
-            return EXIT_OK
-        if args.command == "sessions":
-            sessions = await rc.sessions()
-            if args.json:
-                _emit_json(sessions)
-            else:
-                session_rows: list[tuple[Any, ...]] = [
-                    (s.id, s.owner, s.granted, s.pinned_revision, _ago(s.created_at), len(s.drifted)) for s in sessions
-                ]
-                print(table(session_rows, ("SESSION", "OWNER", "GRANTED", "PINNED", "CREATED", "DRIFTED")))
-            return EXIT_OK
-    return EXIT_USAGE
+async def _status(rc: ReconcilerClient, args: argparse.Namespace) -> int:
+    st = await rc.status()
+    if args.json:
+        _emit_json(st)
+    else:
+        print(f"state       {st.state}")
+        print(f"revision    {st.revision}   built {_ago(st.built_at)}   digest {(st.digest or '-')[:12]}")
+        print(f"reloading   {st.reload_mode}, {st.tracked_files} tracked files, reconciling={st.reconciling}")
+        if st.config_error:
+            print(f"CONFIG ERROR (last good config still serving):\n  {st.config_error}")
+        for w in st.warnings:
+            print(f"warning     {w}")
+        print()
+        print(
+            table(
+                [
+                    (s.name, s.state, s.entries, _ago(s.last_ok_at), s.last_error, _ago(s.next_attempt_at))
+                    for s in st.sources
+                ],
+                ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "NEXT ATTEMPT"),
+            )
+        )
+        if st.retiring:
+            print()
+            print(table([(r.revision, r.pins, r.operations) for r in st.retiring], ("RETIRING", "PINS", "OPS")))
+    return EXIT_OK if st.state == "ready" else EXIT_NOT_READY
+
+
+async def _refresh(rc: ReconcilerClient, args: argparse.Namespace) -> int:
+    sources = [args.source] if args.source else None
+    progress = not args.json and not args.no_wait and sys.stderr.isatty()
+    if progress:
+        print("reconciling", end="", file=sys.stderr, flush=True)
+    failure: ReconcilerAPIError | None = None
+    async with anyio.create_task_group() as tg:
+        if progress:
+            tg.start_soon(_progress_dots)
+        try:
+            out = await rc.refresh(sources, wait=not args.no_wait, timeout_s=args.timeout)
+        except ReconcilerAPIError as exc:
+            # Re-raised below, outside the task group: inside it would leave wrapped in an
+            # exception group, which `run` does not map to an exit code.
+            failure = exc
+        finally:
+            tg.cancel_scope.cancel()
+    if progress:
+        print(file=sys.stderr)
+    if failure is not None:
+        raise failure
+    if args.json:
+        _emit_json(out)
+    elif hasattr(out, "ticket"):
+        print(f"accepted: cycle {out.ticket} will answer; current revision {out.revision}")
+    else:
+        change = "new revision" if out.changed else "no change"
+        print(f"cycle {out.cycle}: {out.cycle_status} — revision {out.revision} ({change})")
+        if out.error:
+            print(f"error: {out.error}")
+    if getattr(out, "cycle_status", None) == "failed":
+        return EXIT_CYCLE
+    return EXIT_OK
+
+
+async def _sources(rc: ReconcilerClient, args: argparse.Namespace) -> int:
+    sources = await rc.sources()
+    if args.json:
+        _emit_json(sources)
+    else:
+        print(
+            table(
+                [(s.name, s.state, s.entries, _ago(s.last_ok_at), s.last_error, s.diagnostics) for s in sources],
+                ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "DIAGNOSTICS"),
+            )
+        )
+    return EXIT_OK
+
+
+async def _generations(rc: ReconcilerClient, args: argparse.Namespace) -> int:
+    gens = await rc.generations()
+    if args.json:
+        _emit_json(gens)
+    else:
+        rows = [(g.revision, g.state, g.pins, g.entries, _ago(g.built_at), g.digest[:12]) for g in gens.generations]
+        print(table(rows, ("REVISION", "STATE", "PINS", "ENTRIES", "BUILT", "DIGEST")))
+        if gens.pending_publication:
+            print("a publication is deferred until a retiring generation drains")
+    return EXIT_OK
+
+
+async def _sessions(rc: ReconcilerClient, args: argparse.Namespace) -> int:
+    sessions = await rc.sessions()
+    if args.json:
+        _emit_json(sessions)
+    else:
+        session_rows: list[tuple[Any, ...]] = [
+            (s.id, s.owner, s.granted, s.pinned_revision, _ago(s.created_at), len(s.drifted)) for s in sessions
+        ]
+        print(table(session_rows, ("SESSION", "OWNER", "GRANTED", "PINNED", "CREATED", "DRIFTED")))
+    return EXIT_OK
+
+
+#: One operator command: talks to the gateway through ``rc``, prints, returns the exit code.
+Operation = Callable[[ReconcilerClient, argparse.Namespace], Awaitable[int]]
+
+_COMMANDS: tuple[tuple[str, str, Operation], ...] = (
+    ("status", "provenance: revision, freshness, sources (exit 0 ready, 4 not ready)", _status),
+    ("sources", "every source's live state", _sources),
+    ("generations", "live generations (current and retiring)", _generations),
+    ("sessions", "agent sessions", _sessions),
+    ("refresh", "reconcile now and print the resulting revision", _refresh),
+)
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the operator commands on the CLI's subparsers; each runs as ``run(args)`` with
+    its coroutine in ``args.operation`` (``set_defaults``)."""
+    for name, text, operation in _COMMANDS:
+        parser = sub.add_parser(name, help=text)
+        add_common(parser)
+        parser.set_defaults(func=run, operation=operation)
+        if operation is _refresh:
+            parser.add_argument("--source", help="only this source")
+            parser.add_argument("--no-wait", action="store_true", help="return once the request is queued (202)")
+            parser.add_argument(
+                "--timeout", type=float, default=30.0, help="seconds to wait for the cycle (default 30)"
+            )
+
+
+async def _run(args: argparse.Namespace) -> int:
+    command = getattr(args, "token_command", None)
+    token: str | TokenProvider | None = CommandTokenProvider(command) if command else args.token
+    async with ReconcilerClient(args.url, token) as rc:
+        operation: Operation = args.operation
+        return await operation(rc, args)
 
 
 async def _progress_dots() -> None:
@@ -168,7 +213,8 @@ async def _progress_dots() -> None:
         print(".", end="", file=sys.stderr, flush=True)
 
 
-def run(args: Any) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run ``args.operation`` against the gateway; map failures to the documented exit codes."""
     try:
         return anyio.run(_run, args)
     except Unreachable as exc:
@@ -177,6 +223,9 @@ def run(args: Any) -> int:
     except RefreshTimeout as exc:
         print(f"mcp-reconciler: {exc.message}", file=sys.stderr)
         return EXIT_CYCLE
+    except TokenProviderError as exc:
+        print(f"mcp-reconciler: --token-command: {exc}", file=sys.stderr)
+        return EXIT_API
     except ReconcilerAPIError as exc:
         hint = " (set --token or MCP_RECONCILER_TOKEN)" if exc.status == 401 else ""
         print(f"mcp-reconciler: {exc.status} {exc.code}: {exc.message}{hint}", file=sys.stderr)

@@ -16,9 +16,14 @@ from mcp_reconciler.reconciler.generation import Generation
 
 
 async def _run(path: str, once: bool) -> int:
+    stdout_closed = anyio.CancelScope()  # whoever read our stdout is gone (`reconcile | head`)
+
     def on_publish(new: Generation, old: Generation | None) -> None:
         tools = sorted(new.tools)
-        print(f"published revision {new.revision}: {len(tools)} tools, digest {new.digest[:12]}", flush=True)
+        try:
+            print(f"published revision {new.revision}: {len(tools)} tools, digest {new.digest[:12]}", flush=True)
+        except BrokenPipeError:
+            stdout_closed.cancel()
 
     try:
         async with Gateway(path) as gw:
@@ -30,7 +35,8 @@ async def _run(path: str, once: bool) -> int:
             print(json.dumps(status_json(await engine.status()), indent=2), flush=True)
             if once:
                 return 0
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            with stdout_closed, anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+                print("SIGHUP reloads the config; Ctrl-C stops.", flush=True)  # scripts may signal from here on
                 async for sig in signals:
                     if sig == signal.SIGHUP:
                         out = await engine.refresh(["config"])
@@ -40,6 +46,8 @@ async def _run(path: str, once: bool) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    if stdout_closed.cancel_called:
+        raise BrokenPipeError("stdout closed")  # the CLI exits 0 quietly on a closed pipe
     return 0
 
 

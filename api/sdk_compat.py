@@ -203,7 +203,8 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
 # -- 4. an HTTP client with the SDK's transport defaults ---------------------------------------
 
 
-def mcp_http_client(headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
+def mcp_http_client(headers: dict[str, str] | None = None, auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` configured as the SDK's streamable-HTTP transport configures its
-    own, sending ``headers`` on every request. Use it as an async context manager."""
-    return create_mcp_http_client(headers=headers)
+    own, sending ``headers`` on every request (and authenticating with ``auth``, if given). Use it
+    as an async context manager."""
+    return create_mcp_http_client(headers=headers, auth=auth)

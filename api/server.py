@@ -8,6 +8,7 @@ import contextlib
 import logging
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import uvicorn
 from mcp.server.stdio import stdio_server
 
 from mcp_reconciler.api.auth import Authenticator
+from mcp_reconciler.api.bundled_demo import BundledDemo, bundled_demo, describe
 from mcp_reconciler.api.control import Control
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.http_app import build_app
@@ -27,8 +29,6 @@ from mcp_reconciler.reconciler.authority import GrantPolicy
 from mcp_reconciler.reconciler.gateway import Gateway
 
 log = logging.getLogger("mcp_reconciler.server")
-
-BUNDLED_DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo" / "gateway.yaml"
 
 
 @dataclass
@@ -138,32 +138,62 @@ async def serve_http(
 async def run_serve(
     config_path: str | Path | None, host: str | None, port: int | None, insecure_no_auth: bool = False
 ) -> int:
-    path = Path(config_path) if config_path else BUNDLED_DEMO
+    """``mcp-reconciler serve``: serve ``config_path`` (``None``: the bundled demo) until a signal
+    stops it, printing a startup banner and each publication on stdout; SIGHUP reloads."""
+    if config_path is None:
+        with bundled_demo() as demo:  # the demo's files outlive the gateway (and its upstreams)
+            return await _serve_until_stopped(demo.config, demo, host, port, insecure_no_auth)
+    return await _serve_until_stopped(Path(config_path), None, host, port, insecure_no_auth)
+
+
+async def _serve_until_stopped(
+    path: Path, demo: BundledDemo | None, host: str | None, port: int | None, insecure_no_auth: bool
+) -> int:
+    # Whoever reads our stdout may go away (`serve | head -3`): then stop the way a signal does
+    # (leave serve_http's block normally, so uvicorn shuts down gracefully) and tell the CLI,
+    # which exits 0 quietly on a closed pipe.
+    stdout_closed = anyio.CancelScope()
     async with serve_http(path, host=host, port=port, insecure_no_auth=insecure_no_auth) as served:
         engine = served.gateway.engine
+
+        def say(line: str) -> None:
+            try:
+                print(line, flush=True)
+            except BrokenPipeError:
+                stdout_closed.cancel()
+
         live = engine.current
         tools = sorted(live.generation.tools) if live is not None else []
-        print(f"mcp-reconciler serving {path}", flush=True)
-        print(f"  MCP endpoint: {served.url}   (both protocol eras)", flush=True)
-        print(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz", flush=True)
+        say(f"mcp-reconciler serving {path}")
+        if demo is not None:
+            say(describe(demo))
+        say(f"  MCP endpoint: {served.url}   (both protocol eras)")
+        say(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz")
         if insecure_no_auth:
-            print("  WARNING: --insecure-no-auth: the control API accepts every request as operator", flush=True)
-        print(f"  revision {engine.current_revision}: {len(tools)} tools {tools}", flush=True)
-        print("  SIGHUP reloads the config; Ctrl-C stops.", flush=True)
-
-        def on_publish(new: object, old: object) -> None:
-            print(f"  published revision {engine.current_revision}", flush=True)
-
-        engine.add_listener(on_publish)
-        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            say("  WARNING: --insecure-no-auth: the control API accepts every request as operator")
+        say(f"  revision {engine.current_revision}: {len(tools)} tools {tools}")
+        engine.add_listener(lambda new, old: say(f"  published revision {engine.current_revision}"))
+        with stdout_closed, anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            say("  SIGHUP reloads the config; Ctrl-C stops.")  # once it is true: scripts may signal now
             async for _ in signals:
                 out = await engine.refresh(["config"])
-                print(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}", flush=True)
+                say(f"  SIGHUP: reload cycle {out.status}, revision {out.revision}")
+    if stdout_closed.cancel_called:
+        raise BrokenPipeError("stdout closed")
     return 0
 
 
-async def run_stdio(config_path: str | Path) -> int:
-    """One downstream session over this process's stdin/stdout (logs go to stderr)."""
+async def run_stdio(config_path: str | Path | None) -> int:
+    """One downstream session over this process's stdin/stdout (logs go to stderr);
+    ``config_path=None`` serves the bundled demo."""
+    if config_path is None:
+        with bundled_demo() as demo:
+            print(describe(demo).strip(), file=sys.stderr, flush=True)  # stdout carries the protocol
+            return await _stdio(demo.config)
+    return await _stdio(Path(config_path))
+
+
+async def _stdio(config_path: Path) -> int:
     async with Gateway(config_path) as gw:
         front = _front(gw, "stdio")
         async with anyio.create_task_group() as tg:

@@ -41,18 +41,33 @@ from pydantic_core import PydanticCustomError
 
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.model import SourceSpec
+from mcp_reconciler.reconciler.oauth_config import OAuthConfig, UpstreamOAuthConfig
+from mcp_reconciler.reconciler.projection import (
+    MIN_BUDGET,
+    Budgets,
+    FindingsPolicy,
+    MetadataPolicy,
+    Override,
+    Trust,
+    clean_text,
+)
 
 __all__ = [
+    "BudgetsConfig",
     "ConfigError",
     "ConfigProblem",
     "GatewaySettings",
     "HttpTransportConfig",
     "InterpolatedStr",
     "LoadedConfig",
+    "MetadataSettings",
+    "OAuthConfig",
+    "OverrideConfig",
     "SourceConfig",
     "SseTransportConfig",
     "StdioTransportConfig",
     "TimeoutsConfig",
+    "UpstreamOAuthConfig",
     "check_config",
     "display_transport",
     "load_config",
@@ -157,7 +172,12 @@ def display_transport(transport: Mapping[str, Any]) -> dict[str, Any]:
             return "***"
         return value
 
-    return {str(k): show(v, mask=k in ("headers", "env")) for k, v in transport.items()}
+    shown = {str(k): show(v, mask=k in ("headers", "env")) for k, v in transport.items()}
+    oauth = transport.get("oauth")
+    if isinstance(oauth, Mapping) and "client_secret" in oauth:
+        secret = oauth["client_secret"]
+        shown["oauth"]["client_secret"] = secret.template if isinstance(secret, InterpolatedStr) else "***"
+    return shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,17 +258,38 @@ class StdioTransportConfig(_Frozen):
 
 
 class HttpTransportConfig(_Frozen):
-    """A streamable-HTTP MCP endpoint."""
+    """A streamable-HTTP MCP endpoint; ``oauth`` gets its bearer token by client credentials."""
 
     url: str = Field(min_length=1)
     headers: dict[str, str] = Field(default_factory=dict)
+    oauth: UpstreamOAuthConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> HttpTransportConfig:
+        return _one_authorization(self)
 
 
 class SseTransportConfig(_Frozen):
-    """A legacy HTTP+SSE MCP endpoint."""
+    """A legacy HTTP+SSE MCP endpoint; ``oauth`` as for ``http``."""
 
     url: str = Field(min_length=1)
     headers: dict[str, str] = Field(default_factory=dict)
+    oauth: UpstreamOAuthConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> SseTransportConfig:
+        return _one_authorization(self)
+
+
+_Remote = typing.TypeVar("_Remote", HttpTransportConfig, SseTransportConfig)
+
+
+def _one_authorization(remote: _Remote) -> _Remote:
+    if remote.oauth is not None and any(k.lower() == "authorization" for k in remote.headers):
+        raise PydanticCustomError(
+            "authorization_conflict", "an Authorization header and oauth are both set; keep one of them"
+        )
+    return remote
 
 
 class RootConfig(_Frozen):
@@ -266,6 +307,49 @@ class RootConfig(_Frozen):
 
 
 RESERVED_SOURCE_NAMES = frozenset({"all", "config"})
+_OVERRIDE_DESCRIPTION_MAX = Bounds().description_bytes
+_OVERRIDE_TITLE_MAX = 1024
+
+
+def _check_visible(value: str | None) -> str | None:
+    """Pinned text is served as is: it must not hide characters of its own."""
+    if value is not None:
+        _cleaned, removed = clean_text(value)
+        if removed:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(removed.items()))
+            raise PydanticCustomError(
+                "invisible_text", "text contains invisible or control characters ({kinds})", {"kinds": kinds}
+            )
+    return value
+
+
+class OverrideConfig(_Frozen):
+    """Operator-pinned text for one named entry (I20): served instead of the upstream's."""
+
+    title: str | None = Field(default=None, min_length=1, max_length=_OVERRIDE_TITLE_MAX)
+    description: str | None = Field(default=None, min_length=1)
+
+    @field_validator("title", "description")
+    @classmethod
+    def _visible(cls, value: str | None) -> str | None:
+        return _check_visible(value)
+
+    @field_validator("description")
+    @classmethod
+    def _description_bound(cls, value: str | None) -> str | None:
+        if value is not None and len(value.encode()) > _OVERRIDE_DESCRIPTION_MAX:
+            raise PydanticCustomError(
+                "description_bound",
+                "a pinned description is at most {limit} bytes",
+                {"limit": _OVERRIDE_DESCRIPTION_MAX},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _something_pinned(self) -> OverrideConfig:
+        if self.title is None and self.description is None:
+            raise PydanticCustomError("empty_override", "an override pins a title, a description, or both")
+        return self
 
 
 class SourceConfig(_Frozen):
@@ -279,9 +363,19 @@ class SourceConfig(_Frozen):
     prefix: str | None = None
     poll_seconds: float | None = Field(default=None, ge=1.0)
     timeouts: TimeoutsConfig | None = None
+    trust: Literal["trusted", "untrusted"] | None = None  # default: gateway.metadata.default_trust
+    overrides: dict[str, OverrideConfig] = Field(default_factory=dict)
     # What the gateway answers this source's roots/list with. Unset: a roots/list made while
     # serving a call is relayed to that call's client; one made outside any call is refused.
     roots: tuple[RootConfig, ...] | None = Field(default=None, max_length=64)
+
+    @field_validator("overrides")
+    @classmethod
+    def _check_overrides(cls, value: dict[str, OverrideConfig]) -> dict[str, OverrideConfig]:
+        for name in value:
+            if not name or len(name) > 2048:
+                raise PydanticCustomError("override_name", "an override names an entry: 1..2048 characters")
+        return value
 
     @field_validator("name")
     @classmethod
@@ -320,6 +414,42 @@ class SourceConfig(_Frozen):
         return self
 
 
+class BudgetsConfig(_Frozen):
+    """Length budgets (code points) for an untrusted source's text, per field kind."""
+
+    title: int = Field(default=Budgets().title, ge=MIN_BUDGET, le=1_000_000)
+    description: int = Field(default=Budgets().description, ge=MIN_BUDGET, le=1_000_000)
+    schema_: int = Field(default=Budgets().schema, ge=MIN_BUDGET, le=1_000_000, alias="schema")
+
+    def budgets(self) -> Budgets:
+        return Budgets(title=self.title, description=self.description, schema=self.schema_)
+
+
+class MetadataSettings(_Frozen):
+    """How upstream metadata is treated (I20): ``default_trust`` for sources that do not say
+    (``null``: remote http/sse sources untrusted, stdio trusted), projection ``budgets``, and
+    what ``findings`` do to an entry (``flag``: served and reported; ``quarantine``: withheld)."""
+
+    default_trust: Literal["trusted", "untrusted"] | None = None
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
+    findings: Literal["flag", "quarantine"] = "flag"
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _null_budgets(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    def policy(self, trust: str | None, kind: str, overrides: Mapping[str, OverrideConfig]) -> MetadataPolicy:
+        """The policy of one source: its own trust, else the default, else by transport kind."""
+        chosen = trust or self.default_trust
+        return MetadataPolicy(
+            trust=Trust(chosen) if chosen is not None else MetadataPolicy().trust_for(kind),
+            budgets=self.budgets.budgets(),
+            findings=FindingsPolicy(self.findings),
+            overrides={name: Override(title=o.title, description=o.description) for name, o in overrides.items()},
+        )
+
+
 class GatewaySettings(_Frozen):
     """Gateway-wide settings (the ``gateway:`` mapping). Every key is optional."""
 
@@ -332,6 +462,12 @@ class GatewaySettings(_Frozen):
     grant_policy: Literal["current", "none"] = "current"
     drift_policy: Literal["allow", "flag", "quarantine"] = "flag"
     allowed_hosts: tuple[str, ...] = ()  # extra Host values accepted on /mcp (DNS-rebinding protection)
+    metadata: MetadataSettings = Field(default_factory=MetadataSettings)
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _null_metadata(cls, value: Any) -> Any:
+        return {} if value is None else value
 
     def bounds(self, base: Bounds | None = None) -> Bounds:
         """``base`` (default: the design's defaults) with this file's overrides applied."""
@@ -347,6 +483,7 @@ class _MainFile(_Frozen):
     sources: tuple[SourceConfig, ...] = ()
     include: tuple[str, ...] = ()
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    oauth: OAuthConfig | None = None
 
     @field_validator("sources", "include", mode="before")
     @classmethod
@@ -377,6 +514,7 @@ class LoadedConfig:
     specs: tuple[SourceSpec, ...]
     files: tuple[Path, ...]
     include_globs: tuple[str, ...]
+    oauth: OAuthConfig | None = None  # the resource-server section, secrets interpolated (HTTP edge only)
 
 
 # --------------------------------------------------------------------------------------------
@@ -521,6 +659,10 @@ _MISSING_HINTS = {
     "name": "every source needs a unique name",
     "command": "stdio needs the command to run",
     "url": "give the server's MCP endpoint URL",
+    "resource": "the public URL of this gateway's /mcp endpoint (the aud tokens must carry)",
+    "issuers": "list the authorization servers whose tokens are accepted",
+    "issuer": "the issuer identifier, exactly as in the authorization server's metadata",
+    "token_url": "the authorization server's token endpoint",
 }
 
 
@@ -544,7 +686,7 @@ def _validation_problems(
             message = "unknown key"
             parent = _model_at(model, loc[:-1])
             if parent is not None and loc:
-                allowed = list(parent.model_fields)
+                allowed = [info.alias or name for name, info in parent.model_fields.items()]
                 close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
                 hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(allowed)}"
         elif kind == "transport_count":
@@ -576,7 +718,12 @@ class _Declared:
     loc: tuple[int | str, ...]  # path of the source mapping inside its document
 
 
-def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[ConfigProblem]) -> SourceSpec | None:
+def _build_spec(
+    declared: _Declared,
+    environ: Mapping[str, str],
+    problems: list[ConfigProblem],
+    metadata: MetadataSettings | None = None,
+) -> SourceSpec | None:
     src, doc = declared.source, declared.doc
     base_dir = doc.path.parent
     before = len(problems)
@@ -631,6 +778,8 @@ def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[
             "url": url,
             "headers": {key: expand(value, kind, "headers", key) for key, value in remote.headers.items()},
         }
+        if remote.oauth is not None:
+            transport["oauth"] = _upstream_oauth(remote.oauth, kind, expand, check_url)
     transport["timeouts"] = {"connect_s": timeouts.connect_s, "call_s": timeouts.call_s}
     if src.roots is not None:
         # In the transport, so the spec digest covers it: changed roots reconnect the source.
@@ -643,7 +792,58 @@ def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[
         prefix=src.prefix,
         watch=tuple(os.path.normpath(os.path.join(base_dir, pattern)) for pattern in src.watch),
         poll_seconds=src.poll_seconds,
+        metadata=(metadata or MetadataSettings()).policy(src.trust, transport["kind"], src.overrides),
     )
+
+
+def _upstream_oauth(
+    oauth: UpstreamOAuthConfig,
+    kind: str,
+    expand: typing.Callable[..., str],
+    check_url: typing.Callable[..., None],
+) -> dict[str, Any]:
+    """The transport's ``oauth`` entry: plain data for the engine (``reconciler.upstream_auth``),
+    secrets interpolated (their ``repr`` stays the template), covered by the spec digest so a
+    rotated secret reconnects the source."""
+    token_url = expand(oauth.token_url, kind, "oauth", "token_url")
+    if "${" in oauth.token_url:
+        check_url(token_url, kind, "oauth", "token_url")
+    return {
+        "token_url": token_url,
+        "client_id": expand(oauth.client_id, kind, "oauth", "client_id"),
+        "client_secret": expand(oauth.client_secret, kind, "oauth", "client_secret"),
+        "scopes": list(oauth.scopes),
+        "resource": None if oauth.resource is None else expand(oauth.resource, kind, "oauth", "resource"),
+        "audience": oauth.audience,
+        "auth_method": oauth.auth_method,
+        "refresh_skew_s": oauth.refresh_skew_s,
+        "timeout_s": oauth.timeout_s,
+    }
+
+
+def _interpolate_oauth(
+    oauth: OAuthConfig | None, doc: _Document, environ: Mapping[str, str], problems: list[ConfigProblem]
+) -> OAuthConfig | None:
+    """``oauth:`` with ``${VAR}`` expanded in the introspection client credentials (the only
+    secrets of the section); problems name variables, never values."""
+    if oauth is None:
+        return None
+    issuers = []
+    for index, issuer in enumerate(oauth.issuers):
+        intro = issuer.introspection
+        if intro is not None:
+            values: dict[str, str] = {}
+            for key in ("client_id", "client_secret"):
+                value, issues = _interpolate(getattr(intro, key), environ)
+                loc = ("oauth", "issuers", index, "introspection", key)
+                for issue in issues:
+                    problems.append(
+                        ConfigProblem(doc.file, _locate(doc.root, loc), _field_path(loc), issue.message, issue.hint)
+                    )
+                values[key] = value
+            issuer = issuer.model_copy(update={"introspection": intro.model_copy(update=values)})
+        issuers.append(issuer)
+    return oauth.model_copy(update={"issuers": tuple(issuers)})
 
 
 def _display_for(match: Path, main_abs_dir: Path, main_display: str) -> str:
@@ -768,7 +968,9 @@ def load_config(
             )
         )
 
-    specs = [_build_spec(item, env, problems) for item in declared]
+    metadata = main.gateway.metadata if main is not None else None
+    specs = [_build_spec(item, env, problems, metadata) for item in declared]
+    oauth = _interpolate_oauth(main.oauth, main_doc, env, problems) if main is not None else None
     if problems or main is None or include_globs is None:
         # Report in reading order: main file first, then drop-ins, each top to bottom.
         rank = {main_display: 0} | {
@@ -782,6 +984,7 @@ def load_config(
         specs=tuple(spec for spec in specs if spec is not None),
         files=tuple(files),
         include_globs=tuple(include_globs),
+        oauth=oauth,
     )
 
 

@@ -22,6 +22,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.reconciler.model import SourceSpec
+from mcp_reconciler.reconciler.upstream_auth import client_credentials_auth
 
 STREAM_TYPES = ("stdio", "http", "sse")
 
@@ -91,8 +92,10 @@ def _headers(transport: Mapping[str, Any]) -> dict[str, str]:
 def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO | None = None) -> Any:
     """An ``mcp.Client`` transport for ``spec`` whose end calls ``on_end``.
 
-    ``transport["kind"]`` is ``stdio`` (command, args, env, cwd), ``http`` (url, headers) or
-    ``sse`` (url, headers). Anything else is a configuration error."""
+    ``transport["kind"]`` is ``stdio`` (command, args, env, cwd), ``http`` (url, headers, oauth)
+    or ``sse`` (url, headers, oauth). Anything else is a configuration error. ``oauth`` makes
+    the connection authenticate with its own client-credentials token
+    (:mod:`reconciler.upstream_auth`); a downstream client's token is never sent upstream."""
     t = spec.transport
     kind = t.get("kind")
     if kind not in STREAM_TYPES:
@@ -109,7 +112,8 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
             # An explicit pool: httpx2's default of 100 connections (one held by the listen stream)
             # would make the 100th concurrent call wait silently for a free connection.
             limits = httpx2.Limits(max_connections=int(t.get("max_connections", 1024)), max_keepalive_connections=64)
-            async with httpx2.AsyncClient(headers=_headers(t), timeout=timeout, limits=limits) as http:
+            auth = client_credentials_auth(t.get("oauth"))
+            async with httpx2.AsyncClient(headers=_headers(t), timeout=timeout, limits=limits, auth=auth) as http:
                 async with streamable_http_client(str(t["url"]), http_client=http) as (read, write):
                     yield ObservedReadStream(read, on_end), write
         else:
@@ -119,6 +123,7 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
                 headers=_headers(t),
                 timeout=float(timeouts.get("connect_s", 10.0)),
                 sse_read_timeout=float(timeouts.get("call_s", 300.0)),
+                auth=client_credentials_auth(t.get("oauth")),
             ) as (read, write):
                 yield ObservedReadStream(read, on_end), write
 

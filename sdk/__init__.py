@@ -1,5 +1,6 @@
 """Python client for mcp-reconciler: the control API (async and sync) and revision-pinned MCP runs."""
 
+from mcp_reconciler.sdk.auth import CommandTokenProvider, TokenProvider, TokenProviderError
 from mcp_reconciler.sdk.client import PinnedRun, ReconcilerClient
 from mcp_reconciler.sdk.errors import (
     Conflict,
@@ -17,6 +18,7 @@ from mcp_reconciler.sdk.errors import (
 from mcp_reconciler.sdk.sync import SyncReconcilerClient
 
 __all__ = [
+    "CommandTokenProvider",
     "Conflict",
     "Forbidden",
     "InvalidRequest",
@@ -27,6 +29,8 @@ __all__ = [
     "RefreshTimeout",
     "ServerError",
     "SyncReconcilerClient",
+    "TokenProvider",
+    "TokenProviderError",
     "TooManyRequests",
     "Unauthenticated",
     "Unavailable",

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from mcp_reconciler.api import wire
 from mcp_reconciler.reconciler.backoff import exponential_delay
+from mcp_reconciler.sdk.auth import BearerAuth, TokenProvider
 from mcp_reconciler.sdk.errors import NotFound, ReconcilerAPIError, Unreachable, error_for
 
 if TYPE_CHECKING:  # the MCP client is imported when a pinned run starts: the CLI starts faster
@@ -47,10 +48,14 @@ class PinnedRun:
 
 
 class ReconcilerClient:
+    """The control-API client. ``token`` is a bearer token, or a token provider (a callable
+    returning one, sync or async; see :mod:`sdk.auth`) asked on every request and once more
+    after a 401, so short-lived tokens refresh without restarting a run."""
+
     def __init__(
         self,
         base_url: str = "http://127.0.0.1:8765",
-        token: str | None = None,
+        token: str | TokenProvider | None = None,
         *,
         timeout_s: float = 30.0,
         retries: int = 2,
@@ -59,9 +64,10 @@ class ReconcilerClient:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.retries = retries
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = {"Authorization": f"Bearer {token}"} if isinstance(token, str) and token else {}
+        auth = BearerAuth(token) if callable(token) else None
         self._http = httpx2.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, trust_env=False
+            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, trust_env=False, auth=auth
         )
 
     async def __aenter__(self) -> ReconcilerClient:
@@ -208,12 +214,15 @@ class ReconcilerClient:
         revision: int | None = None,
         *,
         ttl_s: float = 600.0,
-        session_token: str | None = None,
+        session_token: str | TokenProvider | None = None,
         mode: str = "auto",
     ) -> AsyncIterator[PinnedRun]:
         """Hold ``revision`` (default: the current one) for the run and yield an MCP client whose
         every request carries it, so the whole run sees one consistent catalog even while the
-        gateway publishes newer revisions. The hold is released on exit, whatever happened."""
+        gateway publishes newer revisions. The hold is released on exit, whatever happened.
+
+        ``session_token`` is the credential for ``/mcp``: a token, or a token provider asked per
+        request (the run survives its refresh)."""
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
@@ -224,9 +233,10 @@ class ReconcilerClient:
         raised: BaseException | None = None
         try:
             headers = {REVISION_HEADER: str(revision)}
-            if session_token:
+            if isinstance(session_token, str) and session_token:
                 headers["Authorization"] = f"Bearer {session_token}"
-            http = mcp_http_client(headers=headers)
+            auth = BearerAuth(session_token) if callable(session_token) else None
+            http = mcp_http_client(headers=headers, auth=auth)
             async with http, Client(streamable_http_client(f"{self.base_url}/mcp", http_client=http), mode=mode) as mcp:
                 try:
                     yield PinnedRun(mcp=mcp, revision=revision, hold=hold)

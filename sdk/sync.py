@@ -12,13 +12,16 @@ from typing import Any, TypeVar
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from mcp_reconciler.api import wire
+from mcp_reconciler.sdk.auth import TokenProvider
 from mcp_reconciler.sdk.client import ReconcilerClient
 
 T = TypeVar("T")
 
 
 class SyncReconcilerClient:
-    def __init__(self, base_url: str = "http://127.0.0.1:8765", token: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, base_url: str = "http://127.0.0.1:8765", token: str | TokenProvider | None = None, **kwargs: Any
+    ) -> None:
         self._cm: AbstractContextManager[BlockingPortal] = start_blocking_portal()
         self._portal = self._cm.__enter__()
         try:
@@ -91,5 +94,5 @@ class SyncReconcilerClient:
         self._call(self._client.release_hold, hold_id)
 
 
-async def _make(base_url: str, token: str | None, kwargs: dict[str, Any]) -> ReconcilerClient:
+async def _make(base_url: str, token: str | TokenProvider | None, kwargs: dict[str, Any]) -> ReconcilerClient:
     return ReconcilerClient(base_url, token, **kwargs)

@@ -31,6 +31,7 @@ from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions, Transport
+from mcp_reconciler.api.version import __version__
 from mcp_reconciler.reconciler.authority import Authority, GrantPolicy
 from mcp_reconciler.reconciler.engine import Engine
 
@@ -91,7 +92,7 @@ class FrontDoor:
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             self.server = GatewayServer(
                 "mcp-reconciler",
-                version="0.1.0",
+                version=__version__,
                 instructions="A gateway over several MCP servers; names are <source>__<name>.",
                 on_list_tools=self.listing.list_tools,
                 on_call_tool=self._call_tool,

@@ -1,0 +1,65 @@
+"""README.md's fenced blocks, each named by the ``<!-- readme-test: NAME -->`` line before it.
+
+A test that executes or checks a block finds it with :func:`block`; ``tests/docs/test_readme.py``
+fails when a block has no name or a name has no test (:data:`CHECKED` lists who checks what)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+README = REPO_ROOT / "README.md"
+_MARKER = re.compile(r"^<!-- readme-test: ([a-z0-9-]+) -->$")
+
+#: Every named block and the test that executes or checks it.
+CHECKED = {
+    "make-targets": "tests/docs/test_readme.py::test_make_targets",
+    "wheel-install": "tests/packaging/test_wheel.py (slow)",
+    "operator-workflow": "tests/docs/test_readme.py::test_operator_workflow_and_sdk_example",
+    "sdk-example": "tests/docs/test_readme.py::test_operator_workflow_and_sdk_example",
+    "embedded-engine": "tests/docs/test_readme.py::test_embedded_engine_example",
+    "demo-output": "tests/docs/test_readme.py::test_demo_output",
+    "config-commands": "tests/docs/test_readme.py::test_config_commands",
+    "config-example": "tests/docs/test_readme.py::test_config_example",
+    "metadata-config": "tests/docs/test_readme_metadata.py::test_metadata_config_example",
+    "metadata-served": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
+    "metadata-status": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block: its marker name (``None`` if unmarked), info string, body and line."""
+
+    name: str | None
+    info: str
+    text: str
+    line: int
+
+    def lines(self) -> list[str]:
+        """Non-empty lines of the body."""
+        return [line for line in self.text.splitlines() if line.strip()]
+
+
+def blocks(path: Path = README) -> list[Block]:
+    out: list[Block] = []
+    lines = path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("```"):
+            i += 1
+            continue
+        info, start = lines[i][3:].strip(), i
+        prev = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        marker = _MARKER.match(prev.strip())
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        out.append(Block(marker.group(1) if marker else None, info, "\n".join(lines[i + 1 : end]) + "\n", start + 1))
+        i = end + 1
+    return out
+
+
+def block(name: str) -> Block:
+    (found,) = [b for b in blocks() if b.name == name]
+    return found
