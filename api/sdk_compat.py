@@ -1,6 +1,6 @@
 """Every use of an MCP SDK private, in one place (written against ``mcp`` 2.3; pyproject pins <2.4).
 
-The gateway needs three things the SDK offers no public way to do. Each is reached here and
+The gateway needs a few things the SDK offers no public way to do. Each is reached here and
 nowhere else, and ``tests/unit/test_sdk_compat.py`` builds the SDK objects for real and fails
 naming the attribute if an SDK release moves it:
 
@@ -26,6 +26,21 @@ naming the attribute if an SDK release moves it:
 4. **An HTTP client with the MCP transports' defaults** (30 s connect/write/pool, 300 s read for
    held-open streams) for clients that must add headers: ``mcp.shared._httpx_utils`` is a
    private module. :func:`mcp_http_client` is used by the SDK's pinned runs and by tests.
+5. **A server→client request under an id the gateway chooses, on a request's own stream.** The
+   relay sends a downstream client the requests an upstream makes during a call; when the call
+   is cancelled the SDK's own ``notifications/cancelled`` for them rides that call's response
+   stream, which streamable HTTP has already closed, so the client would never hear of it. The
+   relay therefore sends the request with a ``request_id`` it minted (``CallOptions``) on the
+   request's back-channel — ``ServerSession._request_outbound``, reached by
+   :func:`request_channel` — and repeats the cancellation on the session's standalone channel.
+6. **Which call an upstream message belongs to** (behaviour, not an attribute). The
+   streamable-HTTP client transport delivers a message that arrived on a request's own response
+   stream in a copy of the context of the task that sent that request (``ContextSendStream``
+   snapshots, re-entered by the dispatcher's spawn), so a ``ContextVar`` set around the send is
+   visible in the sampling/elicitation/roots/logging callbacks. The relay
+   (``api/frontdoor/relay.py``) attributes messages with it; stdio and SSE carry no such context
+   (the relay falls back to "the only call in flight"). Nothing here reaches a private, but
+   ``tests/unit/test_sdk_compat.py`` checks the behaviour, because attribution depends on it.
 
 Import-time checks below catch a removed class-level hook at startup instead of at the first
 request; instance attributes can only be checked on real objects (the unit tests do)."""
@@ -40,6 +55,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx2
+import mcp_types as types
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.streamable_http import (
@@ -50,6 +66,7 @@ from mcp.server.streamable_http import (
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import Outbound
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
@@ -137,6 +154,33 @@ async def push_list_changed(conn: Connection, kinds: Iterable[EntryKind]) -> Non
         await conn.send_resource_list_changed()
     if EntryKind.PROMPT in kinds:
         await conn.send_prompt_list_changed()
+
+
+def request_channel(ctx: ServerRequestContext[Any]) -> Outbound:
+    """The back-channel of the request ``ctx`` serves (``ServerSession._request_outbound``): a
+    server→client request sent on it rides that request's own stream."""
+    try:
+        channel: Outbound = ctx.session._request_outbound
+    except AttributeError:
+        raise SDKChangedError("ServerSession._request_outbound") from None
+    return channel
+
+
+async def push_cancelled(conn: Connection, request_id: str, reason: str) -> None:
+    """Push ``notifications/cancelled`` for our request ``request_id`` on ``conn``'s standalone
+    channel (where it arrives even after the request's own stream closed)."""
+    await conn.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
+
+
+async def push_log(conn: Connection, params: types.LoggingMessageNotificationParams) -> None:
+    """Push one ``notifications/message`` on ``conn``'s standalone channel (legacy only; best
+    effort like every push)."""
+    await conn.notify("notifications/message", params.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+async def push_elicitation_complete(conn: Connection, elicitation_id: str) -> None:
+    """Push ``notifications/elicitation/complete`` for ``elicitation_id`` on ``conn``."""
+    await conn.notify("notifications/elicitation/complete", {"elicitationId": elicitation_id})
 
 
 # -- 2 and 3. the streamable-HTTP session manager ----------------------------------------------

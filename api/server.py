@@ -34,9 +34,9 @@ from mcp_reconciler.api.http_limits import (
     install_accept_error_handler,
 )
 from mcp_reconciler.api.lifecycle import DrainGate, GatewayUvicorn
+from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.routes import routes as control_routes
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
-from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.config import GatewaySettings
 from mcp_reconciler.reconciler.gateway import Gateway

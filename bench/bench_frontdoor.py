@@ -1477,8 +1477,10 @@ def findings(out: dict[str, Any], missed: list[str], nagle_suspect: bool) -> Non
 def write_list_config(tmp: Path, upstream_url: str, n_sources: int) -> Path:
     """``n_sources`` HTTP sources (``l0`` ...) on the same upstream: each its own upstream session."""
     path = tmp / "list-scale.yaml"
-    # 1,000 sessions from one client (this process): above the default per-client bound of 256.
-    lines = ["gateway:\n  anonymous: {grant_policy: current}\n  limits: {transport_sessions_per_client: 4096}", "sources:"]  # tokenless clients, on purpose
+    # 1,000 tokenless sessions (anonymous on purpose) from one client (this process): above the
+    # default per-client bound of 256.
+    gateway = "gateway:\n  anonymous: {grant_policy: current}\n  limits: {transport_sessions_per_client: 4096}"
+    lines = [gateway, "sources:"]
     for i in range(n_sources):
         lines.append(f"  - name: l{i}\n    http: {{url: {json.dumps(upstream_url)}}}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -2,11 +2,11 @@
 
 Run from the repo root:  python bench/run_all.py [--quick] [--only NAME[,NAME]] [--verbose] [--out PATH]
 
-Benchmarks (in this order): pins, cycle, freshness, upstream, frontdoor. Each runs in its own
+Benchmarks (in this order): pins, cycle, freshness, upstream, frontdoor, relay. Each runs in its own
 interpreter (so heap state, tracemalloc and GC history of one cannot skew another), with
 ``--json`` to a temp file where the script supports it (``bench_freshness.py`` prints a table
 only: its rows are parsed from its output). ``--quick`` is passed to the scripts that support it
-(upstream, frontdoor); the others always run in full. Progress goes to stderr (with
+(upstream, frontdoor, relay); the others always run in full. Progress goes to stderr (with
 ``--verbose``, every script's own output too); stdout gets the header and the combined table.
 Every script's complete output is kept in the JSON file (``outputs``).
 
@@ -46,6 +46,7 @@ BENCHES: dict[str, tuple[str, bool, bool]] = {
     "freshness": ("bench_freshness.py", False, False),
     "upstream": ("bench_upstream.py", True, True),
     "frontdoor": ("bench_frontdoor.py", True, True),
+    "relay": ("bench_relay.py", True, True),
 }
 OUT_PATH = os.path.join(BENCH_DIR, "results", "all.json")
 HEARTBEAT_S = 30.0
@@ -428,12 +429,27 @@ def rows_frontdoor(d: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def rows_relay(d: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    for era in d.get("eras", []):
+        rows.append(
+            (
+                f"relay: sampling round trip added over direct ({era['era']} client)",
+                f"{era['relay_added_ms']:.2f} ms (direct trip {era['round_trip_direct_ms']:.2f} ms)",
+                "<= 2 ms",
+                verdict(era["relay_added_ms"] <= 2.0),
+            )
+        )
+    return rows
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "pins": rows_pins,
     "cycle": rows_cycle,
     "freshness": rows_freshness,
     "upstream": rows_upstream,
     "frontdoor": rows_frontdoor,
+    "relay": rows_relay,
 }
 
 

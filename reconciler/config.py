@@ -299,6 +299,20 @@ def _one_authorization(remote: _Remote) -> _Remote:
     return remote
 
 
+class RootConfig(_Frozen):
+    """One root the gateway answers a source's ``roots/list`` with (see ``SourceConfig.roots``)."""
+
+    uri: str = Field(min_length=8, max_length=2048)
+    name: str | None = Field(default=None, max_length=256)
+
+    @field_validator("uri")
+    @classmethod
+    def _check_uri(cls, value: str) -> str:
+        if not value.startswith("file://"):
+            raise PydanticCustomError("root_uri", "a root is a file:// URI (MCP roots are file:// URIs)")
+        return value
+
+
 RESERVED_SOURCE_NAMES = frozenset({"all", "config"})
 _OVERRIDE_DESCRIPTION_MAX = Bounds().description_bytes
 _OVERRIDE_TITLE_MAX = 1024
@@ -358,6 +372,9 @@ class SourceConfig(_Frozen):
     timeouts: TimeoutsConfig | None = None
     trust: Literal["trusted", "untrusted"] | None = None  # default: gateway.metadata.default_trust
     overrides: dict[str, OverrideConfig] = Field(default_factory=dict)
+    # What the gateway answers this source's roots/list with. Unset: a roots/list made while
+    # serving a call is relayed to that call's client; one made outside any call is refused.
+    roots: tuple[RootConfig, ...] | None = Field(default=None, max_length=64)
 
     @field_validator("overrides")
     @classmethod
@@ -873,6 +890,9 @@ def _build_spec(
         if remote.oauth is not None:
             transport["oauth"] = _upstream_oauth(remote.oauth, kind, expand, check_url)
     transport["timeouts"] = {"connect_s": timeouts.connect_s, "call_s": timeouts.call_s}
+    if src.roots is not None:
+        # In the transport, so the spec digest covers it: changed roots reconnect the source.
+        transport["roots"] = [r.model_dump(exclude_none=True) for r in src.roots]
     if len(problems) != before:
         return None
     return SourceSpec(

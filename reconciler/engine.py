@@ -6,7 +6,9 @@ reconciler, its queue or its runtime.
 Wiring flows one way, at construction. A composition root (:func:`open_engine` here, ``Gateway``
 for a config file) creates the trigger queue first, hands ``queue.add`` to everything that marks
 sources dirty (the upstream reader, the input watcher) and the queue to the ``Reconciler`` that
-consumes it, then builds the :class:`Engine` over the reconciler. Everything is entered on one
+consumes it, then builds the :class:`Engine` over the reconciler. The same way, it creates the
+:class:`~reconciler.peer.PeerSwitch` first and gives it to the reader (every connection hands
+it what its server starts) and to the engine, where an edge attaches the peer that answers. Everything is entered on one
 ``AsyncExitStack`` and leaves it in reverse order, exactly once (I14).
 
 The engine's own background tasks — the input watcher, per-source polling (``poll_seconds``)
@@ -29,6 +31,7 @@ from mcp_reconciler.reconciler.authority import Authority, DriftPolicy
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.desired import DesiredState, DesiredStateSource
 from mcp_reconciler.reconciler.holds import HoldRegistry
+from mcp_reconciler.reconciler.peer import PeerSwitch, UpstreamPeer
 from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.runtime import Listener, LiveGeneration
 from mcp_reconciler.reconciler.status import EngineStatus, ReconnectSchedule, build_status
@@ -74,8 +77,10 @@ class Engine:
         inputs: InputCheck | None = None,
         drift_policy: DriftPolicy = DriftPolicy.FLAG,
         watch_interval_s: float | None = 1.0,
+        peer: PeerSwitch | None = None,
     ) -> None:
         self._rec = reconciler
+        self._peer = peer or PeerSwitch()
         self._runtime = reconciler.runtime
         self._trigger = reconciler.queue.add
         self._reconnects = reconnects
@@ -152,6 +157,13 @@ class Engine:
         """Call ``listener(new, previous)`` synchronously after every publication; returns a
         remover. A listener that raises is logged and does not affect publication."""
         return self._runtime.add_listener(listener)
+
+    def attach_peer(self, peer: UpstreamPeer) -> Callable[[], None]:
+        """Make ``peer`` answer what upstream servers start — sampling, elicitation and roots
+        requests, log records — on every connection this engine's reader opens; returns a
+        detacher. At most one peer at a time (``RuntimeError`` otherwise). Without one, such
+        requests are refused with a clear error and log records are dropped."""
+        return self._peer.attach(peer)
 
     def source_names(self) -> frozenset[str]:
         """The sources of the desired state the newest cycle loaded."""
@@ -304,13 +316,26 @@ async def open_engine(
     ``listeners`` are registered before the loop starts, so they see every publication."""
     bounds = bounds or Bounds()
     queue = new_trigger_queue(bounds)
+    peer = PeerSwitch()  # first, like the queue: connections hand it what their servers start
     async with AsyncExitStack() as stack:
         reader = await stack.enter_async_context(
-            UpstreamReader(targets, bounds=bounds, on_dirty=queue.add, health_interval_s=health_interval_s, mode=mode)
+            UpstreamReader(
+                targets,
+                bounds=bounds,
+                on_dirty=queue.add,
+                health_interval_s=health_interval_s,
+                mode=mode,
+                peer=peer,
+            )
         )
         rec = Reconciler(desired, reader, bounds=bounds, queue=queue)
         engine = Engine(
-            rec, reconnects=reader, inputs=inputs, drift_policy=drift_policy, watch_interval_s=watch_interval_s
+            rec,
+            reconnects=reader,
+            inputs=inputs,
+            drift_policy=drift_policy,
+            watch_interval_s=watch_interval_s,
+            peer=peer,
         )
         for listener in listeners:
             engine.add_listener(listener)

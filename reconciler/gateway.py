@@ -7,7 +7,8 @@ with file:line), starts everything and performs the first full cycle before retu
 generation and connection exactly once and stops every upstream process (I14).
 
 Gateway is a composition root: it creates the trigger queue first, gives ``queue.add`` to the
-upstream reader and the queue to the reconciler, and enters the parts on one
+upstream reader and the queue to the reconciler (and one ``PeerSwitch`` to the reader and the
+engine, where the front door attaches), and enters the parts on one
 ``AsyncExitStack`` — nothing is wired by assigning attributes afterwards."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.config import GatewaySettings
 from mcp_reconciler.reconciler.config_source import ConfigDesiredState
 from mcp_reconciler.reconciler.engine import Engine
+from mcp_reconciler.reconciler.peer import PeerSwitch
 from mcp_reconciler.reconciler.reconcile import Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.upstream import TargetFactory, UpstreamReader, default_targets
 from mcp_reconciler.reconciler.workqueue import ALL
@@ -60,10 +62,15 @@ class Gateway:
         settings = self.desired.settings
         bounds = self._bounds_override or (settings.bounds() if settings is not None else Bounds())
         queue = new_trigger_queue(bounds)
+        peer = PeerSwitch()
         async with AsyncExitStack() as stack:
             self._reader = await stack.enter_async_context(
                 UpstreamReader(
-                    self._targets, bounds=bounds, on_dirty=queue.add, health_interval_s=self._health_interval_s
+                    self._targets,
+                    bounds=bounds,
+                    on_dirty=queue.add,
+                    health_interval_s=self._health_interval_s,
+                    peer=peer,
                 )
             )
             self._rec = await stack.enter_async_context(
@@ -75,6 +82,7 @@ class Gateway:
                 inputs=self.desired.poll,
                 drift_policy=DriftPolicy(settings.drift_policy if settings is not None else "flag"),
                 watch_interval_s=self._watch_interval_s,
+                peer=peer,
             )
             self._engine = await stack.enter_async_context(engine)
             # The first cycle, without an input check first (the config was loaded just now).

@@ -6,6 +6,13 @@ in its owner's task group (structured concurrency: the owner awaits it). It turn
 (2026-07-28) — and its death into dirty marks for its source, but only while it is the current
 connection for that source; notifications from superseded connections are ignored.
 
+Every connection declares the client capabilities a direct client would — sampling (with tools),
+elicitation (form and URL) and roots (with ``listChanged``) — so servers enable those features,
+and hands what its server starts (those requests, log records, elicitation-complete notices) to
+the engine's :class:`~reconciler.peer.PeerSwitch`, where the front door answers them
+(``api/frontdoor/relay.py``) — except ``roots/list`` for a source with ``roots`` configured,
+which the connection answers itself with those. The upstream's log level is the peer's to set.
+
 :class:`UpstreamReader` implements the engine's ``SourceReader``: it reuses a healthy
 connection whose spec and watched inputs are unchanged and opens a new one otherwise."""
 
@@ -18,15 +25,16 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, MCPError
+from mcp.client.session import ClientRequestContext
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
@@ -34,6 +42,7 @@ from mcp_reconciler.reconciler.errors import ReconnectThrottledError, SourceRead
 from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
+from mcp_reconciler.reconciler.peer import PeerSwitch
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
 from mcp_reconciler.reconciler.transports import transport_for
@@ -65,6 +74,11 @@ class _Probe(BaseModel):
     model_config = {"extra": "allow"}
 
 
+def _mismatch(kind: str) -> types.ErrorData:
+    """The peer answered a request with another request's result (a bug, never the server's)."""
+    return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the gateway could not answer the {kind} request")
+
+
 class UpstreamConnection:
     """One client session to one source. Closed exactly once via :meth:`aclose`."""
 
@@ -77,8 +91,10 @@ class UpstreamConnection:
         on_event: Callable[[UpstreamConnection, str], None] | None = None,
         connect_timeout_s: float = 10.0,
         health_interval_s: float | None = None,
+        peer: PeerSwitch | None = None,
     ) -> None:
         self.spec = spec
+        self._peer = peer or PeerSwitch()  # unattached: requests refused, logs dropped
         self.source = spec.name
         self._id = f"{spec.name}#{next(_ids)}"
         self._target = targets(spec, self._transport_ended)
@@ -125,7 +141,16 @@ class UpstreamConnection:
             # before the contexts entered inside it), so it is lifted once connected.
             with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout_s) as connect_scope:
                 async with Client(
-                    self._target, mode=self._mode, message_handler=self._on_message, cache=None
+                    self._target,
+                    mode=self._mode,
+                    message_handler=self._on_message,
+                    cache=None,
+                    # Declaring the callbacks declares the capabilities (the SDK derives them):
+                    # sampling with tools, elicitation form + url, roots with listChanged.
+                    sampling_callback=self._on_sampling,
+                    sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability()),
+                    elicitation_callback=self._on_elicitation,
+                    list_roots_callback=self._on_list_roots,
                 ) as client:
                     connect_scope.deadline = math.inf
                     self._client = client
@@ -161,15 +186,40 @@ class UpstreamConnection:
         self._stop.set()
         await self._done.wait()
 
+    @property
+    def legacy(self) -> bool:
+        """Whether this connection speaks the 2025-11-25 era (sessions, server→client requests)
+        rather than 2026-07-28 (``InputRequiredResult`` instead of server→client requests)."""
+        return (self.protocol_version or "").startswith("2025")
+
+    @overload
     async def send(
         self,
         request: Any,
         result_type: type[R],
         timeout_s: float | None = None,
         progress_callback: ProgressFnT | None = None,
-    ) -> R:
+    ) -> R: ...
+
+    @overload
+    async def send(
+        self,
+        request: Any,
+        result_type: TypeAdapter[Any],
+        timeout_s: float | None = None,
+        progress_callback: ProgressFnT | None = None,
+    ) -> Any: ...
+
+    async def send(
+        self,
+        request: Any,
+        result_type: Any,
+        timeout_s: float | None = None,
+        progress_callback: ProgressFnT | None = None,
+    ) -> Any:
         """Send a raw request on this connection (no client-side caching or output-schema
-        validation: a gateway passes results through). Cancelling the caller cancels upstream."""
+        validation: a gateway passes results through). ``result_type`` is a pydantic model or
+        ``TypeAdapter``. Cancelling the caller cancels upstream."""
         client = self.client
         try:
             return await client.session.send_request(
@@ -181,6 +231,10 @@ class UpstreamConnection:
             self.dead = True
             self._emit("dead")
             raise UpstreamUnavailableError(type(exc).__name__) from exc
+
+    async def notify(self, notification: types.ClientNotification) -> None:
+        """Send a notification to the server (e.g. progress on a request it sent us)."""
+        await self.client.session.send_notification(notification)
 
     def _transport_ended(self) -> None:
         """The transport's read stream ended: the upstream process exited or the stream dropped."""
@@ -201,8 +255,40 @@ class UpstreamConnection:
                 self._die()
                 return
 
+    # -- server-initiated traffic, handed to the peer switch ------------------------------------
+
+    async def _on_sampling(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+        answer = await self._peer.on_request(self, types.CreateMessageRequest(params=params), context.request_id)
+        if isinstance(answer, types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData):
+            return answer
+        return _mismatch("sampling")
+
+    async def _on_elicitation(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        answer = await self._peer.on_request(self, types.ElicitRequest(params=params), context.request_id)
+        if isinstance(answer, types.ElicitResult | types.ErrorData):
+            return answer
+        return _mismatch("elicitation")
+
+    async def _on_list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+        configured = self.spec.transport.get("roots")
+        if configured is not None:  # the operator's roots for this source answer every roots/list
+            return types.ListRootsResult(roots=[types.Root.model_validate(dict(r)) for r in configured])
+        params = types.RequestParams(_meta=context.meta) if context.meta else None
+        answer = await self._peer.on_request(self, types.ListRootsRequest(params=params), context.request_id)
+        if isinstance(answer, types.ListRootsResult | types.ErrorData):
+            return answer
+        return _mismatch("roots")
+
     async def _on_message(self, message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
+        if isinstance(message, types.LoggingMessageNotification):
+            await self._peer.on_log(self, message.params)
+        elif isinstance(message, types.ElicitCompleteNotification):
+            await self._peer.on_notification(self, message)
+        elif isinstance(message, types.ToolListChangedNotification):
             self._emit("tools")
         elif isinstance(message, types.ResourceListChangedNotification):
             self._emit("resources")
@@ -292,7 +378,8 @@ class UpstreamReader:
     queue's ``add``): it receives a source name whenever that source should be re-listed — a
     ``list_changed`` from its current connection, that connection's death, or a throttled
     reconnect becoming allowed. It must not block. Without a sink the reader still lists, but
-    reports nothing.
+    reports nothing. ``peer`` is the switch every connection hands its server-initiated traffic
+    to (without one, each connection refuses requests and drops logs).
 
     Reconnects are throttled per source (I8, :class:`~reconciler.throttle.Backoff`): a read that
     needs a new connection before its source's next allowed attempt fails fast with "reconnect
@@ -309,8 +396,10 @@ class UpstreamReader:
         backoff: Backoff | None = None,
         health_interval_s: float | None = 30.0,
         connect_timeout_s: float = 10.0,
+        peer: PeerSwitch | None = None,
     ) -> None:
         self._targets = target_factory
+        self._peer = peer
         self.bounds = bounds or Bounds()
         self._on_dirty = on_dirty
         self._mode = mode
@@ -424,6 +513,7 @@ class UpstreamReader:
             on_event=self._on_event,
             connect_timeout_s=self._connect_timeout_s,
             health_interval_s=self._health_interval_s if spec.transport.get("kind") in ("http", "sse") else None,
+            peer=self._peer,
         )
         telemetry.reconnects.add(1, {"source": spec.name})
         self.opened += 1

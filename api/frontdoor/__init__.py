@@ -23,14 +23,20 @@ One concept per module; :class:`FrontDoor` (``door``) assembles them:
 - ``notify``: the notifier loop, legacy pushes behind the GET-stream gate, new-era listen buses.
 - ``listing``: the four list results, paging, and the bounded definition cache (``cache``).
 - ``forwarding``: call/read/get forwarded upstream with pins, progress relay and error mapping.
+- ``relay``: what upstreams start while serving a call (sampling, elicitation, roots, log
+  records) attributed to that call and relayed to its session only (I17), after a client
+  capability check (``capabilities``); ``exchanges`` and ``rounds``: the
+  multi-round ``InputRequiredResult`` exchanges of 2026-era clients; ``logs``: per-session log
+  levels, upstream levels and bounded log delivery; ``completion``: ``completion/complete``
+  routed to the owning source.
 - ``control_tools``: the optional built-in ``gateway_status`` / ``gateway_refresh`` tools.
 
 SDK privates are used only through ``mcp_reconciler.api.sdk_compat``."""
 
 from mcp_reconciler.api.frontdoor.door import FrontDoor, GatewayServer
-from mcp_reconciler.api.frontdoor.forwarding import PROGRESS_BACKLOG
 from mcp_reconciler.api.frontdoor.listing import PAGE_SIZE
 from mcp_reconciler.api.frontdoor.notify import PushGate
+from mcp_reconciler.api.frontdoor.progress import PROGRESS_BACKLOG
 from mcp_reconciler.api.frontdoor.revisions import DRIFT_META, REVISION_HEADER, REVISION_META
 from mcp_reconciler.api.frontdoor.sessions import Binding
 

@@ -2,14 +2,16 @@
 
 Every part of the front door reads the catalog through :class:`CatalogAccess`, a thin, read-only
 view of the engine facade (:class:`~mcp_reconciler.reconciler.engine.Engine`): the current and
-live generations, the operation deadline, publications and readiness. Nothing in the front door
-reaches into the reconciler or its runtime."""
+live generations, the operation deadline, publications and readiness — plus the one hook that
+lets the front door answer server-initiated upstream traffic (:meth:`CatalogAccess.attach_peer`).
+Nothing in the front door reaches into the reconciler or its runtime."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from mcp_reconciler.reconciler.engine import Engine, Readiness
+from mcp_reconciler.reconciler.peer import UpstreamPeer
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 
 
@@ -47,6 +49,11 @@ class CatalogAccess:
     def on_publish(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback()`` synchronously after every publication; returns a remover."""
         return self._engine.add_listener(lambda new, old: callback())
+
+    def attach_peer(self, peer: UpstreamPeer) -> Callable[[], None]:
+        """Make ``peer`` answer what upstream servers start (the relay); returns a detacher.
+        The one thing this window changes on the engine: it replaces the engine's refusal."""
+        return self._engine.attach_peer(peer)
 
     def readiness(self) -> Readiness:
         """The engine's readiness for ``/readyz``: ready while a generation can be served, with

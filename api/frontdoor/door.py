@@ -12,18 +12,24 @@ constructor and exposes handlers, registered on the server here."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp import MCPDeprecationWarning
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
+from mcp_reconciler.api.frontdoor.completion import Completer
 from mcp_reconciler.api.frontdoor.control_tools import ControlTools, RefreshFn, StatusFn
+from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.listing import Listing
+from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
+from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.version import __version__
@@ -79,23 +85,38 @@ class FrontDoor:
             extra_tools=self.control.tools if self.control else (),
             may_use_extra=self.may_use_control_tools,
         )
-        self.forwarder = Forwarder(self.catalog, authority, self.sessions)
-        self.server = GatewayServer(
-            "mcp-reconciler",
-            version=__version__,
-            instructions="A gateway over several MCP servers; names are <source>__<name>.",
-            on_list_tools=self.listing.list_tools,
-            on_call_tool=self._call_tool,
-            on_list_resources=self.listing.list_resources,
-            on_list_resource_templates=self.listing.list_templates,
-            on_read_resource=self.forwarder.read_resource,
-            on_list_prompts=self.listing.list_prompts,
-            on_get_prompt=self.forwarder.get_prompt,
-            on_subscriptions_listen=self._listen,
-            # O(1) schema lookup for the SDK's per-call header check in the 2026 era; without it
-            # the SDK runs our whole tools/list (O(granted names)) before every call.
-            get_tool_input_schema=self.listing.tool_input_schema,
+        # The relay: what upstreams start while serving a call (sampling, elicitation, roots,
+        # log records) reaches the session that made the call (I17). Attached to the engine
+        # while :meth:`run` runs.
+        self.logs = LogRelay(self.catalog, self.sessions, can_push=self.notifier.can_push)
+        self.relay = Relay(on_log=self.logs.deliver, bindings=self.sessions.bindings)
+        self.exchanges = Exchanges(self.relay, deadline_s=self.catalog.operation_deadline_s)
+        self.forwarder = Forwarder(
+            self.catalog, authority, self.sessions, relay=self.relay, exchanges=self.exchanges, logs=self.logs
         )
+        self.completer = Completer(self.forwarder)
+        with warnings.catch_warnings():
+            # Registering logging/setLevel is how the SDK advertises ``logging``; it warns that
+            # the feature is deprecated in 2026-07-28, where clients opt in per request instead.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            self.server = GatewayServer(
+                "mcp-reconciler",
+                version=__version__,
+                instructions="A gateway over several MCP servers; names are <source>__<name>.",
+                on_list_tools=self.listing.list_tools,
+                on_call_tool=self._call_tool,
+                on_list_resources=self.listing.list_resources,
+                on_list_resource_templates=self.listing.list_templates,
+                on_read_resource=self.forwarder.read_resource,
+                on_list_prompts=self.listing.list_prompts,
+                on_get_prompt=self.forwarder.get_prompt,
+                on_subscriptions_listen=self._listen,
+                on_completion=self.completer.complete,
+                on_set_logging_level=self.logs.set_level,
+                # O(1) schema lookup for the SDK's per-call header check in the 2026 era; without
+                # it the SDK runs our whole tools/list (O(granted names)) before every call.
+                get_tool_input_schema=self.listing.tool_input_schema,
+            )
         self.server.middleware.append(self.sessions.bind_at_handshake)
         # Subscribed for the front door's lifetime (it lives as long as the engine it serves).
         authority.on_removed(self.forget_session)
@@ -113,8 +134,17 @@ class FrontDoor:
         return self.sessions.bindings
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The per-session notifier; run it in the owner's task group for the server's lifetime."""
-        await self.notifier.run(task_status=task_status)
+        """The per-session notifier, the relay's exchanges and log pumps; run it in the owner's
+        task group for the server's lifetime. While it runs, the front door answers what
+        upstream servers start (the relay is attached to the engine)."""
+        detach = self.catalog.attach_peer(self.relay)
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.exchanges.run)
+                await tg.start(self.logs.run)
+                await self.notifier.run(task_status=task_status)
+        finally:
+            detach()
 
     def gate_pushes(self, gate: PushGate) -> None:
         """Called once by the HTTP layer: hold legacy pushes until ``gate`` reports the client's
@@ -133,7 +163,7 @@ class FrontDoor:
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         if self.control is not None and params.name in self.control.names:
             binding = self.sessions.binding(ctx)
             if self.may_use_control_tools(binding):

@@ -12,11 +12,17 @@ call maps to the same, the source's own ``timeouts.call_s`` running out maps to
 ``deadline_exceeded``, and anything else goes through ``api.errors.to_mcp_error``.
 
 Progress is relayed in order and all of it before the result, with a bounded backlog
-(:data:`PROGRESS_BACKLOG`): an upstream flooding a slow client costs bounded memory."""
+(:data:`PROGRESS_BACKLOG`): an upstream flooding a slow client costs bounded memory.
+
+What the upstream starts while serving the operation (sampling, elicitation, roots, log
+records) is attributed to it through the ``relay`` (the operation is registered for its
+duration) and reaches this caller only; log records still being relayed are delivered before
+the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
+passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
+held exchange (``exchanges``)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,11 +31,24 @@ import anyio
 import mcp_types as types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
-from mcp.shared.dispatcher import ProgressFnT
 
 from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
+from mcp_reconciler.api.frontdoor.exchanges import Exchanges
+from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
+from mcp_reconciler.api.frontdoor.progress import PROGRESS_KEYS, progress_token, send_with_progress
+from mcp_reconciler.api.frontdoor.relay import Relay, RelayError
 from mcp_reconciler.api.frontdoor.revisions import DRIFT_META, REVISION_META, choose_generation
+from mcp_reconciler.api.frontdoor.rounds import (
+    HELD_PREFIX,
+    INTERACTIVE,
+    SEALED_PREFIX,
+    Retry,
+    Sealed,
+    StateSeal,
+    answer_input_required,
+    invalid_state,
+)
 from mcp_reconciler.api.frontdoor.sessions import Sessions
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
@@ -42,11 +61,11 @@ _operation_duration = telemetry.meter.create_histogram(
     "frontdoor.operation.duration", unit="s", description="Downstream operations (call/read/get), by kind and outcome"
 )
 
-PROGRESS_BACKLOG = 1024  # progress notifications buffered per forwarded call
 _SPEC_META_PREFIX = "io.modelcontextprotocol/"
 
-#: Builds the upstream request for a resolved entry, given the ``_meta`` that may travel.
-RequestBuilder = Callable[[CatalogEntry, Any], Any]
+#: Builds the upstream request for a resolved entry, given the ``_meta`` that may travel and the
+#: extra params of a multi-round retry (``input_responses``, ``request_state``).
+RequestBuilder = Callable[[CatalogEntry, Any, dict[str, Any]], Any]
 
 
 class Forwarder:
@@ -54,50 +73,66 @@ class Forwarder:
     docstring). Every operation is traced: a ``frontdoor.operation`` span and a duration
     histogram by kind and outcome."""
 
-    def __init__(self, catalog: CatalogAccess, authority: Authority, sessions: Sessions) -> None:
+    def __init__(
+        self,
+        catalog: CatalogAccess,
+        authority: Authority,
+        sessions: Sessions,
+        *,
+        relay: Relay,
+        exchanges: Exchanges,
+        logs: LogRelay,
+        seal: StateSeal | None = None,
+    ) -> None:
         self._catalog = catalog
         self._authority = authority
         self._sessions = sessions
+        self._relay = relay
+        self._exchanges = exchanges
+        self._logs = logs
+        self._seal = seal or StateSeal()
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """``tools/call``, forwarded under the tool's upstream name."""
         return await self.forward(  # type: ignore[no-any-return]
             ctx,
             EntryKind.TOOL,
             params.name,
-            params.meta,
-            lambda e, m: types.CallToolRequest(
-                params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m)
+            params,
+            lambda e, m, x: types.CallToolRequest(
+                params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
             ),
             types.CallToolResult,
         )
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
         """``resources/read``, forwarded to the source that serves the URI."""
         return await self.forward(  # type: ignore[no-any-return]
             ctx,
             EntryKind.RESOURCE,
             str(params.uri),
-            params.meta,
-            lambda e, m: types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=params.uri, _meta=m)),
+            params,
+            lambda e, m, x: types.ReadResourceRequest(
+                params=types.ReadResourceRequestParams(uri=params.uri, _meta=m, **x)
+            ),
             types.ReadResourceResult,
         )
 
     async def get_prompt(
         self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
-    ) -> types.GetPromptResult:
+    ) -> types.GetPromptResult | types.InputRequiredResult:
         """``prompts/get``, forwarded under the prompt's upstream name."""
         return await self.forward(  # type: ignore[no-any-return]
             ctx,
             EntryKind.PROMPT,
             params.name,
-            params.meta,
-            lambda e, m: types.GetPromptRequest(
-                params=types.GetPromptRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m)
+            params,
+            lambda e, m, x: types.GetPromptRequest(
+                params=types.GetPromptRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
             ),
             types.GetPromptResult,
         )
@@ -107,17 +142,25 @@ class Forwarder:
         ctx: ServerRequestContext[Any],
         kind: EntryKind,
         name: str,
-        meta: Mapping[str, Any] | None,
+        params: Any,
         build: RequestBuilder,
         result_type: type[Any],
+        *,
+        op: str | None = None,
+        shortcut: Callable[[UpstreamConnection], Any] | None = None,
     ) -> Any:
         """Run one operation on the exposed ``name`` of ``kind`` and return the upstream's result
-        with the gateway's ``_meta``; raises a sanitized ``MCPError`` otherwise."""
+        with the gateway's ``_meta``; raises a sanitized ``MCPError`` otherwise. ``params`` is
+        the downstream request's params (its ``_meta``, and its ``input_responses`` and
+        ``request_state`` when it retries a multi-round exchange); ``op`` names the operation in
+        telemetry (default: the kind); ``shortcut(conn)``, when it returns a result, answers
+        without asking the upstream (e.g. a source without the capability)."""
+        label = op or kind.value
         t0 = anyio.current_time()
         outcome = "ok"
-        with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": kind.value}) as span:
+        with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": label}) as span:
             try:
-                result = await self._forward(ctx, kind, name, meta, build, result_type)
+                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut)
                 meta_out = result.meta or {}
                 span.set_attribute("revision", meta_out.get(REVISION_META, -1))
                 return result
@@ -131,49 +174,161 @@ class Forwarder:
                 outcome = "cancelled"
                 raise
             finally:
-                _operation_duration.record(anyio.current_time() - t0, {"kind": kind.value, "outcome": outcome})
+                _operation_duration.record(anyio.current_time() - t0, {"kind": label, "outcome": outcome})
 
     async def _forward(
         self,
         ctx: ServerRequestContext[Any],
         kind: EntryKind,
         name: str,
-        meta: Mapping[str, Any] | None,
+        params: Any,
         build: RequestBuilder,
         result_type: type[Any],
+        shortcut: Callable[[UpstreamConnection], Any] | None,
     ) -> Any:
         binding = self._sessions.binding(ctx)
-        live = choose_generation(self._catalog, ctx, binding.session, meta)
+        meta: Mapping[str, Any] | None = params.meta
+        responses = getattr(params, "input_responses", None)
+        state = getattr(params, "request_state", None)
+        sealed: Sealed | None = None
+        if state is not None:
+            if state.startswith(HELD_PREFIX):
+                # A 2026 client's retry of a held exchange: the exchange holds its own pin.
+                exchange_revision: int | None = None
+                try:
+                    result, exchange = await self._exchanges.resume(binding, ctx, kind, name, state, responses)
+                    exchange_revision = exchange.revision
+                except Exception as exc:
+                    raise self._client_error(exc, None, exchange_revision) from None
+                return self._finish(result, exchange.revision, exchange.drifted)
+            if not state.startswith(SEALED_PREFIX):
+                raise invalid_state()  # the gateway hands out no other request_state
+            sealed = self._seal.open(binding.session.id, state)
+        live = choose_generation(
+            self._catalog, ctx, binding.session, meta, prefer=sealed.revision if sealed is not None else None
+        )
         conn: Any = None
         try:
             resolved = self._authority.resolve(binding.session, live.generation, kind, name)
             entry = resolved.entry
-            state = live.generation.source_state(entry.source)
-            conn = state.connection if state is not None else None
+            if sealed is not None and sealed.source != entry.source:
+                raise invalid_state()
+            state_ = live.generation.source_state(entry.source)
+            conn = state_.connection if state_ is not None else None
             if not isinstance(conn, UpstreamConnection) or not conn.alive:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
-            request = build(entry, forwardable(meta))
-            async with live.operation(deadline_s=self._catalog.operation_deadline_s):
-                call_s = call_timeout(conn)
-                if progress_token(meta) is None:
-                    result = await conn.send(request, result_type, timeout_s=call_s)
-                else:
-                    result = await send_with_progress(conn, request, result_type, ctx, call_s)
-        except MCPError as exc:
+            answer = shortcut(conn) if shortcut is not None else None
+            if answer is not None:
+                return self._finish(answer, live.revision, resolved.drifted)
+            up_meta = forwardable(meta)
+            if not conn.legacy:
+                level = self._logs.call_level(binding, meta)
+                if level is not None:  # 2026-era upstreams send records only to requests that opt in
+                    up_meta = {**(up_meta or {}), LOG_LEVEL_META: level}
+            extra: dict[str, Any] = {}
+            if responses is not None:
+                extra["input_responses"] = responses
+            if sealed is not None and sealed.upstream_state is not None:
+                extra["request_state"] = sealed.upstream_state
+            request = build(entry, up_meta, extra)
+            call_s = call_timeout(conn)
+            interactive = INTERACTIVE.get(result_type)
+            if interactive is not None and binding.era == "modern" and conn.legacy:
+                # The upstream may send real requests mid-call; a 2026 client can only take them
+                # as an InputRequiredResult, so the call runs as a held exchange.
+                result = await self._exchanges.start(
+                    binding,
+                    ctx,
+                    conn,
+                    live,
+                    request,
+                    result_type,
+                    kind=kind,
+                    name=name,
+                    drifted=resolved.drifted,
+                    timeout_s=call_s,
+                )
+            else:
+                rtype = interactive if interactive is not None and not conn.legacy else result_type
+                async with live.operation(deadline_s=self._catalog.operation_deadline_s):
+                    with self._relay.call(binding, ctx, conn) as call:
+                        result = await self._send(conn, request, rtype, ctx, meta, call_s)
+                        if isinstance(result, types.InputRequiredResult):
+                            retry = self._retrier(conn, entry, build, up_meta, rtype, ctx, meta, call_s)
+                            result = await answer_input_required(
+                                self._relay,
+                                self._seal,
+                                binding,
+                                ctx,
+                                call,
+                                conn,
+                                entry.source,
+                                live.revision,
+                                result,
+                                retry,
+                            )
+                        await call.settle()
+        except Exception as exc:
+            raise self._client_error(exc, conn, live.revision) from None
+        return self._finish(result, live.revision, resolved.drifted)
+
+    async def _send(
+        self,
+        conn: UpstreamConnection,
+        request: Any,
+        result_type: Any,
+        ctx: ServerRequestContext[Any],
+        meta: Mapping[str, Any] | None,
+        call_s: float | None,
+    ) -> Any:
+        if progress_token(meta) is None:
+            return await conn.send(request, result_type, timeout_s=call_s)
+        return await send_with_progress(conn, request, result_type, ctx, call_s)
+
+    def _retrier(
+        self,
+        conn: UpstreamConnection,
+        entry: CatalogEntry,
+        build: RequestBuilder,
+        up_meta: Any,
+        rtype: Any,
+        ctx: ServerRequestContext[Any],
+        meta: Mapping[str, Any] | None,
+        call_s: float | None,
+    ) -> Retry:
+        """Sends the upstream request again with a round's answers and the upstream's state."""
+
+        async def retry(answers: types.InputResponses | None, upstream_state: str | None) -> Any:
+            extra: dict[str, Any] = {}
+            if answers is not None:
+                extra["input_responses"] = answers
+            if upstream_state is not None:
+                extra["request_state"] = upstream_state
+            return await self._send(conn, build(entry, up_meta, extra), rtype, ctx, meta, call_s)
+
+        return retry
+
+    def _client_error(self, exc: BaseException, conn: Any, revision: int | None) -> MCPError:
+        """The sanitized downstream-facing error for ``exc`` (I12)."""
+        if isinstance(exc, RelayError):
+            return exc  # the gateway's own words, or the downstream client's own answer
+        if isinstance(exc, MCPError):
             if exc.error.code == types.REQUEST_TIMEOUT:
                 # The source's own call timeout (``timeouts.call_s``) ran out; the SDK already
                 # cancelled the upstream request.
-                raise to_mcp_error(OperationDeadlineError(call_timeout(conn) or 0.0), revision=live.revision) from None
+                return to_mcp_error(OperationDeadlineError(call_timeout(conn) or 0.0), revision=revision)
             if connection_lost(exc, conn):
                 # The SDK's own "Connection closed", not upstream text: the upstream died under the call.
                 log.info("upstream %s: connection lost during a call", getattr(conn, "source", "?"))
-                raise to_mcp_error(UpstreamUnavailable(), revision=live.revision) from None
-            raise to_mcp_error(exc, revision=live.revision) from None
-        except Exception as exc:
-            raise to_mcp_error(exc, revision=live.revision) from None
+                return to_mcp_error(UpstreamUnavailable(), revision=revision)
+            return to_mcp_error(exc, revision=revision)
+        return to_mcp_error(exc, revision=revision)
+
+    @staticmethod
+    def _finish(result: Any, revision: int, drifted: bool) -> Any:
         out_meta = {k: v for k, v in (result.meta or {}).items() if not k.startswith(_SPEC_META_PREFIX)}
-        out_meta[REVISION_META] = live.revision
-        if resolved.drifted:
+        out_meta[REVISION_META] = revision
+        if drifted:
             out_meta[DRIFT_META] = True
         return result.model_copy(update={"meta": out_meta})
 
@@ -183,37 +338,6 @@ def call_timeout(conn: Any) -> float | None:
     timeouts = conn.spec.transport.get("timeouts") if isinstance(conn, UpstreamConnection) else None
     value = timeouts.get("call_s") if timeouts else None
     return float(value) if value is not None else None
-
-
-async def send_with_progress(
-    conn: UpstreamConnection,
-    request: Any,
-    result_type: type[Any],
-    ctx: ServerRequestContext[Any],
-    timeout_s: float | None = None,
-) -> Any:
-    """Forward ``request`` and relay the upstream's progress to the caller, in order, all of it
-    before the result. The SDK runs each progress callback as its own task; they only enqueue
-    (synchronously, in arrival order) and one pump relays, drained before the result returns.
-    Progress arriving after the upstream's result has nowhere to go and is dropped, and so is
-    progress beyond a bounded backlog (an upstream flooding a slow client costs bounded memory;
-    what is relayed stays in order)."""
-    send, receive = anyio.create_memory_object_stream[tuple[float, float | None, str | None]](PROGRESS_BACKLOG)
-
-    async def enqueue(progress: float, total: float | None, message: str | None) -> None:
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.WouldBlock):
-            send.send_nowait((progress, total, message))
-
-    async def pump() -> None:
-        async with receive:
-            async for progress, total, message in receive:
-                await ctx.session.report_progress(progress, total, message)
-
-    callback: ProgressFnT = enqueue
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(pump)
-        with send:  # closing it lets the pump drain and end
-            return await conn.send(request, result_type, timeout_s=timeout_s, progress_callback=callback)
 
 
 def connection_lost(exc: MCPError, conn: Any) -> bool:
@@ -227,18 +351,6 @@ def connection_lost(exc: MCPError, conn: Any) -> bool:
     )
 
 
-#: The SDK hands request ``_meta`` to handlers with the progress token under its Python name
-#: (``progress_token``); the wire name is accepted too, for callers that build ``_meta`` by hand.
-_PROGRESS_KEYS = ("progress_token", "progressToken")
-
-
-def progress_token(meta: Mapping[str, Any] | None) -> Any:
-    """The caller's progress token in request ``_meta``, if it asked for progress."""
-    if not meta:
-        return None
-    return next((meta[k] for k in _PROGRESS_KEYS if meta.get(k) is not None), None)
-
-
 def forwardable(meta: Mapping[str, Any] | None) -> Any:
     """Request ``_meta`` safe to pass upstream: no progress token (the upstream session mints
     its own; forwarding the downstream's would route the upstream's progress to whichever
@@ -248,6 +360,6 @@ def forwardable(meta: Mapping[str, Any] | None) -> Any:
     out = {
         k: v
         for k, v in dict(meta).items()
-        if k not in _PROGRESS_KEYS and not k.startswith(_SPEC_META_PREFIX) and not k.startswith("io.mcp-reconciler/")
+        if k not in PROGRESS_KEYS and not k.startswith(_SPEC_META_PREFIX) and not k.startswith("io.mcp-reconciler/")
     }
     return out or None

@@ -55,11 +55,18 @@ def parse_revision(value: object, *, text: bool) -> int:
 
 
 def choose_generation(
-    catalog: CatalogAccess, ctx: ServerRequestContext[Any], session: Session, meta: Mapping[str, Any] | None
+    catalog: CatalogAccess,
+    ctx: ServerRequestContext[Any],
+    session: Session,
+    meta: Mapping[str, Any] | None,
+    *,
+    prefer: int | None = None,
 ) -> LiveGeneration:
-    """The live generation this request runs on (precedence in the module docstring). Raises an
-    ``MCPError``: ``invalid_revision`` (not an integer), ``revision_unavailable`` (not live),
-    ``closed`` (the engine is shutting down) or ``starting`` (nothing published yet, retryable)."""
+    """The live generation this request runs on (precedence in the module docstring; ``prefer``
+    — the revision a multi-round exchange started on — comes after the session's pin and is
+    used only while it is live). Raises an ``MCPError``: ``invalid_revision`` (not an integer),
+    ``revision_unavailable`` (not live), ``closed`` (the engine is shutting down) or
+    ``starting`` (nothing published yet, retryable)."""
     wanted: Any = (meta or {}).get(REVISION_META)
     header = header_revision(ctx)
     revision: int | None
@@ -74,6 +81,11 @@ def choose_generation(
             return catalog.get(revision)
         except Exception as exc:
             raise to_mcp_error(exc) from None
+    if prefer is not None and not catalog.closed:
+        try:
+            return catalog.get(prefer)
+        except Exception:
+            pass  # retired meanwhile: the current generation serves the retry
     if catalog.closed:
         raise to_mcp_error(ReconcilerClosedError())
     live = catalog.current()

@@ -65,6 +65,7 @@ class Binding:
     notifications: int = 0
     control_tools: bool = False
     operator: bool = False
+    log_level: str | None = None  # legacy ``logging/setLevel``; ``None``: every record (see ``logs``)
 
 
 def local_identity(grants: GrantSet) -> McpIdentity:

@@ -8,6 +8,7 @@ function the gateway calls. When an SDK release moves one of them, this file say
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import socket
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -23,6 +24,7 @@ from mcp.server.connection import Connection
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.message import ServerMessageMetadata
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -268,3 +270,118 @@ async def test_mcp_http_client_has_the_sdk_transport_defaults() -> None:
     async with sdk_compat.mcp_http_client({"MCP-Reconciler-Revision": "7"}) as http:
         assert http.headers["MCP-Reconciler-Revision"] == "7"
         assert http.timeout.read == 300.0 and http.timeout.connect == 30.0
+
+
+# -- 5. ServerSession._request_outbound (a request under our id, on the request's stream) ------
+
+
+async def _no_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=[])  # the client's hidden tools/list before a call
+
+
+class Asker:
+    """A server whose tool asks the client to sample through ``sdk_compat.request_channel``
+    under an id it chose; when the call is cancelled it withdraws the request on the standalone
+    channel (what the relay does)."""
+
+    def __init__(self) -> None:
+        self.server: Server[Any] = Server("asker", version="1", on_call_tool=self._call_tool, on_list_tools=_no_tools)
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        request_id = f"gw-relay-{params.name}"
+        message = {"role": "user", "content": {"type": "text", "text": params.name}}
+        try:
+            raw = await sdk_compat.request_channel(ctx).send_raw_request(
+                "sampling/createMessage", {"messages": [message], "maxTokens": 5}, {"request_id": request_id}
+            )
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await sdk_compat.push_cancelled(sdk_compat.connection_of(ctx), request_id, "call ended")
+            raise
+        return types.CallToolResult(content=[types.TextContent(type="text", text=raw["content"]["text"])])
+
+
+async def test_request_channel_sends_our_request_id_and_a_withdrawal_reaches_the_client() -> None:
+    ids: list[Any] = []
+    started, cancelled = anyio.Event(), anyio.Event()
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        ids.append(context.request_id)
+        if params.messages[0].content.text == "hold":  # type: ignore[union-attr]
+            started.set()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                cancelled.set()
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="ok"), model="m")
+
+    asker = Asker()
+    manager = sdk_compat.GatewaySessionManager(
+        asker.server, security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
+    async with served(manager) as url, Client(url, mode="legacy", sampling_callback=sampling) as client:
+        result = await client.call_tool("ask", {})
+        assert result.content[0].text == "ok"  # type: ignore[union-attr]
+        assert ids == ["gw-relay-ask"], "the request went out under the id the gateway chose"
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "hold", {})
+                await started.wait()
+                tg.cancel_scope.cancel()  # the client abandons the call; its stream closes
+            await cancelled.wait()  # the withdrawal on the standalone stream reached the client
+
+
+def test_request_channel_names_the_private_when_it_is_gone() -> None:
+    ctx: Any = SimpleNamespace(session=object())
+    with pytest.raises(sdk_compat.SDKChangedError, match=r"ServerSession\._request_outbound"):
+        sdk_compat.request_channel(ctx)
+
+
+# -- 6. the streamable-HTTP client delivers a request's messages in the sender's context -------
+
+CALL: contextvars.ContextVar[str | None] = contextvars.ContextVar("compat_call", default=None)
+
+
+async def test_http_client_callbacks_run_in_the_context_of_the_call_whose_stream_carried_them() -> None:
+    """The relay attributes an upstream's request and log record to the call whose response
+    stream carried it by a ContextVar set around the send: the streamable-HTTP client must run
+    the sampling and logging callbacks in a copy of the sending task's context. Messages on the
+    standalone stream carry no call."""
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        related = ctx.request_id if params.name == "related" else None
+        await ctx.session.send_notification(
+            types.LoggingMessageNotification(params=types.LoggingMessageNotificationParams(level="info", data="x")),
+            related_request_id=related,
+        )
+        message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="q"))
+        request = types.CreateMessageRequest(params=types.CreateMessageRequestParams(messages=[message], max_tokens=5))
+        await ctx.session.send_request(
+            request, types.CreateMessageResult, metadata=ServerMessageMetadata(related_request_id=related)
+        )
+        return types.CallToolResult(content=[])
+
+    seen: list[tuple[str, str | None]] = []
+
+    async def sampling(context: Any, params: Any) -> Any:
+        seen.append(("sampling", CALL.get()))
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="a"), model="m")
+
+    async def logging_callback(params: Any) -> None:
+        seen.append(("log", CALL.get()))
+
+    server: Server[Any] = Server("ctx", version="1", on_call_tool=call_tool, on_list_tools=_no_tools)
+    manager = sdk_compat.GatewaySessionManager(
+        server, security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
+    async with served(manager) as url:
+        async with Client(url, mode="legacy", sampling_callback=sampling, logging_callback=logging_callback) as c:
+            for name in ("related", "standalone"):
+                token = CALL.set(name)
+                try:
+                    await c.call_tool(name, {})
+                finally:
+                    CALL.reset(token)
+    related = [who for kind, who in seen[:2]]
+    assert related == ["related", "related"], "a message on the call's own stream runs in the call's context"
+    assert [who for kind, who in seen[2:]] == [None, None], "standalone-stream messages carry no call"
