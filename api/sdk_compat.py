@@ -110,6 +110,12 @@ async def push_list_changed(conn: Connection, kinds: Iterable[EntryKind]) -> Non
         await conn.send_prompt_list_changed()
 
 
+async def push_resource_updated(conn: Connection, uri: str) -> None:
+    """Push ``notifications/resources/updated`` for ``uri`` on ``conn`` (best effort, like
+    :func:`push_list_changed`)."""
+    await conn.send_resource_updated(uri)
+
+
 # -- 2 and 3. the streamable-HTTP session manager ----------------------------------------------
 
 

@@ -42,6 +42,7 @@ from pydantic_core import PydanticCustomError
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig, UpstreamOAuthConfig
+from mcp_reconciler.reconciler.uris import URI_PREFIX
 
 __all__ = [
     "ConfigError",
@@ -292,6 +293,9 @@ class SourceConfig(_Frozen):
     sse: SseTransportConfig | None = None
     watch: tuple[str, ...] = ()
     prefix: str | None = None
+    # Prepended to the source's resource URIs and templates (reconciler/uris.py): two sources
+    # serving the same URI stay apart, e.g. "notes+" serves note://x as notes+note://x.
+    uri_prefix: str | None = None
     poll_seconds: float | None = Field(default=None, ge=1.0)
     timeouts: TimeoutsConfig | None = None
 
@@ -310,6 +314,16 @@ class SourceConfig(_Frozen):
     def _check_prefix(cls, value: str | None) -> str | None:
         if value is not None and not _PREFIX_PATTERN.fullmatch(value):
             raise PydanticCustomError("source_prefix", "a prefix is at most 64 characters of A-Z a-z 0-9 _ . -")
+        return value
+
+    @field_validator("uri_prefix")
+    @classmethod
+    def _check_uri_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not URI_PREFIX.fullmatch(value):
+            raise PydanticCustomError(
+                "uri_prefix",
+                "a uri_prefix is 1..64 characters of A-Z a-z 0-9 + . - _ : / ~ (e.g. 'notes+')",
+            )
         return value
 
     @field_validator("watch")
@@ -658,6 +672,7 @@ def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[
         name=src.name,
         transport=transport,
         prefix=src.prefix,
+        uri_prefix=src.uri_prefix,
         watch=tuple(os.path.normpath(os.path.join(base_dir, pattern)) for pattern in src.watch),
         poll_seconds=src.poll_seconds,
     )

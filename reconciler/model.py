@@ -36,31 +36,32 @@ class SourceSpec:
     ``transport`` is opaque to the engine (the upstream layer interprets it); it is deep-frozen
     and digested so that any change to command, args, env, url or headers changes ``digest``.
     ``prefix`` is the exposed-name prefix for tools and prompts: ``None`` means the default
-    ``"<name>__"``, ``""`` means no prefix."""
+    ``"<name>__"``, ``""`` means no prefix. ``uri_prefix`` is prepended to the source's resource
+    URIs and URI templates (``reconciler/uris.py``); ``None`` leaves them as the upstream
+    sends them, and then it is not part of ``digest`` (digests of sources without one are
+    unchanged)."""
 
     name: str
     transport: Mapping[str, Any] = field(default_factory=dict)
     prefix: str | None = None
     watch: tuple[str, ...] = ()
     poll_seconds: float | None = None
+    uri_prefix: str | None = None
     digest: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "transport", freeze(dict(self.transport)))
         object.__setattr__(self, "watch", tuple(self.watch))
         if not self.digest:
-            object.__setattr__(
-                self,
-                "digest",
-                digest_json(
-                    {
-                        "name": self.name,
-                        "transport": self.transport,
-                        "prefix": self.prefix,
-                        "watch": self.watch,
-                    }
-                ),
-            )
+            parts: dict[str, Any] = {
+                "name": self.name,
+                "transport": self.transport,
+                "prefix": self.prefix,
+                "watch": self.watch,
+            }
+            if self.uri_prefix:
+                parts["uri_prefix"] = self.uri_prefix
+            object.__setattr__(self, "digest", digest_json(parts))
 
     @property
     def effective_prefix(self) -> str:

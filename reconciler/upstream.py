@@ -4,7 +4,9 @@ An :class:`UpstreamConnection` is one live MCP client session to a source, held 
 in its owner's task group (structured concurrency: the owner awaits it). It turns the upstream's
 ``list_changed`` notifications — pushed (2025-11-25) or over ``subscriptions/listen``
 (2026-07-28) — and its death into dirty marks for its source, but only while it is the current
-connection for that source; notifications from superseded connections are ignored.
+connection for that source; notifications from superseded connections are ignored. Whoever
+holds resource subscriptions on a connection registers for its pushed
+``notifications/resources/updated`` (:meth:`UpstreamConnection.on_resource_updated`).
 
 :class:`UpstreamReader` implements the engine's ``SourceReader``: it reuses a healthy
 connection whose spec and watched inputs are unchanged and opens a new one otherwise."""
@@ -88,6 +90,7 @@ class UpstreamConnection:
         self._death_reported = False
         self.protocol_version: str | None = None
         self.capabilities: types.ServerCapabilities | None = None
+        self._update_listeners: dict[object, Callable[[UpstreamConnection, str], None]] = {}
 
     @property
     def connection_id(self) -> str:
@@ -150,6 +153,12 @@ class UpstreamConnection:
         self._stop.set()
         await self._done.wait()
 
+    @property
+    def legacy(self) -> bool:
+        """Whether this connection speaks the 2025-11-25 era (sessions, server→client requests)
+        rather than 2026-07-28 (``InputRequiredResult`` instead of server→client requests)."""
+        return (self.protocol_version or "").startswith("2025")
+
     async def send(
         self,
         request: Any,
@@ -170,6 +179,14 @@ class UpstreamConnection:
             self.dead = True
             self._emit("dead")
             raise UpstreamUnavailableError(type(exc).__name__) from exc
+
+    def on_resource_updated(self, listener: Callable[[UpstreamConnection, str], None]) -> Callable[[], None]:
+        """Call ``listener(self, uri)`` for every ``notifications/resources/updated`` the server
+        sends (2026-era copies of listen-stream events included: the SDK tees them here too);
+        returns an idempotent remover. Listeners must not block or raise."""
+        token = object()
+        self._update_listeners[token] = listener
+        return lambda: self._update_listeners.pop(token, None) and None
 
     def _transport_ended(self) -> None:
         """The transport's read stream ended: the upstream process exited or the stream dropped."""
@@ -206,6 +223,9 @@ class UpstreamConnection:
             self._emit("resources")
         elif isinstance(message, types.PromptListChangedNotification):
             self._emit("prompts")
+        elif isinstance(message, types.ResourceUpdatedNotification):
+            for listener in list(self._update_listeners.values()):
+                listener(self, str(message.params.uri))
         elif isinstance(message, Exception):
             log.info("upstream %s transport error: %s", self._id, type(message).__name__)
 

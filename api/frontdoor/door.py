@@ -12,7 +12,7 @@ constructor and exposes handlers, registered on the server here."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -25,14 +25,33 @@ from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions, Transport
+from mcp_reconciler.api.frontdoor.subscriptions import ResourceSubscriptions
 from mcp_reconciler.api.version import __version__
 from mcp_reconciler.reconciler.authority import Authority, GrantPolicy
 from mcp_reconciler.reconciler.engine import Engine
 
+#: Adjusts the capabilities the SDK derives from the registered handlers: ``(capabilities,
+#: protocol_version)`` → what to advertise (``protocol_version`` is ``None`` at the 2025 handshake).
+CapabilitiesHook = Callable[[types.ServerCapabilities, str | None], types.ServerCapabilities]
+
 
 class GatewayServer(Server[Any]):
     """Advertises ``listChanged`` for tools, resources and prompts to legacy clients, even when
-    the transport asks for initialization options without arguments (SDK pitfall)."""
+    the transport asks for initialization options without arguments (SDK pitfall), and lets the
+    front door say what it can serve right now (``capabilities``: e.g. ``resources.subscribe``
+    only while some source offers subscriptions)."""
+
+    def __init__(self, *args: Any, capabilities: CapabilitiesHook | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._capabilities_hook = capabilities
+
+    def get_capabilities(
+        self, *args: Any, protocol_version: str | None = None, **kwargs: Any
+    ) -> types.ServerCapabilities:
+        """The SDK's derivation, adjusted by the front door's hook (both eras: the handshake's
+        ``initialize`` and ``server/discover`` both come here)."""
+        caps = super().get_capabilities(*args, protocol_version=protocol_version, **kwargs)
+        return self._capabilities_hook(caps, protocol_version) if self._capabilities_hook is not None else caps
 
     def create_initialization_options(
         self, notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
@@ -71,6 +90,7 @@ class FrontDoor:
             self.catalog, authority, self.sessions, extra_tools=self.control.tools if self.control else ()
         )
         self.forwarder = Forwarder(self.catalog, authority, self.sessions)
+        self.subscriptions = ResourceSubscriptions(self.catalog, authority, self.sessions, self.notifier)
         self.server = GatewayServer(
             "mcp-reconciler",
             version=__version__,
@@ -80,12 +100,15 @@ class FrontDoor:
             on_list_resources=self.listing.list_resources,
             on_list_resource_templates=self.listing.list_templates,
             on_read_resource=self.forwarder.read_resource,
+            on_subscribe_resource=self.subscriptions.subscribe,
+            on_unsubscribe_resource=self.subscriptions.unsubscribe,
             on_list_prompts=self.listing.list_prompts,
             on_get_prompt=self.forwarder.get_prompt,
             on_subscriptions_listen=self._listen,
             # O(1) schema lookup for the SDK's per-call header check in the 2026 era; without it
             # the SDK runs our whole tools/list (O(granted names)) before every call.
             get_tool_input_schema=self.listing.tool_input_schema,
+            capabilities=self._capabilities,
         )
         self.server.middleware.append(self.sessions.bind_at_handshake)
 
@@ -95,8 +118,11 @@ class FrontDoor:
         return self.sessions.bindings
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The per-session notifier; run it in the owner's task group for the server's lifetime."""
-        await self.notifier.run(task_status=task_status)
+        """The per-session notifier and the resource subscriptions; run it in the owner's task
+        group for the server's lifetime."""
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.subscriptions.run)
+            await self.notifier.run(task_status=task_status)
 
     def gate_pushes(self, gate: PushGate) -> None:
         """Called once by the HTTP layer: hold legacy pushes until ``gate`` reports the client's
@@ -106,12 +132,14 @@ class FrontDoor:
     def touch(self) -> None:
         """Re-evaluate every session's view now (after grants change outside a publication)."""
         self.notifier.touch()
+        self.subscriptions.touch()
 
     def forget_session(self, session_id: str) -> None:
         """Drop every binding of a session that was deleted (its token no longer authenticates),
         closing their listen streams."""
         for key in self.sessions.forget(session_id):
             self.notifier.drop(key)
+            self.subscriptions.forget(key)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -123,4 +151,12 @@ class FrontDoor:
     async def _listen(
         self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
-        return await self.notifier.listen(self.sessions.binding(ctx), ctx, params)
+        binding = self.sessions.binding(ctx)
+        async with self.subscriptions.listening(binding, params) as held:  # resource subscriptions
+            return await self.notifier.listen(binding, ctx, held)
+
+    def _capabilities(self, caps: types.ServerCapabilities, protocol_version: str | None) -> types.ServerCapabilities:
+        if caps.resources is not None:
+            resources = caps.resources.model_copy(update={"subscribe": self.subscriptions.supported()})
+            caps = caps.model_copy(update={"resources": resources})
+        return caps
