@@ -325,8 +325,8 @@ class UpstreamSubscriptions:
             del self._placed[key]
         if held.remove_listener is not None:
             held.remove_listener()
+        uris = set(held.uris)
         self._end_stream(held)
-        uris, held.uris = set(held.uris), set()
         if held.conn.legacy:
             async with anyio.create_task_group() as tg:
                 for uri in uris:

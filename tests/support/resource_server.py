@@ -18,7 +18,9 @@ back to the 2025-11-25 handshake: the same server then tests the legacy upstream
 Tools: ``touch {uri}`` (announce an update), ``subs`` (what is held now: per URI how many
 connections subscribed, the URI sets of open listen streams, and the subscribe/unsubscribe
 request counts), ``link {uri}`` (a result with a resource link and an embedded resource for
-``uri``), ``crash`` (exit at once). Prompt ``embed {uri}``: a message embedding ``uri``.
+``uri``), ``crash`` (exit at once), ``set_uris {uris, template}`` (replace what is listed —
+the template only if ``template`` — and announce ``resources/list_changed``). Prompt
+``embed {uri}``: a message embedding ``uri``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged, ResourceUpdated
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from tests.support.legacy_only import serve_stdio_legacy_only
 from tests.support.upstream_server import CRASH_EXIT_CODE, serve_http, serve_stdio, write_pid_file
@@ -52,12 +55,22 @@ _TOOLS = [
         input_schema={"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]},
     ),
     types.Tool(name="crash", description="exit at once", input_schema={"type": "object"}),
+    types.Tool(
+        name="set_uris",
+        description="replace the listed resources (and drop the template unless template is true)",
+        input_schema={
+            "type": "object",
+            "properties": {"uris": {"type": "array", "items": {"type": "string"}}, "template": {"type": "boolean"}},
+            "required": ["uris"],
+        },
+    ),
 ]
 
 
 class ResourceServer:
     def __init__(self, uris: list[str], *, label: str, subscribe: bool) -> None:
         self.uris = uris
+        self.template = True
         self.label = label
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
@@ -97,9 +110,8 @@ class ResourceServer:
     async def _list_templates(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(
-            resource_templates=[types.ResourceTemplate(uri_template=TEMPLATE, name="note")]
-        )
+        templates = [types.ResourceTemplate(uri_template=TEMPLATE, name="note")] if self.template else []
+        return types.ListResourceTemplatesResult(resource_templates=templates)
 
     async def _read(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
@@ -179,6 +191,14 @@ class ResourceServer:
             )
         if params.name == "crash":
             os._exit(CRASH_EXIT_CODE)
+        if params.name == "set_uris":
+            self.uris = [str(u) for u in args["uris"]]
+            self.template = bool(args.get("template", False))
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                await self.bus.publish(ResourcesListChanged())
+            else:
+                await ctx.session.send_resource_list_changed()
+            return _text({"uris": self.uris, "template": self.template})
         return types.CallToolResult(content=[types.TextContent(text="unknown tool")], is_error=True)
 
     async def _list_prompts(
