@@ -20,6 +20,11 @@ naming the attribute if an SDK release moves it:
    stream ids are unique only within a session, so a shared store can replay one session's
    notification into another. :class:`GatewaySessionManager` overrides the manager's admission
    hook (``_admit_session``) and gives each new transport its own store (``_event_store``).
+5. **A request whose result the SDK would reject.** A task-augmented ``tools/call`` is answered
+   with a ``CreateTaskResult``, but ``ClientSession.send_request`` validates every ``tools/call``
+   result as a ``CallToolResult`` and raises. :func:`send_raw_request` sends through the
+   session's stamp and dispatcher (``ClientSession._stamp``, ``._dispatcher``; the SDK's own
+   ``listen()`` does the same) and returns the raw result for the caller to validate.
 4. **An HTTP client with the MCP transports' defaults** (30 s connect/write/pool, 300 s read for
    held-open streams) for clients that must add headers: ``mcp.shared._httpx_utils`` is a
    private module. :func:`mcp_http_client` is used by the SDK's pinned runs and by tests.
@@ -34,11 +39,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx2
+from mcp import ClientSession
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.streamable_http import GET_STREAM_KEY, EventStore, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.inbound import MCP_NAME_HEADER, encode_header_value
 
 from mcp_reconciler.reconciler.model import EntryKind
 
@@ -114,6 +122,34 @@ async def push_resource_updated(conn: Connection, uri: str) -> None:
     """Push ``notifications/resources/updated`` for ``uri`` on ``conn`` (best effort, like
     :func:`push_list_changed`)."""
     await conn.send_resource_updated(uri)
+
+
+# -- 5. a request whose result the SDK would reject -----------------------------------------------
+
+
+async def send_raw_request(session: ClientSession, request: Any, *, timeout_s: float | None = None) -> dict[str, Any]:
+    """Send ``request`` (an ``mcp_types`` request model) on ``session`` exactly as
+    ``send_request`` would — protocol stamp, ``Mcp-Name`` header, timeout (``timeout_s``, else
+    the session's read timeout) — and return the raw result dict, unvalidated. Raises
+    ``MCPError`` for an error response, a timeout or a closed connection, like ``send_request``."""
+    try:
+        stamp = session._stamp
+        dispatcher = session._dispatcher
+        default_timeout = session._session_read_timeout_seconds
+    except AttributeError as exc:
+        raise SDKChangedError(f"ClientSession.{exc.name}") from None
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    opts: CallOptions = {}
+    stamp(data, opts)
+    key = type(request).name_param
+    name = (data.get("params") or {}).get(key) if key is not None else None
+    if isinstance(name, str):
+        opts.setdefault("headers", {}).setdefault(MCP_NAME_HEADER, encode_header_value(name))
+    timeout = timeout_s if timeout_s is not None else default_timeout
+    if timeout is not None:
+        opts["timeout"] = timeout
+    raw = await dispatcher.send_raw_request(data["method"], data.get("params"), opts)
+    return dict(raw)
 
 
 # -- 2 and 3. the streamable-HTTP session manager ----------------------------------------------

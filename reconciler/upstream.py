@@ -35,6 +35,7 @@ from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.errors import SourceReadError, UpstreamUnavailableError
 from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
+from mcp_reconciler.reconciler.task_support import honest_listing, runs_tool_tasks
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
 from mcp_reconciler.reconciler.transports import transport_for
@@ -377,13 +378,17 @@ class UpstreamReader:
                 raise UpstreamUnavailableError(f"{type(exc).__name__}: {exc}") from exc
             raise
         self._current[spec.name] = conn
+        # Never advertise what cannot be served: tools that need tasks this connection cannot run.
+        entries, task_diagnostics = honest_listing(
+            listing.entries, spec, self.bounds, runs_tasks=runs_tool_tasks(conn.protocol_version, conn.capabilities)
+        )
         return SourceState(
             source=spec.name,
             spec_digest=spec.digest,
-            entries=listing.entries,
+            entries=entries,
             built_at=time.time(),
             connection=conn,
-            diagnostics=listing.diagnostics,
+            diagnostics=listing.diagnostics + task_diagnostics,
             inputs_digest=inputs_digest,
         )
 

@@ -26,6 +26,7 @@ from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions, Transport
 from mcp_reconciler.api.frontdoor.subscriptions import ResourceSubscriptions
+from mcp_reconciler.api.frontdoor.tasks import Tasks
 from mcp_reconciler.api.version import __version__
 from mcp_reconciler.reconciler.authority import Authority, GrantPolicy
 from mcp_reconciler.reconciler.engine import Engine
@@ -91,6 +92,9 @@ class FrontDoor:
         )
         self.forwarder = Forwarder(self.catalog, authority, self.sessions)
         self.subscriptions = ResourceSubscriptions(self.catalog, authority, self.sessions, self.notifier)
+        self.tasks = Tasks(
+            self.catalog, authority, self.sessions, builtin=self.control.names if self.control else frozenset()
+        )
         self.server = GatewayServer(
             "mcp-reconciler",
             version=__version__,
@@ -111,6 +115,11 @@ class FrontDoor:
             capabilities=self._capabilities,
         )
         self.server.middleware.append(self.sessions.bind_at_handshake)
+        self.server.middleware.append(self.tasks.middleware)  # task-augmented tools/call (2025-11-25)
+        self.server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.tasks.get_task)
+        self.server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self.tasks.task_result)
+        self.server.add_request_handler("tasks/list", types.PaginatedRequestParams, self.tasks.list_tasks)
+        self.server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, self.tasks.cancel_task)
 
     @property
     def bindings(self) -> Mapping[str, Binding]:
@@ -118,10 +127,11 @@ class FrontDoor:
         return self.sessions.bindings
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The per-session notifier and the resource subscriptions; run it in the owner's task
-        group for the server's lifetime."""
+        """The per-session notifier, the resource subscriptions and task expiry; run it in the
+        owner's task group for the server's lifetime."""
         async with anyio.create_task_group() as tg:
             await tg.start(self.subscriptions.run)
+            await tg.start(self.tasks.run)
             await self.notifier.run(task_status=task_status)
 
     def gate_pushes(self, gate: PushGate) -> None:
@@ -140,12 +150,15 @@ class FrontDoor:
         for key in self.sessions.forget(session_id):
             self.notifier.drop(key)
             self.subscriptions.forget(key)
+        self.tasks.forget(session_id)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         if self.control is not None and params.name in self.control.names:
             return await self.control.call(params.name)
+        if self.tasks.runs_as_task(params.name):  # a tool that requires a task, called plainly
+            return await self.tasks.call_required(ctx, params, lambda c: self.forwarder.call_tool(c, params))
         return await self.forwarder.call_tool(ctx, params)
 
     async def _listen(
@@ -159,4 +172,7 @@ class FrontDoor:
         if caps.resources is not None:
             resources = caps.resources.model_copy(update={"subscribe": self.subscriptions.supported()})
             caps = caps.model_copy(update={"resources": resources})
+        legacy = protocol_version is None or protocol_version.startswith("2025")
+        if legacy and self.tasks.supported():  # tasks are not in the 2026-07-28 core (ADR 0015)
+            caps = caps.model_copy(update={"tasks": self.tasks.capability()})
         return caps
