@@ -15,7 +15,7 @@ It lists the resources ``--uris`` and the template ``note://{id}`` (reads answer
 back to the 2025-11-25 handshake: the same server then tests the legacy upstream path.
 ``--no-subscribe`` offers resources without subscriptions (no handlers, no listen).
 
-Tools: ``touch {uri}`` (announce an update), ``subs`` (what is held now: per URI how many
+Tools: ``touch {uri}`` (announce an update; answers the wall-clock time it was sent), ``subs`` (what is held now: per URI how many
 connections subscribed, the URI sets of open listen streams, and the subscribe/unsubscribe
 request counts), ``link {uri}`` (a result with a resource link and an embedded resource for
 ``uri``), ``crash`` (exit at once), ``set_uris {uris, template}`` (replace what is listed —
@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import anyio
@@ -146,7 +147,8 @@ class ResourceServer:
         finally:
             del self.streams[token]
 
-    async def _touch(self, uri: str) -> int:
+    async def _touch(self, uri: str) -> tuple[int, float]:
+        sent_at = time.time()  # wall clock: benchmarks compare it with other processes' receive times
         pushed = 0
         for session in list(self.pushed.get(uri, {}).values()):
             try:
@@ -155,7 +157,7 @@ class ResourceServer:
             except Exception:
                 pass
         await self.bus.publish(ResourceUpdated(uri=uri))
-        return pushed
+        return pushed, sent_at
 
     # -- tools and prompts -----------------------------------------------------------------------
 
@@ -169,7 +171,8 @@ class ResourceServer:
     ) -> types.CallToolResult:
         args = dict(params.arguments or {})
         if params.name == "touch":
-            return _text({"pushed": await self._touch(str(args["uri"]))})
+            pushed, sent_at = await self._touch(str(args["uri"]))
+            return _text({"pushed": pushed, "sent_at": sent_at})
         if params.name == "subs":
             return _text(
                 {
