@@ -37,12 +37,14 @@ def status_out(st: EngineStatus) -> wire.StatusOut:
                 consecutive_failures=s.consecutive_failures,
                 next_attempt_at=s.next_attempt_at,
                 diagnostics=s.diagnostics,
+                trust=s.trust,  # type: ignore[arg-type]  # "trusted" | "untrusted" from Trust
             )
             for s in st.sources
         ],
         entries=st.entries,
         diagnostics=[
-            wire.DiagnosticOut(code=d.code, source=d.source, name=d.name, message=d.message) for d in st.diagnostics
+            wire.DiagnosticOut(code=d.code, source=d.source, name=d.name, path=d.path, message=d.message)
+            for d in st.diagnostics
         ],
         diagnostics_total=st.diagnostics_total,
         retiring=[

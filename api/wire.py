@@ -31,12 +31,16 @@ class SourceOut(_Model):
     consecutive_failures: int = 0
     next_attempt_at: float | None = Field(default=None, description="throttled reconnect time (I8)")
     diagnostics: int = 0
+    trust: Literal["trusted", "untrusted"] | None = Field(
+        default=None, description="untrusted: the source's metadata is projected before it is served (I20)"
+    )
 
 
 class DiagnosticOut(_Model):
     code: str
     source: str | None = None
     name: str | None = None
+    path: str | None = Field(default=None, description="field path inside the entry's definition (metadata_*)")
     message: str
 
 

@@ -22,6 +22,14 @@ one-dirty publication while a pin keeps the previous generation alive (it is the
 not closed), averaged over a few generations; compared with the tracemalloc size of building
 all 10,000 entries. A reachability breakdown (objects reachable from the new generation and not
 from the old one, by sys.getsizeof) splits it into routing table vs entries vs the rest.
+
+Metadata projection (I20, adr/0010): the figures above use sources whose trust is decided by
+transport (the fake "stdio" specs: trusted, served verbatim with a provenance ``_meta``). A
+second phase builds two engines side by side — every source trusted vs every source untrusted
+(every definition projected) — and interleaves one-dirty refreshes between them (order
+alternating per round), so both see the same load; target: untrusted within 10 % of trusted,
+judged on the thread CPU time of each cycle (wall time on a shared box moves with others' load;
+both are printed).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from mcp_reconciler.reconciler.bounds import Bounds  # noqa: E402
 from mcp_reconciler.reconciler.catalog import make_entry, merge  # noqa: E402
 from mcp_reconciler.reconciler.desired import StaticDesiredState  # noqa: E402
 from mcp_reconciler.reconciler.model import EntryKind, SourceSpec, SourceState  # noqa: E402
+from mcp_reconciler.reconciler.projection import MetadataPolicy, Trust  # noqa: E402
 from mcp_reconciler.reconciler.reconcile import Reconciler  # noqa: E402
 
 N_SOURCES = 100
@@ -59,6 +68,9 @@ STEADY_CYCLES = 300  # one-dirty-only phase (full-GC tail without all-dirty chur
 MEM_GENERATIONS = 3  # one-dirty generations kept alive by pins for the memory figure (<= retiring_max)
 TARGET_ONE_MS = 20.0
 TARGET_RATIO = 10.0
+TRUST_ROUNDS = 30  # projection phase: interleaved rounds ...
+TRUST_PER_ROUND = 10  # ... of one-dirty cycles per engine -> 300 samples each
+TARGET_PROJECTION_OVERHEAD = 1.10
 
 
 # -- the fake upstream ---------------------------------------------------------------------------
@@ -141,8 +153,50 @@ class FakeReader:
         return state
 
 
-def specs() -> list[SourceSpec]:
-    return [SourceSpec(name=f"src{i:03d}", transport={"type": "stdio", "command": "fake"}) for i in range(N_SOURCES)]
+def specs(trust: Trust | None = None) -> list[SourceSpec]:
+    metadata = None if trust is None else MetadataPolicy(trust=trust)
+    return [
+        SourceSpec(name=f"src{i:03d}", transport={"type": "stdio", "command": "fake"}, metadata=metadata)
+        for i in range(N_SOURCES)
+    ]
+
+
+async def _projection_phase() -> dict:
+    """One-dirty cycles, every source trusted vs every source untrusted, interleaved."""
+    out: dict = {}
+    async with (
+        Reconciler(StaticDesiredState(specs(Trust.TRUSTED)), FakeReader(), bounds=Bounds(cooldown_s=0)) as trusted,
+        Reconciler(StaticDesiredState(specs(Trust.UNTRUSTED)), FakeReader(), bounds=Bounds(cooldown_s=0)) as untrusted,
+    ):
+        engines = {"trusted": trusted, "untrusted": untrusted}
+        for rec in engines.values():
+            assert (await rec.refresh(["all"])).status == "published"
+            for _ in range(5):
+                await time_refresh(rec, [DIRTY], 1)
+        samples: dict[str, list[float]] = {name: [] for name in engines}
+        cpu: dict[str, list[float]] = {name: [] for name in engines}
+        not_published = 0
+        gc.collect()
+        for r in range(TRUST_ROUNDS):
+            order = list(engines) if r % 2 == 0 else list(reversed(engines))
+            for name in order:
+                for _ in range(TRUST_PER_ROUND):
+                    c0 = time.thread_time_ns()
+                    dt, ok, _full = await time_refresh(engines[name], [DIRTY], 1)
+                    cpu[name].append((time.thread_time_ns() - c0) / 1e6)
+                    samples[name].append(dt)
+                    not_published += not ok
+        # the untrusted catalog really is projected and carries provenance
+        entry = untrusted.runtime.current.generation.tools[f"{DIRTY}__tool_000"]
+        assert entry.provenance is not None and entry.provenance.trust is Trust.UNTRUSTED
+        assert b"io.mcp-reconciler/provenance" in entry.raw and b'"trust":"untrusted"' in entry.raw
+        out = {name: summary(xs) for name, xs in samples.items()}
+        out["cpu"] = {name: summary(xs) for name, xs in cpu.items()}
+        out["not_published"] = not_published
+        out["overhead_median"] = out["untrusted"]["median"] / out["trusted"]["median"]
+        out["overhead_mean"] = out["untrusted"]["mean"] / out["trusted"]["mean"]
+        out["cpu_overhead_median"] = out["cpu"]["untrusted"]["median"] / out["cpu"]["trusted"]["median"]
+    return out
 
 
 # -- reachability breakdown ----------------------------------------------------------------------
@@ -442,6 +496,7 @@ def run() -> dict:
     gc.collect()
     t_start = time.perf_counter()
     raw = anyio.run(_measure)
+    projection = anyio.run(_projection_phase)
     validate = _validate_cost()
     wall = time.perf_counter() - t_start
 
@@ -485,6 +540,7 @@ def run() -> dict:
             "per_generation_over_one_source_share": per_gen_avg / one_source_share,
         },
         "validation_context": validate,
+        "projection": projection,
         "targets": {
             "one_dirty_median_ms<=20": {"value": one["median"], "met": one["median"] <= TARGET_ONE_MS},
             "one_dirty_p99_ms<=20": {"value": one["p99"], "met": one["p99"] <= TARGET_ONE_MS},
@@ -496,6 +552,10 @@ def run() -> dict:
             "extra_generation<=~1 source+routes (<10% of catalog)": {
                 "value": per_gen_avg / whole,
                 "met": per_gen_avg / whole < 0.10,
+            },
+            "one_dirty untrusted/trusted, thread CPU (median)<=1.10": {
+                "value": projection["cpu_overhead_median"],
+                "met": projection["cpu_overhead_median"] <= TARGET_PROJECTION_OVERHEAD,
             },
         },
         "wall_s": wall,
@@ -622,6 +682,22 @@ def _print(out: dict, profile_text: str) -> None:
         )
     elif v:
         print(f"context: listing.validate_entry unavailable ({v.get('error')})")
+    pr = out["projection"]
+    print()
+    print(
+        f"metadata projection (I20): one-dirty cycles, {TRUST_ROUNDS} interleaved rounds x {TRUST_PER_ROUND} per engine"
+    )
+    for name in ("trusted", "untrusted"):
+        x, c = pr[name], pr["cpu"][name]
+        print(
+            f"  all sources {name:<10} n={x['n']:>4}  wall median {x['median']:6.2f} ms  mean {x['mean']:6.2f} ms  "
+            f"p99 {x['p99']:6.2f} ms | thread CPU median {c['median']:6.2f} ms"
+        )
+    print(
+        f"  untrusted / trusted: wall {pr['overhead_median']:.3f} (median), {pr['overhead_mean']:.3f} (mean); "
+        f"thread CPU {pr['cpu_overhead_median']:.3f} (median); cycles not published as expected: "
+        f"{pr['not_published']}"
+    )
     print()
     for name, t in out["targets"].items():
         print(f"target {name:<54} {t['value']:>10.3f}  {verdict(t['met'])}")

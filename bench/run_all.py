@@ -229,6 +229,12 @@ def rows_cycle(d: dict[str, Any]) -> list[Row]:
             verdict(m["per_generation_over_whole_catalog"] < 0.10),
         ),
         ("  whole catalog (10,000 entries)", fmt_bytes(m["whole_catalog_entries_bytes"]), "-", "info"),
+        (
+            "cycle one dirty, untrusted / trusted (I20, thread CPU)",
+            f"{d['projection']['cpu_overhead_median']:.3f}",
+            "<= 1.10",
+            verdict(d["projection"]["cpu_overhead_median"] <= 1.10),
+        ),
         ("  extra gen / whole catalog", f"{100 * m['per_generation_over_whole_catalog']:.2f}%", "-", "info"),
     ]
     return rows

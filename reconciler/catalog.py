@@ -6,7 +6,9 @@ Merge rules: tools and prompts are exposed as ``<prefix><name>`` (prefix per sou
 wins and the loser gets a diagnostic whose advice works for the kind (a name prefix for tools and
 prompts, a ``uri_prefix`` for resources and templates) — nothing is dropped silently.
 A source whose entries would push the candidate over the entry or byte bound contributes
-nothing (I2: all or nothing) and gets a diagnostic."""
+nothing (I2: all or nothing) and gets a diagnostic. An untrusted entry whose text names another
+source's tool is flagged (or, under the quarantine policy, left out) here, where all sources
+are known (I20, ``metadata.cross_source``); those findings are catalog diagnostics."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from types import MappingProxyType
 from typing import Any
 
 from mcp_reconciler.reconciler.bounds import Bounds
-from mcp_reconciler.reconciler.digest import canonical_json, digest_bytes, digest_parts
+from mcp_reconciler.reconciler.digest import digest_parts
+from mcp_reconciler.reconciler.metadata import admit, cross_source
 from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState, SourceStatus
 from mcp_reconciler.reconciler.uris import expose, suggested_prefix
 
@@ -51,18 +54,11 @@ def collision_advice(kind: EntryKind, source: str) -> str:
 
 
 def make_entry(spec: SourceSpec, kind: EntryKind, upstream_name: str, definition: Mapping[str, Any]) -> CatalogEntry:
-    """One entry with its definition digest (I10: everything but ``_meta``)."""
-    body = {k: v for k, v in definition.items() if k != "_meta"}
-    raw = canonical_json(body)
-    return CatalogEntry(
-        kind=kind,
-        exposed_name=exposed_name_for(spec, kind, upstream_name),
-        upstream_name=upstream_name,
-        source=spec.name,
-        raw=raw if "_meta" not in definition else canonical_json(definition),
-        digest=digest_bytes(raw),
-        size=len(raw),
-    )
+    """One entry with its definition digest (I10: everything but ``_meta``, of the upstream's
+    original definition) and its served definition (I20: projected for an untrusted source,
+    with provenance ``_meta``). Listing uses :func:`metadata.admit` directly, which also says
+    whether the entry is quarantined and what was found."""
+    return admit(spec, kind, upstream_name, exposed_name_for(spec, kind, upstream_name), definition).entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +103,10 @@ def merge(
     diagnostics: list[Diagnostic] = []
     total_entries = 0
     total_bytes = 0
+    included: list[SourceState] = []
     for state in states:
         n = len(state.entries)
-        size = sum(e.size for e in state.entries)
+        size = state.size
         if total_entries + n > bounds.entries_per_generation or total_bytes + size > bounds.bytes_per_candidate:
             diagnostics.append(
                 Diagnostic(
@@ -126,6 +123,8 @@ def merge(
             continue
         total_entries += n
         total_bytes += size
+        included.append(state)
+    for state in included:
         for entry in state.entries:
             table = tables[entry.kind]
             winner = table.get(entry.exposed_name)
@@ -145,6 +144,13 @@ def merge(
                 )
                 continue
             table[entry.exposed_name] = entry
+    xref = cross_source(included, tables, diagnostic_bytes=bounds.diagnostic_bytes)
+    if xref is not None:
+        for kind, name in xref.withheld:
+            del tables[kind][name]
+        for (kind, name), flagged in xref.replaced.items():
+            tables[kind][name] = flagged
+        diagnostics.extend(xref.diagnostics)
     routes = MappingProxyType({k: MappingProxyType(v) for k, v in tables.items()})
     digest = digest_parts(s.digest for s in states)
     return Catalog(

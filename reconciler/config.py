@@ -42,16 +42,28 @@ from pydantic_core import PydanticCustomError
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig, UpstreamOAuthConfig
+from mcp_reconciler.reconciler.projection import (
+    MIN_BUDGET,
+    Budgets,
+    FindingsPolicy,
+    MetadataPolicy,
+    Override,
+    Trust,
+    clean_text,
+)
 from mcp_reconciler.reconciler.uris import URI_PREFIX
 
 __all__ = [
+    "BudgetsConfig",
     "ConfigError",
     "ConfigProblem",
     "GatewaySettings",
     "HttpTransportConfig",
     "InterpolatedStr",
     "LoadedConfig",
+    "MetadataSettings",
     "OAuthConfig",
+    "OverrideConfig",
     "SourceConfig",
     "SseTransportConfig",
     "StdioTransportConfig",
@@ -282,6 +294,49 @@ def _one_authorization(remote: _Remote) -> _Remote:
 
 
 RESERVED_SOURCE_NAMES = frozenset({"all", "config"})
+_OVERRIDE_DESCRIPTION_MAX = Bounds().description_bytes
+_OVERRIDE_TITLE_MAX = 1024
+
+
+def _check_visible(value: str | None) -> str | None:
+    """Pinned text is served as is: it must not hide characters of its own."""
+    if value is not None:
+        _cleaned, removed = clean_text(value)
+        if removed:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(removed.items()))
+            raise PydanticCustomError(
+                "invisible_text", "text contains invisible or control characters ({kinds})", {"kinds": kinds}
+            )
+    return value
+
+
+class OverrideConfig(_Frozen):
+    """Operator-pinned text for one named entry (I20): served instead of the upstream's."""
+
+    title: str | None = Field(default=None, min_length=1, max_length=_OVERRIDE_TITLE_MAX)
+    description: str | None = Field(default=None, min_length=1)
+
+    @field_validator("title", "description")
+    @classmethod
+    def _visible(cls, value: str | None) -> str | None:
+        return _check_visible(value)
+
+    @field_validator("description")
+    @classmethod
+    def _description_bound(cls, value: str | None) -> str | None:
+        if value is not None and len(value.encode()) > _OVERRIDE_DESCRIPTION_MAX:
+            raise PydanticCustomError(
+                "description_bound",
+                "a pinned description is at most {limit} bytes",
+                {"limit": _OVERRIDE_DESCRIPTION_MAX},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _something_pinned(self) -> OverrideConfig:
+        if self.title is None and self.description is None:
+            raise PydanticCustomError("empty_override", "an override pins a title, a description, or both")
+        return self
 
 
 class SourceConfig(_Frozen):
@@ -298,6 +353,16 @@ class SourceConfig(_Frozen):
     uri_prefix: str | None = None
     poll_seconds: float | None = Field(default=None, ge=1.0)
     timeouts: TimeoutsConfig | None = None
+    trust: Literal["trusted", "untrusted"] | None = None  # default: gateway.metadata.default_trust
+    overrides: dict[str, OverrideConfig] = Field(default_factory=dict)
+
+    @field_validator("overrides")
+    @classmethod
+    def _check_overrides(cls, value: dict[str, OverrideConfig]) -> dict[str, OverrideConfig]:
+        for name in value:
+            if not name or len(name) > 2048:
+                raise PydanticCustomError("override_name", "an override names an entry: 1..2048 characters")
+        return value
 
     @field_validator("name")
     @classmethod
@@ -346,6 +411,42 @@ class SourceConfig(_Frozen):
         return self
 
 
+class BudgetsConfig(_Frozen):
+    """Length budgets (code points) for an untrusted source's text, per field kind."""
+
+    title: int = Field(default=Budgets().title, ge=MIN_BUDGET, le=1_000_000)
+    description: int = Field(default=Budgets().description, ge=MIN_BUDGET, le=1_000_000)
+    schema_: int = Field(default=Budgets().schema, ge=MIN_BUDGET, le=1_000_000, alias="schema")
+
+    def budgets(self) -> Budgets:
+        return Budgets(title=self.title, description=self.description, schema=self.schema_)
+
+
+class MetadataSettings(_Frozen):
+    """How upstream metadata is treated (I20): ``default_trust`` for sources that do not say
+    (``null``: remote http/sse sources untrusted, stdio trusted), projection ``budgets``, and
+    what ``findings`` do to an entry (``flag``: served and reported; ``quarantine``: withheld)."""
+
+    default_trust: Literal["trusted", "untrusted"] | None = None
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
+    findings: Literal["flag", "quarantine"] = "flag"
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _null_budgets(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    def policy(self, trust: str | None, kind: str, overrides: Mapping[str, OverrideConfig]) -> MetadataPolicy:
+        """The policy of one source: its own trust, else the default, else by transport kind."""
+        chosen = trust or self.default_trust
+        return MetadataPolicy(
+            trust=Trust(chosen) if chosen is not None else MetadataPolicy().trust_for(kind),
+            budgets=self.budgets.budgets(),
+            findings=FindingsPolicy(self.findings),
+            overrides={name: Override(title=o.title, description=o.description) for name, o in overrides.items()},
+        )
+
+
 class GatewaySettings(_Frozen):
     """Gateway-wide settings (the ``gateway:`` mapping). Every key is optional."""
 
@@ -358,6 +459,12 @@ class GatewaySettings(_Frozen):
     grant_policy: Literal["current", "none"] = "current"
     drift_policy: Literal["allow", "flag", "quarantine"] = "flag"
     allowed_hosts: tuple[str, ...] = ()  # extra Host values accepted on /mcp (DNS-rebinding protection)
+    metadata: MetadataSettings = Field(default_factory=MetadataSettings)
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _null_metadata(cls, value: Any) -> Any:
+        return {} if value is None else value
 
     def bounds(self, base: Bounds | None = None) -> Bounds:
         """``base`` (default: the design's defaults) with this file's overrides applied."""
@@ -576,7 +683,7 @@ def _validation_problems(
             message = "unknown key"
             parent = _model_at(model, loc[:-1])
             if parent is not None and loc:
-                allowed = list(parent.model_fields)
+                allowed = [info.alias or name for name, info in parent.model_fields.items()]
                 close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
                 hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(allowed)}"
         elif kind == "transport_count":
@@ -608,7 +715,12 @@ class _Declared:
     loc: tuple[int | str, ...]  # path of the source mapping inside its document
 
 
-def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[ConfigProblem]) -> SourceSpec | None:
+def _build_spec(
+    declared: _Declared,
+    environ: Mapping[str, str],
+    problems: list[ConfigProblem],
+    metadata: MetadataSettings | None = None,
+) -> SourceSpec | None:
     src, doc = declared.source, declared.doc
     base_dir = doc.path.parent
     before = len(problems)
@@ -675,6 +787,7 @@ def _build_spec(declared: _Declared, environ: Mapping[str, str], problems: list[
         uri_prefix=src.uri_prefix,
         watch=tuple(os.path.normpath(os.path.join(base_dir, pattern)) for pattern in src.watch),
         poll_seconds=src.poll_seconds,
+        metadata=(metadata or MetadataSettings()).policy(src.trust, transport["kind"], src.overrides),
     )
 
 
@@ -850,7 +963,8 @@ def load_config(
             )
         )
 
-    specs = [_build_spec(item, env, problems) for item in declared]
+    metadata = main.gateway.metadata if main is not None else None
+    specs = [_build_spec(item, env, problems, metadata) for item in declared]
     oauth = _interpolate_oauth(main.oauth, main_doc, env, problems) if main is not None else None
     if problems or main is None or include_globs is None:
         # Report in reading order: main file first, then drop-ins, each top to bottom.

@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from json import encoder as _json_encoder
+from json.encoder import encode_basestring
 from types import MappingProxyType
 from typing import Any
 
@@ -20,9 +22,25 @@ def _default(value: object) -> object:
     raise TypeError(f"not JSON-serializable: {type(value).__name__}")
 
 
+# ``json.dumps`` with these options builds a JSONEncoder and a C encoder on every call; the C
+# encoder it would build is made once here (same options, so the same bytes: a test pins that).
+# ``markers=None`` skips the circular-reference check: JSON-like data cannot be circular.
+_c_make_encoder: Any = getattr(_json_encoder, "c_make_encoder", None)
+_ENCODE: Any = (
+    _c_make_encoder(None, _default, encode_basestring, None, ":", ",", True, False, True)
+    if _c_make_encoder is not None
+    else None
+)
+
+
 def canonical_json(value: object) -> bytes:
-    """Deterministic JSON bytes for ``value`` (mappings proxies and tuples included)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default).encode()
+    """Deterministic JSON bytes for ``value`` (mappings proxies and tuples included): sorted
+    keys, no whitespace, UTF-8 — exactly ``json.dumps(value, sort_keys=True, separators=(",",
+    ":"), ensure_ascii=False)``, without building an encoder per call (the reconcile cycle
+    calls this for every new definition)."""
+    if _ENCODE is None or isinstance(value, str):  # a bare string: the C encoder wants a container
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default).encode()
+    return "".join(_ENCODE(value, 0)).encode()
 
 
 def digest_bytes(data: bytes) -> str:

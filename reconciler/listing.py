@@ -4,7 +4,14 @@ Every page of tools, resources, resource templates and prompts is fetched with r
 models, so one malformed entry is rejected on its own (with a diagnostic) instead of failing
 the whole page; the rest of the source survives. Structural problems that make the listing
 untrustworthy — too many pages, a cursor loop, too many entries or bytes — fail the whole
-source, which then keeps its last-known-good state (I2)."""
+source, which then keeps its last-known-good state (I2).
+
+A valid entry is then admitted (``metadata.admit``, I20): an untrusted source's text is
+projected, findings and changes become diagnostics (at most
+``METADATA_DIAGNOSTICS_PER_SOURCE`` per listing, then a count), and an entry with findings under
+the quarantine policy is left out. The description byte bound (I13) applies first, to every
+source: an over-long description is rejected, not truncated — the bound protects the gateway,
+the projection's budget (smaller, in characters) shapes what reaches a model."""
 
 from __future__ import annotations
 
@@ -23,9 +30,10 @@ from mcp_types import METHOD_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_reconciler.reconciler.bounds import Bounds
-from mcp_reconciler.reconciler.catalog import EXPOSED_NAME, bounded, make_entry
+from mcp_reconciler.reconciler.catalog import EXPOSED_NAME, bounded, exposed_name_for
 from mcp_reconciler.reconciler.errors import SourceReadError
-from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec
+from mcp_reconciler.reconciler.metadata import METADATA_DIAGNOSTICS_PER_SOURCE, admit, unused_overrides
+from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState
 
 _URI_MAX = 2048
 _URI_BAD = re.compile(r"[\s\x00-\x1f\x7f]")
@@ -91,14 +99,20 @@ async def list_source(
     spec: SourceSpec,
     bounds: Bounds,
     kinds: tuple[EntryKind, ...] | None = None,
+    previous: SourceState | None = None,
 ) -> Listing:
     """List every page of every kind ``kinds`` (default: all four) through ``send``.
 
     ``send(request, result_type)`` is e.g. ``client.session.send_request``. Raises
-    SourceReadError when the listing as a whole cannot be trusted."""
+    SourceReadError when the listing as a whole cannot be trusted. ``previous`` is the source's
+    last state: its entries are reused for unchanged definitions under the same spec (I20: a
+    relist does not project again)."""
+    reuse = _Reuse(previous, spec)
     wanted = kinds if kinds is not None else tuple(k.kind for k in KINDS)
     entries: list[CatalogEntry] = []
     diagnostics: list[Diagnostic] = []
+    metadata_diags = 0
+    listed: set[str] = set()
     pages = 0
     total_bytes = 0
     for kspec in KINDS:
@@ -124,9 +138,17 @@ async def list_source(
                     break
                 raise
             for raw in getattr(page, kspec.field) or []:
-                entry, diag = validate_entry(kspec, raw, spec, bounds)
-                if diag is not None:
+                entry, diags = check_entry(kspec, raw, spec, bounds, reuse)
+                for diag in diags:
+                    if diag.code.startswith("metadata_"):
+                        metadata_diags += 1
+                        if metadata_diags > METADATA_DIAGNOSTICS_PER_SOURCE:
+                            continue
                     diagnostics.append(diag)
+                if isinstance(raw, Mapping):
+                    name = raw.get("uriTemplate" if kspec.kind is EntryKind.RESOURCE_TEMPLATE else kspec.name_field)
+                    if isinstance(name, str):
+                        listed.add(name)
                 if entry is None:
                     continue
                 if entry.upstream_name in seen:
@@ -161,6 +183,12 @@ async def list_source(
                     "listing returned a repeated page cursor", detail=f"source {spec.name}: cursor loop"
                 )
             cursors.add(cursor)
+    if metadata_diags > METADATA_DIAGNOSTICS_PER_SOURCE:
+        hidden = metadata_diags - METADATA_DIAGNOSTICS_PER_SOURCE
+        message = f"{hidden} more metadata diagnostic(s) not listed"
+        diagnostics.append(_diag("metadata_diagnostics_omitted", spec, None, message, bounds))
+    if spec.policy.overrides:
+        diagnostics.extend(unused_overrides(spec, listed, bounds.diagnostic_bytes))
     return Listing(entries=tuple(entries), diagnostics=tuple(diagnostics), pages=pages)
 
 
@@ -172,7 +200,62 @@ def _diag(code: str, spec: SourceSpec, name: str | None, message: str, bounds: B
 def validate_entry(
     kspec: _KindSpec, raw: Any, spec: SourceSpec, bounds: Bounds
 ) -> tuple[CatalogEntry | None, Diagnostic | None]:
-    """Validate one raw upstream entry (I13). Returns (entry, None) or (None, diagnostic)."""
+    """Validate and admit one raw upstream entry (I13, I20). Returns (entry, None), or (None,
+    the reason), or (entry, its first metadata diagnostic); :func:`check_entry` has them all."""
+    entry, diags = check_entry(kspec, raw, spec, bounds)
+    return entry, (diags[0] if diags else None)
+
+
+class _Reuse:
+    """The previous listing's entries and metadata diagnostics, by (kind, exposed name), when
+    it was made under the same spec (otherwise nothing is reused: the policy may differ)."""
+
+    __slots__ = ("diagnostics", "entries")
+
+    def __init__(self, previous: SourceState | None, spec: SourceSpec) -> None:
+        self.entries: dict[tuple[EntryKind, str], CatalogEntry] = {}
+        self.diagnostics: dict[str, tuple[Diagnostic, ...]] = {}
+        if previous is None or previous.spec_digest != spec.digest:
+            return
+        self.entries = {(e.kind, e.exposed_name): e for e in previous.entries}
+        grouped: dict[str, list[Diagnostic]] = {}
+        for d in previous.diagnostics:
+            if d.name is not None and d.code.startswith("metadata_") and d.code != "metadata_override_unused":
+                grouped.setdefault(d.name, []).append(d)
+        self.diagnostics = {name: tuple(ds) for name, ds in grouped.items()}
+
+
+_NO_REUSE = _Reuse(None, SourceSpec(name="-"))
+
+
+def check_entry(
+    kspec: _KindSpec, raw: Any, spec: SourceSpec, bounds: Bounds, reuse: _Reuse = _NO_REUSE
+) -> tuple[CatalogEntry | None, tuple[Diagnostic, ...]]:
+    """Validate one raw upstream entry (I13) and admit it (I20): (entry or None, diagnostics).
+    ``None`` with an ``invalid_entry`` diagnostic for an invalid entry, ``None`` with a
+    ``metadata_quarantined`` one for an entry withheld by the findings policy."""
+    entry, diag = _validate(kspec, raw, spec, bounds)
+    if diag is not None:
+        return None, (diag,)
+    assert entry is not None
+    name, definition = entry
+    exposed = exposed_name_for(spec, kspec.kind, name)
+    admission = admit(
+        spec,
+        kspec.kind,
+        name,
+        exposed,
+        definition,
+        diagnostic_bytes=bounds.diagnostic_bytes,
+        previous=reuse.entries.get((kspec.kind, exposed)),
+        previous_diagnostics=reuse.diagnostics.get(exposed, ()),
+    )
+    return (None if admission.quarantined else admission.entry), admission.diagnostics
+
+
+def _validate(
+    kspec: _KindSpec, raw: Any, spec: SourceSpec, bounds: Bounds
+) -> tuple[tuple[str, dict[str, Any]] | None, Diagnostic | None]:
     if not isinstance(raw, Mapping):
         return None, _diag("invalid_entry", spec, None, f"{kspec.kind} entry is not an object", bounds)
     raw_name = raw.get("uriTemplate" if kspec.kind is EntryKind.RESOURCE_TEMPLATE else kspec.name_field)
@@ -194,7 +277,7 @@ def validate_entry(
     if problem is not None:
         return None, _diag("invalid_entry", spec, name, f"{kspec.kind} rejected: {problem}", bounds)
     definition = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return make_entry(spec, kspec.kind, name, definition), None
+    return (name, definition), None
 
 
 def _name_problem(kind: EntryKind, spec: SourceSpec, name: str, bounds: Bounds) -> str | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from mcp_reconciler.reconciler.digest import digest_json, digest_parts, freeze
+from mcp_reconciler.reconciler.projection import MetadataPolicy, Trust
 
 
 class EntryKind(enum.StrEnum):
@@ -39,7 +40,10 @@ class SourceSpec:
     ``"<name>__"``, ``""`` means no prefix. ``uri_prefix`` is prepended to the source's resource
     URIs and URI templates (``reconciler/uris.py``); ``None`` leaves them as the upstream
     sends them, and then it is not part of ``digest`` (digests of sources without one are
-    unchanged)."""
+    unchanged). ``metadata`` is how the source's tool/prompt/resource
+    text is treated (I20): ``None`` means the defaults, with trust by transport (remote
+    ``http``/``sse`` untrusted, local trusted); when set it is part of ``digest``, so a change
+    of trust, budgets, findings policy or overrides re-reads the source."""
 
     name: str
     transport: Mapping[str, Any] = field(default_factory=dict)
@@ -47,11 +51,16 @@ class SourceSpec:
     watch: tuple[str, ...] = ()
     poll_seconds: float | None = None
     uri_prefix: str | None = None
+    metadata: MetadataPolicy | None = None
     digest: str = field(default="", compare=False)
+    trust: Trust = field(default=Trust.TRUSTED, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "transport", freeze(dict(self.transport)))
         object.__setattr__(self, "watch", tuple(self.watch))
+        # Whether this source's metadata is served verbatim or projected (I20); derived, kept
+        # as a field because admission reads it for every entry.
+        object.__setattr__(self, "trust", self.policy.trust_for(self.transport.get("kind")))
         if not self.digest:
             parts: dict[str, Any] = {
                 "name": self.name,
@@ -61,11 +70,21 @@ class SourceSpec:
             }
             if self.uri_prefix:
                 parts["uri_prefix"] = self.uri_prefix
+            if self.metadata is not None:
+                parts["metadata"] = self.metadata.as_json()
             object.__setattr__(self, "digest", digest_json(parts))
 
     @property
     def effective_prefix(self) -> str:
         return f"{self.name}__" if self.prefix is None else self.prefix
+
+    @property
+    def policy(self) -> MetadataPolicy:
+        """The metadata policy in force (the defaults when none was given)."""
+        return self.metadata if self.metadata is not None else _DEFAULT_POLICY
+
+
+_DEFAULT_POLICY = MetadataPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +92,14 @@ class Diagnostic:
     """One operator-facing finding (rejected entry, name collision, stale source, ...).
 
     ``message`` is bounded by ``Bounds.diagnostic_bytes`` at construction sites and never
-    carries secrets; clients see only the stable ``code``."""
+    carries secrets; clients see only the stable ``code``. ``path`` locates a metadata finding
+    or change inside the entry's definition (e.g. ``inputSchema.properties.path.description``)."""
 
     code: str
     message: str
     source: str | None = None
     name: str | None = None
+    path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +109,11 @@ class CatalogEntry:
     The upstream's definition is kept as canonical JSON bytes (``raw``): immutable by nature
     (I1), compact, and invisible to the garbage collector — a 10,000-entry catalog of nested
     dicts made every full collection pause for ~25 ms, bytes make it ~4 ms. ``definition``
-    decodes a read-only copy on demand. ``digest`` covers everything but ``_meta`` (I10)."""
+    decodes a read-only copy on demand. ``digest`` covers everything but ``_meta`` (I10) of the
+    definition *as the upstream sent it*; ``raw`` is what is served: for an untrusted source the
+    projected definition (I20), with operator overrides, and always a provenance ``_meta``
+    (``metadata.PROVENANCE_META``). So a poisoned change upstream is still a drift, while what
+    reaches a model is the projection. ``provenance`` summarizes the latter for the engine."""
 
     kind: EntryKind
     exposed_name: str
@@ -97,11 +122,26 @@ class CatalogEntry:
     raw: bytes
     digest: str
     size: int = 0  # canonical JSON bytes of the digested definition, for the candidate byte bound
+    provenance: EntryProvenance | None = None
 
     @property
     def definition(self) -> Mapping[str, Any]:
         """The definition as read-only JSON-like data (decoded on each access; callers cache)."""
         return freeze(json.loads(self.raw))  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class EntryProvenance:
+    """How an entry's served text relates to its upstream's (I20). Interned: entries with equal
+    provenance share one object. ``mentions`` are identifier-like tokens of the served text (an
+    untrusted source's), checked against other sources' names when sources are merged;
+    ``quarantine`` says the source's findings policy withholds entries with findings."""
+
+    trust: Trust
+    projected: bool = False
+    findings: int = 0
+    quarantine: bool = False
+    mentions: frozenset[str] = frozenset()
 
 
 @runtime_checkable
@@ -137,8 +177,11 @@ class SourceState:
     error: str | None = None
     error_at: float | None = None
     digest: str = field(default="", compare=False)
+    size: int = field(default=0, init=False, compare=False, repr=False)  # sum of entry sizes
 
     def __post_init__(self) -> None:
+        # Summed once here, not by every merge that reuses this state (one per cycle per source).
+        object.__setattr__(self, "size", sum(e.size for e in self.entries))
         if not self.digest:
             conn = self.connection.connection_id if self.connection is not None else ""
             object.__setattr__(

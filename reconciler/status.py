@@ -36,7 +36,8 @@ class ReconnectSchedule(Protocol):
 @dataclass(frozen=True, slots=True)
 class SourceReport:
     """One source's live state. ``state`` is ready | stale | failed | connecting; ``last_error``
-    is a sanitized reason; ``diagnostics`` counts the entries the source's listing rejected."""
+    is a sanitized reason; ``diagnostics`` counts the source's listing diagnostics (rejected
+    entries, metadata findings); ``trust`` says whether its metadata is projected (I20)."""
 
     name: str
     state: str
@@ -47,6 +48,7 @@ class SourceReport:
     consecutive_failures: int
     next_attempt_at: float | None
     diagnostics: int
+    trust: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,7 @@ def build_status(
                 consecutive_failures=h.consecutive_failures if h is not None else 0,
                 next_attempt_at=reconnects.next_attempt_at(spec.name) if reconnects is not None else None,
                 diagnostics=len(st.diagnostics) if st is not None else 0,
+                trust=spec.trust.value,
             )
         )
     stale = tuple(s.name for s in sources if s.state != "ready")
@@ -201,4 +204,7 @@ def _sanitized(d: Diagnostic, limit: int) -> Diagnostic:
     """Control characters (an upstream may put newlines or escapes in a name) become one space;
     lengths stay bounded even if a construction site forgot to bound them."""
     name = bounded(_CONTROL.sub(" ", d.name), _NAME_BYTES) if d.name is not None else None
-    return Diagnostic(code=d.code, message=bounded(_CONTROL.sub(" ", d.message), limit), source=d.source, name=name)
+    path = bounded(_CONTROL.sub(" ", d.path), _NAME_BYTES * 2) if d.path is not None else None
+    return Diagnostic(
+        code=d.code, message=bounded(_CONTROL.sub(" ", d.message), limit), source=d.source, name=name, path=path
+    )

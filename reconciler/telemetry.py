@@ -39,6 +39,10 @@ forced_drains = meter.create_counter(
 )
 source_reads = meter.create_counter("reconciler.source.reads", description="Source listings, by outcome")
 reconnects = meter.create_counter("reconciler.reconnects", description="Upstream reconnect attempts")
+metadata_entries = meter.create_counter(
+    "reconciler.metadata.entries",
+    description="Untrusted definitions admitted with a change or a finding, by outcome (projected|flagged|quarantined)",
+)
 
 
 class _LivePins(Protocol):

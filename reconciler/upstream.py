@@ -361,7 +361,9 @@ class UpstreamReader:
             conn = await self.open(spec)
         try:
             with telemetry.tracer.start_as_current_span("upstream.list", attributes={"source": spec.name}):
-                listing = await list_source(conn.send, spec, self.bounds, kinds=capability_kinds(conn.capabilities))
+                listing = await list_source(
+                    conn.send, spec, self.bounds, kinds=capability_kinds(conn.capabilities), previous=previous
+                )
         except BaseException as exc:
             if isinstance(exc, Exception):
                 # Retry on our own, with backoff: the cycle still publishes (LKG kept), so the

@@ -8,7 +8,9 @@ the client pages.
 
 Definitions are stored upstream-raw in the catalog (JSON); their parsed SDK models, renamed to
 the exposed name and flagged when drifted (I10), are cached in a bounded LRU keyed by (kind,
-exposed name, digest[+drift flag]), shared with the per-call input-schema lookup."""
+exposed name, served bytes, drift flag) — the served bytes, not the digest, which is the
+upstream's original definition and stays the same when trust or overrides change what is served
+(I20) — shared with the per-call input-schema lookup."""
 
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ class Listing:
         self._authority = authority
         self._sessions = sessions
         self._extra_tools = list(extra_tools)
-        self.definitions: LRU[tuple[str, str, str], Any] = LRU(cache_entries)
+        self.definitions: LRU[tuple[Any, ...], Any] = LRU(cache_entries)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -120,7 +122,9 @@ class Listing:
     def definition(self, entry: CatalogEntry, drifted: bool = False) -> Any:
         """The SDK model of ``entry`` as the caller sees it: its exposed name, and the drift flag
         in ``_meta`` when its definition changed since the caller's grant (I10). Cached."""
-        key = (entry.kind.value, entry.exposed_name, entry.digest + (":d" if drifted else ""))
+        # Keyed by the served bytes, not the digest: the digest is the upstream's original
+        # definition (I10), the same across a change of trust or overrides (I20).
+        key = (entry.kind.value, entry.exposed_name, entry.raw, drifted)
         cached = self.definitions.get(key)
         if cached is None:
             model, name_field = _MODELS[entry.kind]

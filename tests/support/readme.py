@@ -23,6 +23,9 @@ CHECKED = {
     "demo-output": "tests/docs/test_readme.py::test_demo_output",
     "config-commands": "tests/docs/test_readme.py::test_config_commands",
     "config-example": "tests/docs/test_readme.py::test_config_example",
+    "metadata-config": "tests/docs/test_readme_metadata.py::test_metadata_config_example",
+    "metadata-served": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
+    "metadata-status": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
 }
 
 

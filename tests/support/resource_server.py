@@ -15,12 +15,12 @@ It lists the resources ``--uris`` and the template ``note://{id}`` (reads answer
 back to the 2025-11-25 handshake: the same server then tests the legacy upstream path.
 ``--no-subscribe`` offers resources without subscriptions (no handlers, no listen).
 
-Tools: ``touch {uri}`` (announce an update; answers the wall-clock time it was sent), ``subs`` (what is held now: per URI how many
-connections subscribed, the URI sets of open listen streams, and the subscribe/unsubscribe
-request counts), ``link {uri}`` (a result with a resource link and an embedded resource for
-``uri``), ``crash`` (exit at once), ``set_uris {uris, template}`` (replace what is listed —
-the template only if ``template`` — and announce ``resources/list_changed``). Prompt
-``embed {uri}``: a message embedding ``uri``.
+Tools: ``touch {uri}`` (announce an update; answers the wall-clock time it was sent), ``subs``
+(what is held now: per URI how many connections subscribed, the URI sets of open listen
+streams, and the subscribe/unsubscribe request counts), ``link {uri}`` (a result with a
+resource link and an embedded resource for ``uri``), ``crash`` (exit at once),
+``set_uris {uris, template}`` (replace what is listed — the template only if ``template`` —
+and announce ``resources/list_changed``). Prompt ``embed {uri}``: a message embedding ``uri``.
 """
 
 from __future__ import annotations

@@ -91,6 +91,7 @@ async def test_the_wire_model_maps_the_snapshot_field_for_field() -> None:
         "code": "invalid_entry",
         "source": "a",
         "name": "bad 0 [0m",
+        "path": None,
         "message": "tool rejected #0",
     }
     assert body["revision"] == st.revision and body["state"] == st.state == "ready"
