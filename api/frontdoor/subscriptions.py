@@ -18,10 +18,8 @@ Holders, per era:
   client sees what it got); the set lives exactly as long as the stream.
 
 Updates come back as ``notifications/resources/updated`` with the exposed URI, to every holder of
-the key and no one else: pushed on a legacy connection (held, like ``list_changed``, until an
-HTTP client's GET stream is open) or published on the binding's listen bus. Delivery is per
-binding, coalesced (a URI waiting to be delivered is not queued twice) and concurrent across
-bindings (a slow client delays only itself).
+the key and no one else, through the per-binding outboxes of ``updates`` (pushed on a legacy
+connection once its GET stream is open, or published on the binding's listen bus).
 
 A subscription ends when its URI leaves the session's view: after every publication and grant
 change each one is resolved again — gone or ungranted drops it (and its reference), moved to
@@ -40,17 +38,15 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from anyio.abc import TaskGroup
 from mcp import MCPError
 from mcp.server import ServerRequestContext
-from mcp.server.subscriptions import ResourceUpdated
 
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.errors import to_mcp_error
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
-from mcp_reconciler.api.frontdoor.notify import RETRY_S, Notifier
+from mcp_reconciler.api.frontdoor.notify import Notifier
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
-from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.api.frontdoor.updates import UpdateDelivery
 from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.errors import UpstreamUnavailableError
 from mcp_reconciler.reconciler.generation import Generation
@@ -63,9 +59,6 @@ log = logging.getLogger("mcp_reconciler.frontdoor")
 
 SUBSCRIPTIONS_PER_SESSION = 256
 
-_updates = telemetry.meter.create_counter(
-    "frontdoor.resource_updates", description="notifications/resources/updated delivered downstream, by era"
-)
 _ids = itertools.count(1)
 
 
@@ -77,16 +70,6 @@ class _Holder:
     id: str
     binding: Binding
     uris: dict[str, Key] = field(default_factory=dict)
-
-
-@dataclass(eq=False)
-class _Outbox:
-    """The exposed URIs waiting to be delivered to one binding, and whether a task delivers them."""
-
-    binding: Binding
-    pending: set[str] = field(default_factory=set)
-    running: bool = False
-    closed: bool = False
 
 
 def unsupported() -> MCPError:
@@ -120,10 +103,8 @@ class ResourceSubscriptions:
         self._holders: dict[str, _Holder] = {}
         self._by_key: dict[Key, dict[str, str]] = {}  # key → holder id → exposed URI
         self._counts: dict[str, int] = {}  # session id → subscriptions
-        self._outboxes: dict[str, _Outbox] = {}  # binding key → outbox
+        self.delivery = UpdateDelivery(notifier, sessions)
         self._revalidate = anyio.Event()
-        self._tg: TaskGroup | None = None
-        self.delivered = 0
         self._unsubscribe_publish = catalog.on_publish(self.touch)
 
     # -- capability ----------------------------------------------------------------------------
@@ -287,9 +268,7 @@ class ResourceSubscriptions:
         for uri in list(holder.uris):
             self._remove(holder, uri)
         if not any(h.binding is holder.binding for h in self._holders.values()):
-            outbox = self._outboxes.pop(holder.binding.key, None)
-            if outbox is not None:
-                outbox.closed = True
+            self.delivery.close(holder.binding.key)
 
     def forget(self, binding_key: str) -> None:
         """Drop every subscription of a binding that was removed."""
@@ -313,15 +292,14 @@ class ResourceSubscriptions:
         """The upstream loop, view checks after publications and grant changes, and delivery."""
         try:
             async with anyio.create_task_group() as tg:
-                self._tg = tg
                 await tg.start(self.upstream.run)
+                await tg.start(self.delivery.run)
                 task_status.started()
                 while True:
                     await self._revalidate.wait()
                     self._revalidate = anyio.Event()
                     self._check_views()
         finally:
-            self._tg = None
             self._unsubscribe_publish()
 
     def _check_views(self) -> None:
@@ -345,38 +323,4 @@ class ResourceSubscriptions:
         for hid, exposed in list(self._by_key.get((source, uri), {}).items()):
             holder = self._holders.get(hid)
             if holder is not None:
-                self._enqueue(holder.binding, exposed)
-
-    def _enqueue(self, binding: Binding, exposed: str) -> None:
-        outbox = self._outboxes.get(binding.key)
-        if outbox is None:
-            outbox = self._outboxes[binding.key] = _Outbox(binding)
-        outbox.pending.add(exposed)
-        if not outbox.running and self._tg is not None:
-            outbox.running = True
-            self._tg.start_soon(self._deliver, outbox)
-
-    async def _deliver(self, outbox: _Outbox) -> None:
-        binding = outbox.binding
-        try:
-            while outbox.pending and not outbox.closed:
-                if binding.era == "legacy" and not self._notifier.can_push(binding):
-                    if self._sessions.bindings.get(binding.key) is not binding:
-                        return  # the session is gone: no one left to tell
-                    await anyio.sleep(RETRY_S)  # held until the client's GET stream opens
-                    continue
-                uri = outbox.pending.pop()
-                try:
-                    if binding.era == "legacy":
-                        if binding.conn is None:
-                            continue
-                        await sdk_compat.push_resource_updated(binding.conn, uri)
-                    elif not await self._notifier.publish(binding.key, ResourceUpdated(uri=uri)):
-                        continue
-                except Exception:
-                    log.info("session %s: resources/updated push failed", binding.session.id)
-                    continue
-                self.delivered += 1
-                _updates.add(1, {"era": binding.era})
-        finally:
-            outbox.running = False
+                self.delivery.enqueue(holder.binding, exposed)
