@@ -167,7 +167,8 @@ async def test_a_task_keeps_its_generation_and_connection_across_a_publication(t
             assert first is not None
             old_conn = first.generation.source_state("tasks").connection  # type: ignore[union-attr]
             # A config edit respawns the source: a new revision on a new connection.
-            cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "sources": [task_source("--pid-file", "x")]}))
+            respawned = task_source("--pid-file", str(tmp_path / "respawned.pid"))
+            cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "sources": [respawned]}))
             outcome = await engine.refresh(timeout_s=WAIT)
             assert outcome.status == "published" and outcome.revision > first.revision
             assert first.state.value == "retiring"  # held by the task, not closed
