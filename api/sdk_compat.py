@@ -1,6 +1,6 @@
 """Every use of an MCP SDK private, in one place (written against ``mcp`` 2.3; pyproject pins <2.4).
 
-The gateway needs three things the SDK offers no public way to do. Each is reached here and
+The gateway needs a few things the SDK offers no public way to do. Each is reached here and
 nowhere else, and ``tests/unit/test_sdk_compat.py`` builds the SDK objects for real and fails
 naming the attribute if an SDK release moves it:
 
@@ -20,14 +20,14 @@ naming the attribute if an SDK release moves it:
    stream ids are unique only within a session, so a shared store can replay one session's
    notification into another. :class:`GatewaySessionManager` overrides the manager's admission
    hook (``_admit_session``) and gives each new transport its own store (``_event_store``).
+4. **An HTTP client with the MCP transports' defaults** (30 s connect/write/pool, 300 s read for
+   held-open streams) for clients that must add headers: ``mcp.shared._httpx_utils`` is a
+   private module. :func:`mcp_http_client` is used by the SDK's pinned runs and by tests.
 5. **A request whose result the SDK would reject.** A task-augmented ``tools/call`` is answered
    with a ``CreateTaskResult``, but ``ClientSession.send_request`` validates every ``tools/call``
    result as a ``CallToolResult`` and raises. :func:`send_raw_request` sends through the
    session's stamp and dispatcher (``ClientSession._stamp``, ``._dispatcher``; the SDK's own
    ``listen()`` does the same) and returns the raw result for the caller to validate.
-4. **An HTTP client with the MCP transports' defaults** (30 s connect/write/pool, 300 s read for
-   held-open streams) for clients that must add headers: ``mcp.shared._httpx_utils`` is a
-   private module. :func:`mcp_http_client` is used by the SDK's pinned runs and by tests.
 
 Import-time checks below catch a removed class-level hook at startup instead of at the first
 request; instance attributes can only be checked on real objects (the unit tests do)."""

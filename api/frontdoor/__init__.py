@@ -20,6 +20,9 @@ One concept per module; :class:`FrontDoor` (``door``) assembles them:
 - ``notify``: the notifier loop, legacy pushes behind the GET-stream gate, new-era listen buses.
 - ``listing``: the four list results, paging, and the bounded definition cache (``cache``).
 - ``forwarding``: call/read/get forwarded upstream with pins, progress relay and error mapping.
+- ``subscriptions``: resource subscriptions per session over shared upstream subscriptions
+  (``reconciler/subscriptions.py``); ``updates``: delivering ``resources/updated`` to them.
+- ``tasks``, ``task_records``: task-augmented calls and ``tasks/*`` (2025-11-25), gateway task ids.
 - ``control_tools``: the optional built-in ``gateway_status`` / ``gateway_refresh`` tools.
 
 SDK privates are used only through ``mcp_reconciler.api.sdk_compat``."""
