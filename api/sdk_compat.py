@@ -41,6 +41,11 @@ naming the attribute if an SDK release moves it:
    (``api/frontdoor/relay.py``) attributes messages with it; stdio and SSE carry no such context
    (the relay falls back to "the only call in flight"). Nothing here reaches a private, but
    ``tests/unit/test_sdk_compat.py`` checks the behaviour, because attribution depends on it.
+7. **A request whose result the SDK would reject.** A task-augmented ``tools/call`` is answered
+   with a ``CreateTaskResult``, but ``ClientSession.send_request`` validates every ``tools/call``
+   result as a ``CallToolResult`` and raises. :func:`send_raw_request` sends through the
+   session's stamp and dispatcher (``ClientSession._stamp``, ``._dispatcher``; the SDK's own
+   ``listen()`` does the same) and returns the raw result for the caller to validate.
 
 Import-time checks below catch a removed class-level hook at startup instead of at the first
 request; instance attributes can only be checked on real objects (the unit tests do)."""
@@ -56,6 +61,7 @@ from typing import Any
 
 import httpx2
 import mcp_types as types
+from mcp import ClientSession
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.streamable_http import (
@@ -66,8 +72,8 @@ from mcp.server.streamable_http import (
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.dispatcher import Outbound
-from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.dispatcher import CallOptions, Outbound
+from mcp.shared.inbound import MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
@@ -181,6 +187,40 @@ async def push_log(conn: Connection, params: types.LoggingMessageNotificationPar
 async def push_elicitation_complete(conn: Connection, elicitation_id: str) -> None:
     """Push ``notifications/elicitation/complete`` for ``elicitation_id`` on ``conn``."""
     await conn.notify("notifications/elicitation/complete", {"elicitationId": elicitation_id})
+
+
+async def push_resource_updated(conn: Connection, uri: str) -> None:
+    """Push ``notifications/resources/updated`` for ``uri`` on ``conn`` (best effort, like
+    :func:`push_list_changed`)."""
+    await conn.send_resource_updated(uri)
+
+
+# -- 7. a request whose result the SDK would reject -----------------------------------------------
+
+
+async def send_raw_request(session: ClientSession, request: Any, *, timeout_s: float | None = None) -> dict[str, Any]:
+    """Send ``request`` (an ``mcp_types`` request model) on ``session`` exactly as
+    ``send_request`` would — protocol stamp, ``Mcp-Name`` header, timeout (``timeout_s``, else
+    the session's read timeout) — and return the raw result dict, unvalidated. Raises
+    ``MCPError`` for an error response, a timeout or a closed connection, like ``send_request``."""
+    try:
+        stamp = session._stamp
+        dispatcher = session._dispatcher
+        default_timeout = session._session_read_timeout_seconds
+    except AttributeError as exc:
+        raise SDKChangedError(f"ClientSession.{exc.name}") from None
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    opts: CallOptions = {}
+    stamp(data, opts)
+    key = type(request).name_param
+    name = (data.get("params") or {}).get(key) if key is not None else None
+    if isinstance(name, str):
+        opts.setdefault("headers", {}).setdefault(MCP_NAME_HEADER, encode_header_value(name))
+    timeout = timeout_s if timeout_s is not None else default_timeout
+    if timeout is not None:
+        opts["timeout"] = timeout
+    raw = await dispatcher.send_raw_request(data["method"], data.get("params"), opts)
+    return dict(raw)
 
 
 # -- 2 and 3. the streamable-HTTP session manager ----------------------------------------------

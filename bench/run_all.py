@@ -2,11 +2,11 @@
 
 Run from the repo root:  python bench/run_all.py [--quick] [--only NAME[,NAME]] [--verbose] [--out PATH]
 
-Benchmarks (in this order): pins, cycle, freshness, upstream, frontdoor, relay. Each runs in its own
+Benchmarks (in this order): pins, cycle, freshness, upstream, frontdoor, relay, subscriptions. Each runs in its own
 interpreter (so heap state, tracemalloc and GC history of one cannot skew another), with
 ``--json`` to a temp file where the script supports it (``bench_freshness.py`` prints a table
 only: its rows are parsed from its output). ``--quick`` is passed to the scripts that support it
-(upstream, frontdoor, relay); the others always run in full. Progress goes to stderr (with
+(upstream, frontdoor, relay, subscriptions); the others always run in full. Progress goes to stderr (with
 ``--verbose``, every script's own output too); stdout gets the header and the combined table.
 Every script's complete output is kept in the JSON file (``outputs``).
 
@@ -47,6 +47,7 @@ BENCHES: dict[str, tuple[str, bool, bool]] = {
     "upstream": ("bench_upstream.py", True, True),
     "frontdoor": ("bench_frontdoor.py", True, True),
     "relay": ("bench_relay.py", True, True),
+    "subscriptions": ("bench_subscriptions.py", True, True),
 }
 OUT_PATH = os.path.join(BENCH_DIR, "results", "all.json")
 HEARTBEAT_S = 30.0
@@ -443,6 +444,21 @@ def rows_relay(d: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def rows_subscriptions(d: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    for r in d["results"]:
+        a = r["all_ms"]
+        rows.append(
+            (
+                f"resource update -> all {r['sessions']} sessions ({r['downstream']} down, {r['upstream']} up)",
+                f"p50 {a['p50']:.1f} ms, p99 {a['p99']:.1f} ms, max {a['max']:.1f} ms",
+                f"<= {d['target_ms']:.0f} ms",
+                verdict(a["p50"] <= d["target_ms"]),
+            )
+        )
+    return rows
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "pins": rows_pins,
     "cycle": rows_cycle,
@@ -450,6 +466,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "upstream": rows_upstream,
     "frontdoor": rows_frontdoor,
     "relay": rows_relay,
+    "subscriptions": rows_subscriptions,
 }
 
 

@@ -1,8 +1,10 @@
 """Building entries and merging per-source states into one routing table.
 
 Merge rules: tools and prompts are exposed as ``<prefix><name>`` (prefix per source, default
-``<source>__``); resources keep their URI and templates their URI template. On a collision the
-source declared first wins and the loser gets a diagnostic — nothing is dropped silently.
+``<source>__``); resources keep their URI and templates their URI template, behind the source's
+``uri_prefix`` when it has one (``reconciler/uris.py``). On a collision the source declared first
+wins and the loser gets a diagnostic whose advice works for the kind (a name prefix for tools and
+prompts, a ``uri_prefix`` for resources and templates) — nothing is dropped silently.
 A source whose entries would push the candidate over the entry or byte bound contributes
 nothing (I2: all or nothing) and gets a diagnostic. An untrusted entry whose text names another
 source's tool is flagged (or, under the quarantine policy, left out) here, where all sources
@@ -20,6 +22,7 @@ from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.digest import digest_parts
 from mcp_reconciler.reconciler.metadata import admit, cross_source
 from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState, SourceStatus
+from mcp_reconciler.reconciler.uris import expose, suggested_prefix
 
 EXPOSED_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _PREFIXED_KINDS = (EntryKind.TOOL, EntryKind.PROMPT)
@@ -34,9 +37,20 @@ def bounded(text: str, limit: int) -> str:
 
 
 def exposed_name_for(spec: SourceSpec, kind: EntryKind, upstream_name: str) -> str:
+    """The name (or URI) a source's entry is exposed under: name prefix for tools and prompts,
+    URI prefix for resources and templates."""
     if kind in _PREFIXED_KINDS:
         return spec.effective_prefix + upstream_name
-    return upstream_name
+    return expose(spec.uri_prefix, upstream_name)
+
+
+def collision_advice(kind: EntryKind, source: str) -> str:
+    """What to set so ``source``'s entry of ``kind`` no longer collides (advice that works: a
+    name prefix does nothing for URIs)."""
+    if kind in _PREFIXED_KINDS:
+        return "set a prefix on one of them"
+    tag = suggested_prefix(source)
+    return f"set uri_prefix on one of them (e.g. uri_prefix: {tag!r} on {source!r} serves note://x as {tag}note://x)"
 
 
 def make_entry(spec: SourceSpec, kind: EntryKind, upstream_name: str, definition: Mapping[str, Any]) -> CatalogEntry:
@@ -115,6 +129,7 @@ def merge(
             table = tables[entry.kind]
             winner = table.get(entry.exposed_name)
             if winner is not None:
+                advice = collision_advice(entry.kind, entry.source)
                 diagnostics.append(
                     Diagnostic(
                         code="name_collision",
@@ -122,7 +137,7 @@ def merge(
                         name=entry.exposed_name,
                         message=bounded(
                             f"{entry.kind} {entry.exposed_name!r} from source {entry.source!r} is shadowed by "
-                            f"source {winner.source!r} (declared earlier); set a prefix on one of them",
+                            f"source {winner.source!r} (declared earlier); {advice}",
                             bounds.diagnostic_bytes,
                         ),
                     )

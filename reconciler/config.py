@@ -51,6 +51,7 @@ from mcp_reconciler.reconciler.projection import (
     Trust,
     clean_text,
 )
+from mcp_reconciler.reconciler.uris import URI_PREFIX
 
 __all__ = [
     "MIN_TOKEN_CHARS",
@@ -368,6 +369,9 @@ class SourceConfig(_Frozen):
     sse: SseTransportConfig | None = None
     watch: tuple[str, ...] = ()
     prefix: str | None = None
+    # Prepended to the source's resource URIs and templates (reconciler/uris.py): two sources
+    # serving the same URI stay apart, e.g. "notes+" serves note://x as notes+note://x.
+    uri_prefix: str | None = None
     poll_seconds: float | None = Field(default=None, ge=1.0)
     timeouts: TimeoutsConfig | None = None
     trust: Literal["trusted", "untrusted"] | None = None  # default: gateway.metadata.default_trust
@@ -399,6 +403,16 @@ class SourceConfig(_Frozen):
     def _check_prefix(cls, value: str | None) -> str | None:
         if value is not None and not _PREFIX_PATTERN.fullmatch(value):
             raise PydanticCustomError("source_prefix", "a prefix is at most 64 characters of A-Z a-z 0-9 _ . -")
+        return value
+
+    @field_validator("uri_prefix")
+    @classmethod
+    def _check_uri_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not URI_PREFIX.fullmatch(value):
+            raise PydanticCustomError(
+                "uri_prefix",
+                "a uri_prefix is 1..64 characters of A-Z a-z 0-9 + . - _ : / ~ (e.g. 'notes+')",
+            )
         return value
 
     @field_validator("watch")
@@ -899,6 +913,7 @@ def _build_spec(
         name=src.name,
         transport=transport,
         prefix=src.prefix,
+        uri_prefix=src.uri_prefix,
         watch=tuple(os.path.normpath(os.path.join(base_dir, pattern)) for pattern in src.watch),
         poll_seconds=src.poll_seconds,
         metadata=(metadata or MetadataSettings()).policy(src.trust, transport["kind"], src.overrides),

@@ -37,7 +37,10 @@ class SourceSpec:
     ``transport`` is opaque to the engine (the upstream layer interprets it); it is deep-frozen
     and digested so that any change to command, args, env, url or headers changes ``digest``.
     ``prefix`` is the exposed-name prefix for tools and prompts: ``None`` means the default
-    ``"<name>__"``, ``""`` means no prefix. ``metadata`` is how the source's tool/prompt/resource
+    ``"<name>__"``, ``""`` means no prefix. ``uri_prefix`` is prepended to the source's resource
+    URIs and URI templates (``reconciler/uris.py``); ``None`` leaves them as the upstream
+    sends them, and then it is not part of ``digest`` (digests of sources without one are
+    unchanged). ``metadata`` is how the source's tool/prompt/resource
     text is treated (I20): ``None`` means the defaults, with trust by transport (remote
     ``http``/``sse`` untrusted, local trusted); when set it is part of ``digest``, so a change
     of trust, budgets, findings policy or overrides re-reads the source."""
@@ -47,6 +50,7 @@ class SourceSpec:
     prefix: str | None = None
     watch: tuple[str, ...] = ()
     poll_seconds: float | None = None
+    uri_prefix: str | None = None
     metadata: MetadataPolicy | None = None
     digest: str = field(default="", compare=False)
     trust: Trust = field(default=Trust.TRUSTED, init=False, compare=False, repr=False)
@@ -64,6 +68,8 @@ class SourceSpec:
                 "prefix": self.prefix,
                 "watch": self.watch,
             }
+            if self.uri_prefix:
+                parts["uri_prefix"] = self.uri_prefix
             if self.metadata is not None:
                 parts["metadata"] = self.metadata.as_json()
             object.__setattr__(self, "digest", digest_json(parts))

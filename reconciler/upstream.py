@@ -4,7 +4,9 @@ An :class:`UpstreamConnection` is one live MCP client session to a source, held 
 in its owner's task group (structured concurrency: the owner awaits it). It turns the upstream's
 ``list_changed`` notifications — pushed (2025-11-25) or over ``subscriptions/listen``
 (2026-07-28) — and its death into dirty marks for its source, but only while it is the current
-connection for that source; notifications from superseded connections are ignored.
+connection for that source; notifications from superseded connections are ignored. Whoever
+holds resource subscriptions on a connection registers for its pushed
+``notifications/resources/updated`` (:meth:`UpstreamConnection.on_resource_updated`).
 
 Every connection declares the client capabilities a direct client would — sampling (with tools),
 elicitation (form and URL) and roots (with ``listChanged``) — so servers enable those features,
@@ -43,6 +45,7 @@ from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
 from mcp_reconciler.reconciler.peer import PeerSwitch
+from mcp_reconciler.reconciler.task_support import honest_listing, runs_tool_tasks
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
 from mcp_reconciler.reconciler.transports import transport_for
@@ -112,6 +115,7 @@ class UpstreamConnection:
         self.protocol_version: str | None = None
         self.capabilities: types.ServerCapabilities | None = None
         self.listens = 0  # listen streams the upstream acknowledged on this connection (2026 era)
+        self._update_listeners: dict[object, Callable[[UpstreamConnection, str], None]] = {}
 
     @property
     def connection_id(self) -> str:
@@ -235,6 +239,13 @@ class UpstreamConnection:
     async def notify(self, notification: types.ClientNotification) -> None:
         """Send a notification to the server (e.g. progress on a request it sent us)."""
         await self.client.session.send_notification(notification)
+    def on_resource_updated(self, listener: Callable[[UpstreamConnection, str], None]) -> Callable[[], None]:
+        """Call ``listener(self, uri)`` for every ``notifications/resources/updated`` the server
+        sends (2026-era copies of listen-stream events included: the SDK tees them here too);
+        returns an idempotent remover. Listeners must not block or raise."""
+        token = object()
+        self._update_listeners[token] = listener
+        return lambda: self._update_listeners.pop(token, None) and None
 
     def _transport_ended(self) -> None:
         """The transport's read stream ended: the upstream process exited or the stream dropped."""
@@ -294,6 +305,9 @@ class UpstreamConnection:
             self._emit("resources")
         elif isinstance(message, types.PromptListChangedNotification):
             self._emit("prompts")
+        elif isinstance(message, types.ResourceUpdatedNotification):
+            for listener in list(self._update_listeners.values()):
+                listener(self, str(message.params.uri))
         elif isinstance(message, Exception):
             # One per malformed message: DEBUG, never a line per protocol message at INFO.
             log.debug("upstream %s transport error: %s", self._id, type(message).__name__)
@@ -485,13 +499,17 @@ class UpstreamReader:
                 raise UpstreamUnavailableError(f"{type(exc).__name__}: {exc}") from exc
             raise
         self._current[spec.name] = conn
+        # Never advertise what cannot be served: tools that need tasks this connection cannot run.
+        entries, task_diagnostics = honest_listing(
+            listing.entries, spec, self.bounds, runs_tasks=runs_tool_tasks(conn.protocol_version, conn.capabilities)
+        )
         return SourceState(
             source=spec.name,
             spec_digest=spec.digest,
-            entries=listing.entries,
+            entries=entries,
             built_at=time.time(),
             connection=conn,
-            diagnostics=listing.diagnostics,
+            diagnostics=listing.diagnostics + task_diagnostics,
             inputs_digest=inputs_digest,
         )
 

@@ -29,6 +29,9 @@ One concept per module; :class:`FrontDoor` (``door``) assembles them:
   multi-round ``InputRequiredResult`` exchanges of 2026-era clients; ``logs``: per-session log
   levels, upstream levels and bounded log delivery; ``completion``: ``completion/complete``
   routed to the owning source.
+- ``subscriptions``: resource subscriptions per session over shared upstream subscriptions
+  (``reconciler/subscriptions.py``); ``updates``: delivering ``resources/updated`` to them.
+- ``tasks``, ``task_records``: task-augmented calls and ``tasks/*`` (2025-11-25), gateway task ids.
 - ``control_tools``: the optional built-in ``gateway_status`` / ``gateway_refresh`` tools.
 
 SDK privates are used only through ``mcp_reconciler.api.sdk_compat``."""

@@ -2,9 +2,11 @@
 
 Every part of the front door reads the catalog through :class:`CatalogAccess`, a thin, read-only
 view of the engine facade (:class:`~mcp_reconciler.reconciler.engine.Engine`): the current and
-live generations, the operation deadline, publications and readiness — plus the one hook that
-lets the front door answer server-initiated upstream traffic (:meth:`CatalogAccess.attach_peer`).
-Nothing in the front door reaches into the reconciler or its runtime."""
+live generations, the operation deadline, publications and readiness — plus revision holds, which
+keep a generation (and its connections) open for work that outlives one request (tasks), and the
+one hook that lets the front door answer server-initiated upstream traffic
+(:meth:`CatalogAccess.attach_peer`). Nothing in the front door reaches into the reconciler or its
+runtime."""
 
 from __future__ import annotations
 
@@ -45,6 +47,20 @@ class CatalogAccess:
     def operation_deadline_s(self) -> float:
         """The engine's bound on one forwarded operation (seconds)."""
         return self._engine.bounds.operation_deadline_s
+
+    @property
+    def hold_ttl_max_s(self) -> float:
+        """The longest a revision hold may last (``Bounds.hold_ttl_max_s``)."""
+        return self._engine.holds.max_ttl_s
+
+    def hold(self, revision: int, ttl_s: float, owner: str) -> str:
+        """Hold ``revision`` open for ``ttl_s`` seconds (at most :attr:`hold_ttl_max_s`); returns
+        the hold id. Raises the engine's hold errors (too many holds, revision not live)."""
+        return self._engine.holds.create(revision, ttl_s, owner=owner).id
+
+    def release_hold(self, hold_id: str) -> None:
+        """Release a hold taken with :meth:`hold` (idempotent; an expired hold is already gone)."""
+        self._engine.holds.release(hold_id)
 
     def on_publish(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback()`` synchronously after every publication; returns a remover."""

@@ -13,7 +13,7 @@ constructor and exposes handlers, registered on the server here."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -32,14 +32,34 @@ from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
 from mcp_reconciler.api.oauth.identity import GrantSet
+from mcp_reconciler.api.frontdoor.subscriptions import ResourceSubscriptions
+from mcp_reconciler.api.frontdoor.tasks import Tasks
 from mcp_reconciler.api.version import __version__
 from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.engine import Engine
 
+#: Adjusts the capabilities the SDK derives from the registered handlers: ``(capabilities,
+#: protocol_version)`` → what to advertise (``protocol_version`` is ``None`` at the 2025 handshake).
+CapabilitiesHook = Callable[[types.ServerCapabilities, str | None], types.ServerCapabilities]
+
 
 class GatewayServer(Server[Any]):
     """Advertises ``listChanged`` for tools, resources and prompts to legacy clients, even when
-    the transport asks for initialization options without arguments (SDK pitfall)."""
+    the transport asks for initialization options without arguments (SDK pitfall), and lets the
+    front door say what it can serve right now (``capabilities``: e.g. ``resources.subscribe``
+    only while some source offers subscriptions)."""
+
+    def __init__(self, *args: Any, capabilities: CapabilitiesHook | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._capabilities_hook = capabilities
+
+    def get_capabilities(
+        self, *args: Any, protocol_version: str | None = None, **kwargs: Any
+    ) -> types.ServerCapabilities:
+        """The SDK's derivation, adjusted by the front door's hook (both eras: the handshake's
+        ``initialize`` and ``server/discover`` both come here)."""
+        caps = super().get_capabilities(*args, protocol_version=protocol_version, **kwargs)
+        return self._capabilities_hook(caps, protocol_version) if self._capabilities_hook is not None else caps
 
     def create_initialization_options(
         self, notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
@@ -95,6 +115,10 @@ class FrontDoor:
             self.catalog, authority, self.sessions, relay=self.relay, exchanges=self.exchanges, logs=self.logs
         )
         self.completer = Completer(self.forwarder)
+        self.subscriptions = ResourceSubscriptions(self.catalog, authority, self.sessions, self.notifier)
+        self.tasks = Tasks(
+            self.catalog, authority, self.sessions, builtin=self.control.names if self.control else frozenset()
+        )
         with warnings.catch_warnings():
             # Registering logging/setLevel is how the SDK advertises ``logging``; it warns that
             # the feature is deprecated in 2026-07-28, where clients opt in per request instead.
@@ -108,6 +132,8 @@ class FrontDoor:
                 on_list_resources=self.listing.list_resources,
                 on_list_resource_templates=self.listing.list_templates,
                 on_read_resource=self.forwarder.read_resource,
+                on_subscribe_resource=self.subscriptions.subscribe,
+                on_unsubscribe_resource=self.subscriptions.unsubscribe,
                 on_list_prompts=self.listing.list_prompts,
                 on_get_prompt=self.forwarder.get_prompt,
                 on_subscriptions_listen=self._listen,
@@ -116,8 +142,14 @@ class FrontDoor:
                 # O(1) schema lookup for the SDK's per-call header check in the 2026 era; without
                 # it the SDK runs our whole tools/list (O(granted names)) before every call.
                 get_tool_input_schema=self.listing.tool_input_schema,
+                capabilities=self._capabilities,
             )
         self.server.middleware.append(self.sessions.bind_at_handshake)
+        self.server.middleware.append(self.tasks.middleware)  # task-augmented tools/call (2025-11-25)
+        self.server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.tasks.get_task)
+        self.server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self.tasks.task_result)
+        self.server.add_request_handler("tasks/list", types.PaginatedRequestParams, self.tasks.list_tasks)
+        self.server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, self.tasks.cancel_task)
         # Subscribed for the front door's lifetime (it lives as long as the engine it serves).
         authority.on_removed(self.forget_session)
         authority.on_changed(self.touch)
@@ -134,14 +166,17 @@ class FrontDoor:
         return self.sessions.bindings
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The per-session notifier, the relay's exchanges and log pumps; run it in the owner's
-        task group for the server's lifetime. While it runs, the front door answers what
-        upstream servers start (the relay is attached to the engine)."""
+        """The per-session notifier, the relay's exchanges and log pumps, the resource
+        subscriptions and task expiry; run it in the owner's task group for the server's
+        lifetime. While it runs, the front door answers what upstream servers start (the relay
+        is attached to the engine)."""
         detach = self.catalog.attach_peer(self.relay)
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.exchanges.run)
                 await tg.start(self.logs.run)
+                await tg.start(self.subscriptions.run)
+                await tg.start(self.tasks.run)
                 await self.notifier.run(task_status=task_status)
         finally:
             detach()
@@ -154,12 +189,15 @@ class FrontDoor:
     def touch(self) -> None:
         """Re-evaluate every session's view now (after grants change outside a publication)."""
         self.notifier.touch()
+        self.subscriptions.touch()
 
     def forget_session(self, session_id: str) -> None:
         """Drop every binding of a session that was deleted (its token no longer authenticates),
         closing their listen streams."""
         for key in self.sessions.forget(session_id):
             self.notifier.drop(key)
+            self.subscriptions.forget(key)
+        self.tasks.forget(session_id)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -169,9 +207,22 @@ class FrontDoor:
             if self.may_use_control_tools(binding):
                 return await self.control.call(params.name, operator=binding.operator)
             # Not allowed: the same answer as a name that does not exist (ungranted = unknown).
+        elif self.tasks.runs_as_task(params.name):  # a tool that requires a task, called plainly
+            return await self.tasks.call_required(ctx, params, lambda c: self.forwarder.call_tool(c, params))
         return await self.forwarder.call_tool(ctx, params)
 
     async def _listen(
         self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
-        return await self.notifier.listen(self.sessions.binding(ctx), ctx, params)
+        binding = self.sessions.binding(ctx)
+        async with self.subscriptions.listening(binding, params) as held:  # resource subscriptions
+            return await self.notifier.listen(binding, ctx, held)
+
+    def _capabilities(self, caps: types.ServerCapabilities, protocol_version: str | None) -> types.ServerCapabilities:
+        if caps.resources is not None:
+            resources = caps.resources.model_copy(update={"subscribe": self.subscriptions.supported()})
+            caps = caps.model_copy(update={"resources": resources})
+        legacy = protocol_version is None or protocol_version.startswith("2025")
+        if legacy and self.tasks.supported():  # tasks are not in the 2026-07-28 core (ADR 0016)
+            caps = caps.model_copy(update={"tasks": self.tasks.capability()})
+        return caps

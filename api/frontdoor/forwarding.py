@@ -5,6 +5,8 @@ exposed name in that generation's immutable routing table and check the grant (I
 generation (I4) → send on the source's live connection → release. The upstream's own protocol
 keys and progress token never travel (the upstream session mints its own token); the result
 carries the revision it ran on, and the drift flag when the definition changed since the grant.
+Resource URIs cross in the source's namespace (``reconciler/uris.py``): a read is sent with the
+upstream URI, and URIs in results come back exposed.
 
 Failures reach the client sanitized (I12): an upstream that is not connected fails fast
 (``upstream_unavailable``, never an operation on a closed connection), one that dies under the
@@ -55,6 +57,7 @@ from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
 from mcp_reconciler.reconciler.pins import OperationDeadlineError
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
+from mcp_reconciler.reconciler.uris import rewrite_result, upstream_uri
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
 _operation_duration = telemetry.meter.create_histogram(
@@ -117,7 +120,7 @@ class Forwarder:
             str(params.uri),
             params,
             lambda e, m, x: types.ReadResourceRequest(
-                params=types.ReadResourceRequestParams(uri=params.uri, _meta=m, **x)
+                params=types.ReadResourceRequestParams(uri=upstream_uri(e, params.uri), _meta=m, **x)
             ),
             types.ReadResourceResult,
         )
@@ -270,6 +273,7 @@ class Forwarder:
                         await call.settle()
         except Exception as exc:
             raise self._client_error(exc, conn, live.revision) from None
+        result = rewrite_result(result, conn.spec.uri_prefix)  # exposed URIs in links and contents
         return self._finish(result, live.revision, resolved.drifted)
 
     async def _send(

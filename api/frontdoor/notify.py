@@ -33,6 +33,7 @@ from mcp.server.subscriptions import (
     ListenHandler,
     PromptsListChanged,
     ResourcesListChanged,
+    ServerEvent,
     ToolsListChanged,
 )
 
@@ -117,6 +118,15 @@ class Notifier:
         handler = self._listeners.pop(key, None)
         if handler is not None:
             handler.close()
+
+    async def publish(self, key: str, event: ServerEvent) -> bool:
+        """Publish ``event`` on the listen bus of the new-era binding ``key`` (each of its open
+        streams delivers it if its filter admits it); ``False`` when it never listened."""
+        bus = self._buses.get(key)
+        if bus is None:
+            return False
+        await bus.publish(event)
+        return True
 
     async def listen(
         self, binding: Binding, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams

@@ -385,3 +385,64 @@ async def test_http_client_callbacks_run_in_the_context_of_the_call_whose_stream
     related = [who for kind, who in seen[:2]]
     assert related == ["related", "related"], "a message on the call's own stream runs in the call's context"
     assert [who for kind, who in seen[2:]] == [None, None], "standalone-stream messages carry no call"
+# -- 1 (pushes). Connection.send_resource_updated through push_resource_updated ------------------
+
+
+async def test_push_resource_updated_reaches_the_client() -> None:
+    rec = Recorder()
+    updated: list[str] = []
+    got = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            updated.append(str(message.params.uri))
+            got.set()
+
+    async with Client(rec.server, mode="legacy", message_handler=on_message) as client:
+        await client.list_tools(cache_mode="bypass")
+        await sdk_compat.push_resource_updated(sdk_compat.connection_of(rec.contexts[0]), "note://x")
+        with anyio.fail_after(WAIT):
+            await got.wait()
+    assert updated == ["note://x"]
+
+
+# -- 5. ClientSession._stamp / _dispatcher: a result the SDK would reject ------------------------
+
+
+def _task_server() -> Server[Any]:
+    """A server that answers a task-augmented tools/call with a CreateTaskResult (from a
+    middleware: the SDK sieves handler results of tools/call as CallToolResult)."""
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text="plain")])
+
+    async def tasks(ctx: ServerRequestContext[Any], call_next: Any) -> Any:
+        if ctx.method == "tools/call" and isinstance(ctx.params, dict) and ctx.params.get("task"):
+            now = "2026-01-01T00:00:00Z"
+            return {"task": {"taskId": "t1", "status": "working", "createdAt": now, "lastUpdatedAt": now, "ttl": 5}}
+        return await call_next(ctx)
+
+    server: Server[Any] = Server("tasks", version="1", on_call_tool=call_tool)
+    server.middleware.append(tasks)
+    return server
+
+
+async def test_send_raw_request_returns_what_send_request_rejects() -> None:
+    request = types.CallToolRequest(
+        params=types.CallToolRequestParams(name="t", arguments={}, task=types.TaskMetadata(ttl=5))
+    )
+    async with Client(_task_server(), mode="legacy") as client:
+        for attr in ("_stamp", "_dispatcher", "_session_read_timeout_seconds"):
+            require(client.session, attr, "mcp.client.session.ClientSession")
+        with pytest.raises(Exception, match="content"):  # why the raw path exists
+            await client.session.send_request(request, types.CallToolResult)
+        raw = await sdk_compat.send_raw_request(client.session, request, timeout_s=WAIT)
+        assert types.CreateTaskResult.model_validate(raw, by_name=False).task.task_id == "t1"
+        plain = types.CallToolRequest(params=types.CallToolRequestParams(name="t", arguments={}))
+        assert (await sdk_compat.send_raw_request(client.session, plain))["content"][0]["text"] == "plain"
+
+
+async def test_send_raw_request_names_the_private_when_it_is_gone() -> None:
+    session: Any = SimpleNamespace(_dispatcher=None, _session_read_timeout_seconds=None)
+    with pytest.raises(sdk_compat.SDKChangedError, match=r"ClientSession\._stamp"):
+        await sdk_compat.send_raw_request(session, types.PingRequest())
