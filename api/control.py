@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcp_reconciler.api import wire
-from mcp_reconciler.api.auth import Authenticator, Principal
+from mcp_reconciler.api.auth import PRINCIPAL_KEY, Authenticator, Principal
 from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.views import owner_view, status_out
@@ -56,6 +56,9 @@ class Control:
     # -- plumbing ----------------------------------------------------------------------------
 
     def principal(self, request: Request) -> Principal:
+        found = request.scope.get(PRINCIPAL_KEY)  # an access token the OAuth edge accepted
+        if isinstance(found, Principal):
+            return found
         principal = self.auth.authenticate(request.headers.get("authorization"))
         if principal is None:
             raise ApiError(401, "unauthenticated", "a valid bearer token is required (Authorization: Bearer …)")
