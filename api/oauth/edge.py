@@ -71,9 +71,11 @@ def mcp_identity(identity: Identity) -> McpIdentity:
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def control_principal(identity: Identity) -> Principal:
     """The ``/v1`` principal of an accepted access token: operator or owner by its roles, with
-    the same principal id (``oauth:<issuer>:<subject>``) as on ``/mcp``."""
+    the same principal id (``oauth:<issuer>:<subject>``) as on ``/mcp`` (cached like
+    :func:`mcp_identity`)."""
     return Principal(
         "operator" if identity.is_operator else "owner", identity.principal.subject, identity.principal.issuer
     )
@@ -117,16 +119,22 @@ class ControlBearer:
                 authorization = value.decode("latin-1")
                 break
         token = bearer_token(authorization)
-        static = self.static
-        if (
-            token is None
-            or (static is not None and static.authenticate(authorization) is not None)
-            or (self.server.cached_token(token) is None and not self.server.handles(token))
-        ):
-            await self.app(scope, receive, send)  # the handlers' static authentication decides
-            return
+        server = self.server
         try:
-            identity = await self.server.require_token(token, "owner")
+            # A token seen before is answered by the cache (static tokens never are: this
+            # resource server knows access tokens only); then static tokens, as before.
+            identity = server.cached_token(token) if token is not None else None
+            if identity is not None:
+                server.authorize(identity, "owner")
+            elif (
+                token is None
+                or (self.static is not None and self.static.authenticate(authorization) is not None)
+                or not server.handles(token)
+            ):
+                await self.app(scope, receive, send)  # the handlers' static authentication decides
+                return
+            else:
+                identity = await server.require_token(token, "owner")
         except AuthFailure as failure:
             await self._refuse(send, failure)
             return
