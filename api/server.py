@@ -62,6 +62,8 @@ class Served:
 
     @property
     def base_url(self) -> str:
+        """The gateway's base URL (``url`` without its ``/mcp`` path): where ``/v1``, ``/healthz`` and
+        ``/readyz`` answer."""
         return self.url.removesuffix("/mcp")
 
 
