@@ -1,5 +1,9 @@
 """Bounds at the HTTP edge (I18): connections, descriptors, request heads and bodies.
 
+This module is over 400 lines because the four bounds share one refusal format (:func:`refuse`)
+and the connection guard and its uvicorn protocol are two halves of one state machine, which
+read best side by side.
+
 Every resource a client can make the gateway hold here has a bound and a clear refusal:
 
 * **Connections** (:class:`ConnectionGuard`). At most ``connections`` downstream connections are
