@@ -54,8 +54,9 @@ class Principal:
 
 
 class Authenticator:
-    """The static control-API tokens (module docstring): ``authenticate`` maps an
-    ``Authorization`` header to its :class:`Principal` or ``None``, in constant time per token."""
+    """Maps a bearer token to its :class:`Principal` (module docstring): operators are
+    ``operator1``, ``operator2``, … in the order given; owners by name. Immutable after
+    construction, so concurrent requests need no lock; empty tokens are ignored."""
 
     def __init__(
         self,
@@ -75,6 +76,8 @@ class Authenticator:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, insecure_no_auth: bool = False) -> Authenticator:
+        """An authenticator from ``MCP_RECONCILER_OPERATOR_TOKENS`` and ``MCP_RECONCILER_OWNER_TOKENS``
+        (``environ``, default ``os.environ``); malformed owner pairs and blank tokens are skipped."""
         env = os.environ if environ is None else environ
         operators = [t.strip() for t in env.get("MCP_RECONCILER_OPERATOR_TOKENS", "").split(",") if t.strip()]
         owners: dict[str, str] = {}
@@ -86,9 +89,13 @@ class Authenticator:
 
     @property
     def configured(self) -> bool:
+        """Whether any token is configured (without one, only ``insecure_no_auth`` lets anyone in)."""
         return bool(self._by_digest)
 
     def authenticate(self, authorization: str | None) -> Principal | None:
+        """The principal whose token the ``Authorization: Bearer`` header carries, compared in constant
+        time; None for a missing, malformed or unknown credential. Every request is an operator under
+        ``insecure_no_auth``."""
         if self.insecure_no_auth:
             return Principal("operator", "insecure-no-auth")
         if not authorization or not authorization.lower().startswith("bearer "):

@@ -116,7 +116,8 @@ class CredentialSource(Protocol):
     token of its own kind that it refuses (the guard answers with that failure's status and
     challenge); never logs a token."""
 
-    async def identify(self, token: str) -> McpIdentity | None: ...
+    async def identify(self, token: str) -> McpIdentity | None:
+        """The identity ``token`` stands for, or None if it is not one of this source's credentials."""
 
 
 class SessionTokens:
@@ -186,6 +187,10 @@ class McpGuard:
         self.scope = tuple(scope)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Admit an HTTP request with the identity of its bearer token (the first source that accepts it)
+        or, without a credential, as anonymous when that is on; otherwise answer 401 (or a
+        source's own refusal: 403, 503) with a ``WWW-Authenticate`` challenge and the app never
+        sees it. Non-HTTP scopes pass as is."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -110,6 +110,9 @@ class ControlBearer:
         self.static = static
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass a ``/v1`` request on with the :class:`Principal` of its access token in the scope,
+        or answer the token's refusal (the ``/v1`` error shape plus the challenge); static
+        tokens, other credentials and other paths pass untouched."""
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
