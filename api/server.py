@@ -64,6 +64,7 @@ class Served:
     connections: ConnectionGuard | None = None  # the HTTP connection bound (I18), for status and tests
     transport_sessions: GatewaySessionManager | None = None  # streamable-HTTP sessions, counted per client
     grace_s: float = 0.0
+    oauth: OAuthEdge | None = None  # access tokens on /mcp and /v1 (the config's oauth: section)
 
     @property
     def base_url(self) -> str:
@@ -251,6 +252,7 @@ async def serve_http(
                         hurry,
                         guard,
                         transport_sessions,
+                        oauth=oauth,
                     )
                     try:
                         yield served
@@ -356,6 +358,10 @@ async def _serve_until_stopped(
                         console.say("  " + ANONYMOUS_WARNING.format(policy=grants.policy, url=served.url))
                     else:
                         console.say("  /mcp requires a session token (POST /v1/sessions, or sessions: in the config)")
+                    if served.oauth is not None and served.oauth.resource_metadata_url is not None:
+                        console.say(
+                            f"  /mcp and /v1 accept access tokens; metadata: {served.oauth.resource_metadata_url}"
+                        )
                     console.say(f"  revision {engine.current_revision}: {len(tools)} tools {tools}")
                     console.say("  SIGHUP reloads the config; Ctrl-C (or SIGTERM) stops.")
 
