@@ -48,6 +48,7 @@ from tests.api.conftest import (
     tool_names,
     upstream_source,
 )
+from tests.api.test_cli import _serve_output
 from tests.api.test_oauth_http import AutoBrowser, MemoryStorage, challenge_params
 from tests.integration.conftest import free_port
 from tests.support.authz_server import AuthorizationServer, authz_server, forge_hs256, unsigned
@@ -437,3 +438,16 @@ async def test_the_official_sdk_oauth_client_logs_in_through_the_401(
         assert az.token_requests["authorization_code"] == 1 and len(az.issued) == 1
         assert storage.tokens is not None and storage.tokens.access_token == az.issued[0]
         assert storage.client is not None and storage.client.client_id in az.clients
+
+
+# -- serve says so ---------------------------------------------------------------------------------
+
+
+async def test_serve_names_the_metadata_url_at_startup(tmp_path: Path) -> None:
+    # The issuer need not be reachable at startup: its keys are fetched by the first validation.
+    cfg = gateway_config(tmp_path, 8765, AuthorizationServer(1), [upstream_source("up", "a")])
+    out = await _serve_output(cfg)
+    assert (
+        "/mcp and /v1 accept access tokens; metadata: http://127.0.0.1:8765/.well-known/oauth-protected-resource/mcp"
+        in out
+    )
