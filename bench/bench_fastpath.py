@@ -1,0 +1,272 @@
+"""Fast-path benchmark (issue 12): what one gateway hop costs, against the same upstream called
+directly, in one run on one machine.
+
+Run from the repo root:  python bench/bench_fastpath.py [--quick] [--json PATH]   (make bench-fastpath)
+
+Set-up: an echo upstream (``tests.support.upstream_server``) over streamable HTTP on 127.0.0.1,
+and the gateway as a real ``mcp-reconciler serve`` subprocess with two sources on that program:
+``h`` (the HTTP upstream) and ``s`` (its own stdio child). SDK ``Client`` instances in this
+process call ``echo`` directly and through the gateway, for both eras (``legacy`` = 2025-11-25
+sessions, ``auto`` = 2026-07-28). The gateway's CPU per call is its process's own utime+stime
+(``/proc/<pid>/stat``) over the gateway blocks only. Rows of one era run interleaved in blocks
+so they see the same background load; ``loadavg`` is printed with every table, because the box
+is shared. Compare ratios within one run, not absolute figures across runs.
+
+1. Sequential calls: p50/p99 per path, added p50 (gateway - direct HTTP, as in the issue), and
+   the gateway's CPU ms per call.
+2. Throughput: 1, 8 and 32 concurrent sessions calling for a fixed time; calls/s and the ratio
+   to direct.
+3. ``tools/list`` of 1,000 tools (one page) with 1,000 legacy sessions open on a second gateway
+   (one source serving 993 tools + its 7 control tools): p50/p99 of the first list of a sample of
+   sessions spread over all 1,000, then of a second pass. Sessions are opened with raw HTTP
+   (initialize + initialized), so the client side stays light.
+
+Benchmarks print figures; they never assert (docs/DESIGN.md "Layout")."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import anyio  # noqa: E402
+import httpx2  # noqa: E402
+from _stats import dump_json, json_out_path, pct  # noqa: E402
+from mcp import Client  # noqa: E402
+
+UPSTREAM = [sys.executable, "-m", "tests.support.upstream_server"]
+ARGS = {"x": "1"}
+CLK = os.sysconf("SC_CLK_TCK")
+QUICK = "--quick" in sys.argv
+CALLS, BLOCKS, WARMUP = (150, 3, 20) if QUICK else (600, 6, 50)
+DURATION_S = 1.0 if QUICK else 3.0
+LIST_SESSIONS, LIST_SAMPLE = (200, 60) if QUICK else (1000, 200)
+
+
+def loadavg() -> str:
+    return open("/proc/loadavg", encoding="ascii").read().split(" ", 3)[:3].__str__()
+
+
+def cpu_s(pid: int) -> float:
+    stat = open(f"/proc/{pid}/stat", "rb").read()
+    f = stat[stat.rfind(b")") + 2 :].split()
+    return (int(f[11]) + int(f[12])) / CLK
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def process(argv: list[str], ready_url: str) -> AsyncIterator[int]:
+    """Start ``argv``, wait until ``ready_url`` answers (below 500 for ``/readyz``: published),
+    yield its pid; stop and reap it on exit."""
+    env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
+    proc = await anyio.open_process(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None)
+    try:
+        async with httpx2.AsyncClient() as http:
+            with anyio.fail_after(60):
+                while True:
+                    if proc.returncode is not None:
+                        raise RuntimeError(f"{argv} exited with {proc.returncode}")
+                    with contextlib.suppress(httpx2.HTTPError):
+                        if (await http.get(ready_url)).status_code < 500:
+                            break
+                    await anyio.sleep(0.1)
+        yield proc.pid
+    finally:
+        with anyio.CancelScope(shield=True):
+            proc.terminate()
+            with anyio.move_on_after(10):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+def gateway_argv(cfg: Path, port: int) -> list[str]:
+    return [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", str(port)]
+
+
+async def open_client(stack: contextlib.AsyncExitStack, url: str, era: str) -> Any:
+    c = await stack.enter_async_context(Client(url, mode=era))
+    await c.list_tools()  # call_tool would otherwise list for output schemas
+    return c
+
+
+async def run_calls(clients: list[Any], tool: str, calls: int | None, duration_s: float | None) -> tuple[list[float], float]:
+    lat: list[float] = []
+    deadline = time.perf_counter() + (duration_s or 0)
+    t0 = time.perf_counter()
+
+    async def loop(c: Any) -> None:
+        n = 0
+        while (n < calls) if calls is not None else (time.perf_counter() < deadline):
+            n += 1
+            s = time.perf_counter()
+            r = await c.call_tool(tool, ARGS)
+            lat.append((time.perf_counter() - s) * 1000)
+            if r.is_error:
+                raise RuntimeError(f"{tool}: error result {r}")
+
+    async with anyio.create_task_group() as tg:
+        for c in clients:
+            tg.start_soon(loop, c)
+    return lat, time.perf_counter() - t0
+
+
+PATHS = (("direct", "direct HTTP", "echo"), ("gw", "gateway -> HTTP upstream", "h__echo"), ("gw", "gateway -> stdio upstream", "s__echo"))
+
+
+async def bench_calls(up_url: str, gw_url: str, gw_pid: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for era in ("legacy", "auto"):
+        async with contextlib.AsyncExitStack() as stack:
+            lat: dict[str, list[float]] = {label: [] for _, label, _ in PATHS}
+            gw_cpu = {label: 0.0 for _, label, _ in PATHS}
+            clients = {label: await open_client(stack, up_url if where == "direct" else gw_url, era) for where, label, _ in PATHS}
+            for where, label, tool in PATHS:
+                await run_calls([clients[label]], tool, WARMUP, None)
+            for b in range(BLOCKS):  # interleaved, rotating order
+                for where, label, tool in PATHS[b % 3 :] + PATHS[: b % 3]:
+                    c0 = cpu_s(gw_pid)
+                    xs, _ = await run_calls([clients[label]], tool, CALLS // BLOCKS, None)
+                    gw_cpu[label] += cpu_s(gw_pid) - c0
+                    lat[label] += xs
+            base = pct(lat["direct HTTP"], 50)
+            print(f"\n[{era}] sequential {CALLS} calls per path, loadavg {loadavg()}")
+            print(f"  {'path':28} {'p50 ms':>7} {'p99 ms':>7} {'added p50':>9} {'gw CPU/call ms':>14}")
+            rows = {}
+            for where, label, _ in PATHS:
+                p50, p99 = pct(lat[label], 50), pct(lat[label], 99)
+                cpu = gw_cpu[label] * 1000 / len(lat[label]) if where == "gw" else None
+                added = f"{p50 - base:+9.2f}" if where == "gw" else f"{'-':>9}"
+                cpu_txt = f"{cpu:14.2f}" if cpu is not None else f"{'-':>14}"
+                print(f"  {label:28} {p50:7.2f} {p99:7.2f} {added} {cpu_txt}")
+                rows[label] = {"p50_ms": p50, "p99_ms": p99, "added_p50_ms": p50 - base, "gw_cpu_ms_per_call": cpu}
+            print(f"  throughput (calls/s; x direct), loadavg {loadavg()}")
+            for n in (1, 8, 32):
+                many = {label: [clients[label]] + [await open_client(stack, up_url if w == "direct" else gw_url, era) for _ in range(n - 1)] for w, label, _ in PATHS}
+                tput = {}
+                for where, label, tool in PATHS:
+                    c0 = cpu_s(gw_pid)
+                    xs, el = await run_calls(many[label], tool, None, DURATION_S)
+                    tput[label] = len(xs) / el
+                    rows[label][f"calls_per_s_{n}"] = tput[label]
+                    rows[label][f"gw_cpu_ms_per_call_{n}"] = (cpu_s(gw_pid) - c0) * 1000 / len(xs) if where == "gw" else None
+                d = tput["direct HTTP"]
+                print(f"  {n:2} sessions: " + "  ".join(f"{label} {t:6.0f} ({t / d:.2f}x)" for label, t in tput.items()))
+                clients.update({k: v[0] for k, v in many.items()})
+            out[era] = rows
+    return out
+
+
+async def raw_session(http: httpx2.AsyncClient, url: str) -> str:
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    r = await http.post(url, json=init, headers=headers)
+    sid = r.headers["mcp-session-id"]
+    headers |= {"mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    return sid
+
+
+async def list_once(http: httpx2.AsyncClient, url: str, sid: str, i: int) -> tuple[float, int]:
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json", "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+    s = time.perf_counter()
+    r = await http.post(url, json={"jsonrpc": "2.0", "id": i, "method": "tools/list"}, headers=headers)
+    body = r.text
+    dt = (time.perf_counter() - s) * 1000
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        body = next(x[5:] for x in body.splitlines() if x.startswith("data:") and x[5:].strip())
+    return dt, len(json.loads(body).get("result", {}).get("tools", []))
+
+
+async def bench_list(tmp: Path) -> dict[str, Any]:
+    names = tmp / "tools.json"
+    names.write_text(json.dumps([f"t{i:04d}" for i in range(993)]))
+    up_port, gw_port = free_port(), free_port()
+    cfg = tmp / "list.yaml"
+    cfg.write_text(
+        "gateway:\n  anonymous: {grant_policy: current}\n  limits: {transport_sessions_per_client: 4096}\n"
+        f"sources:\n  - name: l\n    http: {{url: 'http://127.0.0.1:{up_port}/mcp'}}\n"
+    )
+    up = [*UPSTREAM, "--transport", "http", "--port", str(up_port), "--tools-file", str(names)]
+    url = f"http://127.0.0.1:{gw_port}/mcp"
+    async with process(up, f"http://127.0.0.1:{up_port}/mcp"), process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz") as gw_pid:
+        async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=50)) as http:
+            with anyio.fail_after(60):  # the catalog is published
+                while (await list_once(http, url, await raw_session(http, url), 0))[1] < 1000:
+                    await anyio.sleep(0.2)
+            sids: list[str] = []
+            while len(sids) < LIST_SESSIONS:
+                batch: list[str] = []
+                async with anyio.create_task_group() as tg:
+                    for _ in range(50):
+                        async def one() -> None:
+                            batch.append(await raw_session(http, url))
+                        tg.start_soon(one)
+                sids += batch
+            sample = sids[:: max(1, len(sids) // LIST_SAMPLE)][:LIST_SAMPLE]
+            res: dict[str, Any] = {"sessions_open": len(sids)}
+            print(f"\ntools/list of 1,000 tools, {len(sids)} sessions open, {len(sample)} sampled, loadavg {loadavg()}")
+            for phase in ("first list per session", "second pass"):
+                lat, c0 = [], cpu_s(gw_pid)
+                for i, sid in enumerate(sample):
+                    dt, n = await list_once(http, url, sid, i + 2)
+                    assert n == 1000, n
+                    lat.append(dt)
+                cpu = (cpu_s(gw_pid) - c0) * 1000 / len(sample)
+                print(f"  {phase:24} p50 {pct(lat, 50):7.2f} ms  p99 {pct(lat, 99):7.2f} ms  max {max(lat):7.2f} ms  gw CPU/list {cpu:6.2f} ms")
+                res[phase] = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "max_ms": max(lat), "gw_cpu_ms": cpu}
+            return res
+
+
+async def amain() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-fastpath-") as d:
+        tmp = Path(d)
+        up_port, gw_port = free_port(), free_port()
+        up_url = f"http://127.0.0.1:{up_port}/mcp"
+        cfg = tmp / "gw.yaml"
+        stdio = json.dumps([*UPSTREAM[1:], "--tools", "echo"])
+        cfg.write_text(  # tokenless clients on purpose: anonymous access, policy current
+            "gateway: {anonymous: {grant_policy: current}}\nsources:\n"
+            f"  - name: h\n    http: {{url: '{up_url}'}}\n"
+            f"  - name: s\n    stdio: {{command: {json.dumps(sys.executable)}, args: {stdio}, cwd: {json.dumps(str(REPO_ROOT))}}}\n"
+        )
+        print(f"bench_fastpath: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
+        up = [*UPSTREAM, "--transport", "http", "--port", str(up_port), "--tools", "echo"]
+        async with process(up, up_url), process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz") as gw_pid:
+            gw_url = f"http://127.0.0.1:{gw_port}/mcp"
+            async with Client(gw_url, mode="legacy") as c:  # both sources published
+                with anyio.fail_after(60):
+                    while {"h__echo", "s__echo"} - {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
+                        await anyio.sleep(0.2)
+            calls = await bench_calls(up_url, gw_url, gw_pid)
+        lists = await bench_list(tmp)
+    return {"loadavg_end": loadavg(), "calls": calls, "list": lists}
+
+
+def main() -> int:
+    out = anyio.run(amain)
+    path = json_out_path(sys.argv)
+    if path:
+        dump_json(path, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
