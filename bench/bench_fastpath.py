@@ -1,7 +1,7 @@
 """Fast-path benchmark (issue 12): what one gateway hop costs, against the same upstream called
 directly, in one run on one machine.
 
-Run from the repo root:  python bench/bench_fastpath.py [--quick] [--json PATH]   (make bench-fastpath)
+Run from the repo root:  python bench/bench_fastpath.py [--quick] [--profile] [--json PATH]   (make bench-fastpath)
 
 Set-up: an echo upstream (``tests.support.upstream_server``) over streamable HTTP on 127.0.0.1,
 and the gateway as a real ``mcp-reconciler serve`` subprocess with two sources on that program:
@@ -20,6 +20,8 @@ is shared. Compare ratios within one run, not absolute figures across runs.
    (one source serving 993 tools + its 7 control tools): p50/p99 of the first list of a sample of
    sessions spread over all 1,000, then of a second pass. Sessions are opened with raw HTTP
    (initialize + initialized), so the client side stays light.
+4. ``--profile`` (instead of 1-3): py-spy samples the gateway at 32 sessions; the frames with
+   the most own time and the inclusive share per package are printed.
 
 Benchmarks print figures; they never assert (docs/DESIGN.md "Layout")."""
 
@@ -55,11 +57,13 @@ LIST_SESSIONS, LIST_SAMPLE = (200, 60) if QUICK else (1000, 200)
 
 
 def loadavg() -> str:
-    return open("/proc/loadavg", encoding="ascii").read().split(" ", 3)[:3].__str__()
+    with open("/proc/loadavg", encoding="ascii") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def cpu_s(pid: int) -> float:
-    stat = open(f"/proc/{pid}/stat", "rb").read()
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        stat = fh.read()
     f = stat[stat.rfind(b")") + 2 :].split()
     return (int(f[11]) + int(f[12])) / CLK
 
@@ -75,7 +79,9 @@ async def process(argv: list[str], ready_url: str) -> AsyncIterator[int]:
     """Start ``argv``, wait until ``ready_url`` answers (below 500 for ``/readyz``: published),
     yield its pid; stop and reap it on exit."""
     env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
-    proc = await anyio.open_process(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None)
+    proc = await anyio.open_process(
+        argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None
+    )
     try:
         async with httpx2.AsyncClient() as http:
             with anyio.fail_after(60):
@@ -107,7 +113,9 @@ async def open_client(stack: contextlib.AsyncExitStack, url: str, era: str) -> A
     return c
 
 
-async def run_calls(clients: list[Any], tool: str, calls: int | None, duration_s: float | None) -> tuple[list[float], float]:
+async def run_calls(
+    clients: list[Any], tool: str, calls: int | None, duration_s: float | None
+) -> tuple[list[float], float]:
     lat: list[float] = []
     deadline = time.perf_counter() + (duration_s or 0)
     t0 = time.perf_counter()
@@ -128,7 +136,11 @@ async def run_calls(clients: list[Any], tool: str, calls: int | None, duration_s
     return lat, time.perf_counter() - t0
 
 
-PATHS = (("direct", "direct HTTP", "echo"), ("gw", "gateway -> HTTP upstream", "h__echo"), ("gw", "gateway -> stdio upstream", "s__echo"))
+PATHS = (
+    ("direct", "direct HTTP", "echo"),
+    ("gw", "gateway -> HTTP upstream", "h__echo"),
+    ("gw", "gateway -> stdio upstream", "s__echo"),
+)
 
 
 async def bench_calls(up_url: str, gw_url: str, gw_pid: int) -> dict[str, Any]:
@@ -137,11 +149,14 @@ async def bench_calls(up_url: str, gw_url: str, gw_pid: int) -> dict[str, Any]:
         async with contextlib.AsyncExitStack() as stack:
             lat: dict[str, list[float]] = {label: [] for _, label, _ in PATHS}
             gw_cpu = {label: 0.0 for _, label, _ in PATHS}
-            clients = {label: await open_client(stack, up_url if where == "direct" else gw_url, era) for where, label, _ in PATHS}
-            for where, label, tool in PATHS:
+            clients = {
+                label: await open_client(stack, up_url if where == "direct" else gw_url, era)
+                for where, label, _ in PATHS
+            }
+            for _, label, tool in PATHS:
                 await run_calls([clients[label]], tool, WARMUP, None)
             for b in range(BLOCKS):  # interleaved, rotating order
-                for where, label, tool in PATHS[b % 3 :] + PATHS[: b % 3]:
+                for _, label, tool in PATHS[b % 3 :] + PATHS[: b % 3]:
                     c0 = cpu_s(gw_pid)
                     xs, _ = await run_calls([clients[label]], tool, CALLS // BLOCKS, None)
                     gw_cpu[label] += cpu_s(gw_pid) - c0
@@ -159,23 +174,40 @@ async def bench_calls(up_url: str, gw_url: str, gw_pid: int) -> dict[str, Any]:
                 rows[label] = {"p50_ms": p50, "p99_ms": p99, "added_p50_ms": p50 - base, "gw_cpu_ms_per_call": cpu}
             print(f"  throughput (calls/s; x direct), loadavg {loadavg()}")
             for n in (1, 8, 32):
-                many = {label: [clients[label]] + [await open_client(stack, up_url if w == "direct" else gw_url, era) for _ in range(n - 1)] for w, label, _ in PATHS}
+                many = {
+                    label: [clients[label]]
+                    + [await open_client(stack, up_url if w == "direct" else gw_url, era) for _ in range(n - 1)]
+                    for w, label, _ in PATHS
+                }
                 tput = {}
                 for where, label, tool in PATHS:
                     c0 = cpu_s(gw_pid)
                     xs, el = await run_calls(many[label], tool, None, DURATION_S)
                     tput[label] = len(xs) / el
                     rows[label][f"calls_per_s_{n}"] = tput[label]
-                    rows[label][f"gw_cpu_ms_per_call_{n}"] = (cpu_s(gw_pid) - c0) * 1000 / len(xs) if where == "gw" else None
+                    rows[label][f"gw_cpu_ms_per_call_{n}"] = (
+                        (cpu_s(gw_pid) - c0) * 1000 / len(xs) if where == "gw" else None
+                    )
                 d = tput["direct HTTP"]
-                print(f"  {n:2} sessions: " + "  ".join(f"{label} {t:6.0f} ({t / d:.2f}x)" for label, t in tput.items()))
+                print(
+                    f"  {n:2} sessions: " + "  ".join(f"{label} {t:6.0f} ({t / d:.2f}x)" for label, t in tput.items())
+                )
                 clients.update({k: v[0] for k, v in many.items()})
             out[era] = rows
     return out
 
 
 async def raw_session(http: httpx2.AsyncClient, url: str) -> str:
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"},
+        },
+    }
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     r = await http.post(url, json=init, headers=headers)
     sid = r.headers["mcp-session-id"]
@@ -184,12 +216,21 @@ async def raw_session(http: httpx2.AsyncClient, url: str) -> str:
     return sid
 
 
-async def list_once(http: httpx2.AsyncClient, url: str, sid: str, i: int) -> tuple[float, int]:
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json", "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+async def list_once(http: httpx2.AsyncClient, url: str, sid: str, i: int, parse: bool = True) -> tuple[float, int]:
+    """One ``tools/list``: the time until its last byte arrived (the client's own JSON parsing of
+    ~300 KB, ~8 ms here, is not the gateway's) and, if ``parse``, how many tools it listed."""
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "mcp-session-id": sid,
+        "mcp-protocol-version": "2025-11-25",
+    }
     s = time.perf_counter()
     r = await http.post(url, json={"jsonrpc": "2.0", "id": i, "method": "tools/list"}, headers=headers)
     body = r.text
     dt = (time.perf_counter() - s) * 1000
+    if not parse:
+        return dt, body.count('"inputSchema"')
     if r.headers.get("content-type", "").startswith("text/event-stream"):
         body = next(x[5:] for x in body.splitlines() if x.startswith("data:") and x[5:].strip())
     return dt, len(json.loads(body).get("result", {}).get("tools", []))
@@ -206,33 +247,113 @@ async def bench_list(tmp: Path) -> dict[str, Any]:
     )
     up = [*UPSTREAM, "--transport", "http", "--port", str(up_port), "--tools-file", str(names)]
     url = f"http://127.0.0.1:{gw_port}/mcp"
-    async with process(up, f"http://127.0.0.1:{up_port}/mcp"), process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz") as gw_pid:
+    async with (
+        process(up, f"http://127.0.0.1:{up_port}/mcp"),
+        process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz") as gw_pid,
+    ):
         async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=50)) as http:
             with anyio.fail_after(60):  # the catalog is published
                 while (await list_once(http, url, await raw_session(http, url), 0))[1] < 1000:
                     await anyio.sleep(0.2)
             sids: list[str] = []
             while len(sids) < LIST_SESSIONS:
-                batch: list[str] = []
+
+                async def one() -> None:
+                    sids.append(await raw_session(http, url))
+
                 async with anyio.create_task_group() as tg:
                     for _ in range(50):
-                        async def one() -> None:
-                            batch.append(await raw_session(http, url))
                         tg.start_soon(one)
-                sids += batch
             sample = sids[:: max(1, len(sids) // LIST_SAMPLE)][:LIST_SAMPLE]
             res: dict[str, Any] = {"sessions_open": len(sids)}
             print(f"\ntools/list of 1,000 tools, {len(sids)} sessions open, {len(sample)} sampled, loadavg {loadavg()}")
             for phase in ("first list per session", "second pass"):
                 lat, c0 = [], cpu_s(gw_pid)
                 for i, sid in enumerate(sample):
-                    dt, n = await list_once(http, url, sid, i + 2)
+                    dt, n = await list_once(http, url, sid, i + 2, parse=False)
                     assert n == 1000, n
                     lat.append(dt)
                 cpu = (cpu_s(gw_pid) - c0) * 1000 / len(sample)
-                print(f"  {phase:24} p50 {pct(lat, 50):7.2f} ms  p99 {pct(lat, 99):7.2f} ms  max {max(lat):7.2f} ms  gw CPU/list {cpu:6.2f} ms")
+                print(
+                    f"  {phase:24} p50 {pct(lat, 50):7.2f} ms  p99 {pct(lat, 99):7.2f} ms  "
+                    f"max {max(lat):7.2f} ms  gw CPU/list {cpu:6.2f} ms"
+                )
                 res[phase] = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "max_ms": max(lat), "gw_cpu_ms": cpu}
             return res
+
+
+async def profile(gw_url: str, gw_pid: int, tmp: Path) -> None:
+    """``--profile``: py-spy (if installed) samples the gateway while 32 legacy sessions call
+    ``h__echo``; prints the frames with the most own time and the packages they belong to."""
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        print("\nprofile: py-spy not installed (pip install py-spy)")
+        return
+    out = tmp / "gw.collapsed"
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await open_client(stack, gw_url, "legacy") for _ in range(32)]
+        rec = await anyio.open_process(
+            [
+                str(spy),
+                "record",
+                "-p",
+                str(gw_pid),
+                "-d",
+                "8",
+                "-r",
+                "200",
+                "-f",
+                "raw",
+                "-o",
+                str(out),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        xs, _ = await run_calls(clients, "h__echo", None, 8.5)
+        await rec.wait()
+    own: dict[str, int] = {}
+    pkg: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in out.read_text().splitlines():
+        stack_s, _, n_s = line.rpartition(" ")
+        frames, n = stack_s.split(";"), int(n_s)
+        if "select (selectors.py" in frames[-1] or ("_run_once" in frames[-1] and "select" in frames[-1]):
+            continue  # idle in epoll
+        total += n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for name in {f.split("(", 1)[-1].split("site-packages/")[-1].split("/")[0] for f in frames}:
+            pkg[name] = pkg.get(name, 0) + n
+        for f in set(frames):
+            if any(
+                k in f
+                for k in (
+                    "mcp/",
+                    "api/",
+                    "reconciler/",
+                    "httpx2/_client",
+                    "starlette/",
+                    "sse_starlette",
+                    "opentelemetry",
+                )
+            ):
+                incl[f] = incl.get(f, 0) + n
+    print(
+        f"\nprofile: gateway at 32 legacy sessions -> h__echo, {len(xs)} calls, {total} busy samples, "
+        f"loadavg {loadavg()}"
+    )
+    print(
+        "  inclusive share by package/top folder: "
+        + ", ".join(f"{k} {v * 100 // total}%" for k, v in sorted(pkg.items(), key=lambda kv: -kv[1])[:14])
+    )
+    print("  own time:")
+    for frame, n in sorted(own.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"  {n * 100 / total:5.1f}%  {frame[:150]}")
+    print("  inclusive (gateway, SDK, HTTP client frames):")
+    for frame, n in sorted(incl.items(), key=lambda kv: -kv[1])[:40]:
+        print(f"  {n * 100 / total:5.1f}%  {frame[:150]}")
 
 
 async def amain() -> dict[str, Any]:
@@ -245,16 +366,25 @@ async def amain() -> dict[str, Any]:
         cfg.write_text(  # tokenless clients on purpose: anonymous access, policy current
             "gateway: {anonymous: {grant_policy: current}}\nsources:\n"
             f"  - name: h\n    http: {{url: '{up_url}'}}\n"
-            f"  - name: s\n    stdio: {{command: {json.dumps(sys.executable)}, args: {stdio}, cwd: {json.dumps(str(REPO_ROOT))}}}\n"
+            f"  - name: s\n    stdio: {{command: {json.dumps(sys.executable)}, args: {stdio}, "
+            f"cwd: {json.dumps(str(REPO_ROOT))}}}\n"
         )
         print(f"bench_fastpath: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
+        if "--list-only" in sys.argv:
+            return {"list": await bench_list(tmp)}
         up = [*UPSTREAM, "--transport", "http", "--port", str(up_port), "--tools", "echo"]
-        async with process(up, up_url), process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz") as gw_pid:
+        async with (
+            process(up, up_url),
+            process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz") as gw_pid,
+        ):
             gw_url = f"http://127.0.0.1:{gw_port}/mcp"
             async with Client(gw_url, mode="legacy") as c:  # both sources published
                 with anyio.fail_after(60):
                     while {"h__echo", "s__echo"} - {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
                         await anyio.sleep(0.2)
+            if "--profile" in sys.argv:
+                await profile(gw_url, gw_pid, tmp)
+                return {}
             calls = await bench_calls(up_url, gw_url, gw_pid)
         lists = await bench_list(tmp)
     return {"loadavg_end": loadavg(), "calls": calls, "list": lists}

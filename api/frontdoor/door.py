@@ -25,15 +25,16 @@ from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.completion import Completer
 from mcp_reconciler.api.frontdoor.control_tools import ControlTools, RefreshFn, StatusFn
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
+from mcp_reconciler.api.frontdoor.fastlane import ListCache, fast_lane_enabled, freeze_after_publication
 from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
-from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.frontdoor.subscriptions import ResourceSubscriptions
 from mcp_reconciler.api.frontdoor.tasks import Tasks
+from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.version import __version__
 from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.engine import Engine
@@ -146,6 +147,17 @@ class FrontDoor:
             )
         self.server.middleware.append(self.sessions.bind_at_handshake)
         self.server.middleware.append(self.tasks.middleware)  # task-augmented tools/call (2025-11-25)
+        # The fast lane (issue 12, ADR 0019): list pages served from cached wire dicts, calls
+        # forwarded without rebuilding models, the heap frozen after each publication.
+        self.fast_lane = fast_lane_enabled()
+        self.list_cache = ListCache(
+            self.catalog,
+            authority,
+            self.sessions,
+            show_extra=(lambda b: self.control is not None and self.may_use_control_tools(b)),
+        )
+        self.list_cache.enabled = self.fast_lane
+        self.server.middleware.append(self.list_cache)
         self.server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.tasks.get_task)
         self.server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self.tasks.task_result)
         self.server.add_request_handler("tasks/list", types.PaginatedRequestParams, self.tasks.list_tasks)
@@ -171,6 +183,7 @@ class FrontDoor:
         lifetime. While it runs, the front door answers what upstream servers start (the relay
         is attached to the engine)."""
         detach = self.catalog.attach_peer(self.relay)
+        unsubscribe = self.catalog.on_publish(freeze_after_publication) if self.fast_lane else (lambda: None)
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.exchanges.run)
@@ -179,6 +192,7 @@ class FrontDoor:
                 await tg.start(self.tasks.run)
                 await self.notifier.run(task_status=task_status)
         finally:
+            unsubscribe()
             detach()
 
     def gate_pushes(self, gate: PushGate) -> None:
