@@ -47,13 +47,22 @@ naming the attribute if an SDK release moves it:
    session's stamp and dispatcher (``ClientSession._stamp``, ``._dispatcher``; the SDK's own
    ``listen()`` does the same) and returns the raw result for the caller to validate.
 
+8. **A request sent on the fast lane** (issue 12, ADR 0019). :func:`post_fast` sends a 2026-era
+   request through the connection's :class:`~reconciler.fasthttp.JsonRpcPoster` instead of the
+   SDK's transport, stamped by the session exactly as ``send_request`` stamps it
+   (``ClientSession._stamp``, the same private as 7.) and its result checked exactly as
+   ``send_request`` checks it (``mcp.client.session._clamp_inbound_ttl`` and
+   ``_later_revision_fields``, then the result type).
+
 Import-time checks below catch a removed class-level hook at startup instead of at the first
 request; instance attributes can only be checked on real objects (the unit tests do)."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
+import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterable
@@ -61,7 +70,9 @@ from typing import Any
 
 import httpx2
 import mcp_types as types
-from mcp import ClientSession
+import anyio
+from mcp import ClientSession, MCPError
+from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.streamable_http import (
@@ -77,6 +88,10 @@ from mcp.shared.inbound import MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, enc
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
+from mcp_types import methods as _methods
+from pydantic import TypeAdapter
+
+from mcp_reconciler.reconciler.fasthttp import ResponseError
 from mcp_reconciler.reconciler.model import EntryKind
 
 #: The SDK minor version this module was written and tested against (pyproject pins it).
@@ -221,6 +236,55 @@ async def send_raw_request(session: ClientSession, request: Any, *, timeout_s: f
         opts["timeout"] = timeout
     raw = await dispatcher.send_raw_request(data["method"], data.get("params"), opts)
     return dict(raw)
+
+
+# -- 8. a request on the fast lane ---------------------------------------------------------------
+
+#: Request ids of the fast lane: a space of their own, far from the dispatcher's small integers
+#: (each POST is its own exchange in the 2026 era, but logs stay unambiguous).
+_fast_ids = itertools.count(1 << 40)
+
+
+async def post_fast(conn: Any, request: Any, result_type: Any, *, timeout_s: float | None = None) -> Any | None:
+    """Send ``request`` (an ``mcp_types`` request model) on ``conn``'s fast lane and return the
+    result validated as ``ClientSession.send_request`` would; ``None`` (nothing sent) when the
+    exchange must take the SDK's transport: no poster (not plain HTTP, legacy era) or a request
+    that opts into log records (they would ride the response stream). Raises ``MCPError`` for an
+    error response or a timeout, ``UpstreamUnavailableError`` when the exchange breaks."""
+    poster = getattr(conn, "poster", None)
+    if poster is None or conn.legacy:
+        return None
+    session = conn.client.session
+    try:
+        stamp = session._stamp
+        default_timeout = session._session_read_timeout_seconds
+        version = session._negotiated_version or "2025-11-25"
+    except AttributeError as exc:
+        raise SDKChangedError(f"ClientSession.{exc.name}") from None
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    opts: CallOptions = {}
+    stamp(data, opts)
+    params = data.get("params") or {}
+    if types.LOG_LEVEL_META_KEY in (params.get("_meta") or {}):
+        return None
+    method: str = data["method"]
+    message = {"jsonrpc": "2.0", "id": next(_fast_ids), "method": method, "params": params}
+    timeout = timeout_s if timeout_s is not None else default_timeout
+    try:
+        with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+            raw = await poster.post(message, opts.get("headers", {}))
+    except TimeoutError:
+        raise MCPError(code=types.REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
+    except ResponseError as exc:
+        raise MCPError.from_error_data(types.ErrorData.model_validate(exc.error)) from None
+    _clamp_inbound_ttl(raw)
+    with contextlib.suppress(KeyError):
+        _methods.validate_server_result(method, version, raw)
+    if not (foreign := _later_revision_fields(method, version)).isdisjoint(raw):
+        raw = {key: value for key, value in raw.items() if key not in foreign}
+    if isinstance(result_type, TypeAdapter):
+        return result_type.validate_python(raw, by_name=False)
+    return result_type.model_validate(raw, by_name=False)
 
 
 # -- 2 and 3. the streamable-HTTP session manager ----------------------------------------------

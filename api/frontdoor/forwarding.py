@@ -34,6 +34,7 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
 
+from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
@@ -286,6 +287,9 @@ class Forwarder:
         call_s: float | None,
     ) -> Any:
         if progress_token(meta) is None:
+            fast = await sdk_compat.post_fast(conn, request, result_type, timeout_s=call_s)
+            if fast is not None:
+                return fast
             return await conn.send(request, result_type, timeout_s=call_s)
         return await send_with_progress(conn, request, result_type, ctx, call_s)
 
