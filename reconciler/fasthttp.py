@@ -20,8 +20,9 @@ Failure semantics:
   request stream end, which is the 2026 wire's cancellation (the SDK does the same);
 - a non-2xx status answers the JSON-RPC error in its body if there is one, else the same stand-in
   errors the SDK's transport uses;
-- other messages on the stream (notifications nobody asked for; a 2026 server sends no
-  requests) are skipped.
+- other messages on an SSE response stream (log records the request opted into; a 2026 server
+  sends no requests) are handed to the caller's ``on_message`` as each event completes, in
+  order, before the result; without one they are skipped.
 
 No task is started: every exchange runs in its caller's task, so its owner is whoever awaits it."""
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,6 +49,10 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_REDIRECTS = 2
 
 
+#: Receives each message on a response stream that is not the response (in order, awaited).
+OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
+
+
 class ResponseError(Exception):
     """The upstream answered with a JSON-RPC error (``error`` is its error object) or with an HTTP
     status the SDK also maps to an error (``error`` is the SDK's stand-in)."""
@@ -59,6 +64,7 @@ class ResponseError(Exception):
 
 @dataclass
 class _Response:
+    request_id: Any = None
     status: int = 0
     headers: dict[bytes, bytes] = field(default_factory=dict)
     body: list[bytes] = field(default_factory=list)
@@ -78,6 +84,35 @@ class _Response:
 
     def on_message_complete(self) -> None:
         self.complete = True
+
+    # SSE, parsed as it arrives
+    sse_offset: int = 0
+    answer: dict[str, Any] | None = None
+    sse: bool | None = None
+
+    def is_sse(self, parser: Any) -> bool:
+        if self.sse is None and self.headers:
+            ok = 200 <= parser.get_status_code() < 300
+            self.sse = ok and self.headers.get(b"content-type", b"").lower().startswith(b"text/event-stream")
+        return bool(self.sse)
+
+    def take_messages(self) -> list[dict[str, Any]]:
+        """The messages of the events completed since the last call, except this request's own
+        response, which is kept in :attr:`answer`."""
+        body = b"".join(self.body)
+        self.body = [body]
+        out: list[dict[str, Any]] = []
+        while True:
+            end, sep = _event_end(body, self.sse_offset)
+            if end < 0:
+                return out
+            block = body[self.sse_offset : end].decode("utf-8")
+            self.sse_offset = end + sep
+            for message in _sse_messages(block):
+                if _is_response(message, self.request_id):
+                    self.answer = message
+                else:
+                    out.append(message)
 
 
 class JsonRpcPoster:
@@ -103,6 +138,7 @@ class JsonRpcPoster:
         self._max_idle = max_idle
         self._connect_timeout_s = connect_timeout_s
         self._closed = False
+        self.exchanges = 0  # requests answered (for status and tests)
 
     async def aclose(self) -> None:
         """Close every idle connection; later exchanges fail."""
@@ -112,15 +148,20 @@ class JsonRpcPoster:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def post(self, message: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+    async def post(
+        self, message: Mapping[str, Any], headers: Mapping[str, str], on_message: OnMessage | None = None
+    ) -> dict[str, Any]:
         """Send ``message`` (a JSON-RPC request with an ``id``) with ``headers`` added and return
-        its response's ``result``. Raises :class:`ResponseError` for a JSON-RPC error,
-        :class:`UpstreamUnavailableError` when the exchange breaks."""
+        its response's ``result``. Every other message on an SSE response stream (a log record
+        the request opted into, say) is awaited through ``on_message`` as it arrives, in order,
+        before this returns (skipped without one). Raises :class:`ResponseError` for a JSON-RPC
+        error, :class:`UpstreamUnavailableError` when the exchange breaks."""
         for _ in range(MAX_REDIRECTS + 1):
-            response = await self._post_once(self._encode(message, headers))
+            response = await self._post_once(self._encode(message, headers), message.get("id"), on_message)
             location = response.headers.get(b"location") if response.status in (307, 308) else None
             if location is None or not self._follow(location.decode("latin-1")):
-                return _result_of(response, message.get("id"))
+                self.exchanges += 1
+                return _result_of(response)
         raise ResponseError({"code": -32600, "message": "too many redirects"})
 
     def _follow(self, location: str) -> bool:
@@ -132,12 +173,12 @@ class JsonRpcPoster:
         self._target = ((parts.path or "/") + (f"?{parts.query}" if parts.query else "")).encode()
         return True
 
-    async def _post_once(self, request: bytes) -> _Response:
+    async def _post_once(self, request: bytes, request_id: Any, on_message: OnMessage | None) -> _Response:
         for attempt in (0, 1):
             stream, reused = await self._connection()
             done = False
             try:
-                response, keep = await self._exchange(stream, request)
+                response, keep = await self._exchange(stream, request, request_id, on_message)
                 done = True
             except _StaleConnection:
                 if not reused or attempt:
@@ -175,8 +216,10 @@ class JsonRpcPoster:
         except (OSError, TimeoutError) as exc:
             raise UpstreamUnavailableError(type(exc).__name__) from None
 
-    async def _exchange(self, stream: SocketStream, request: bytes) -> tuple[_Response, bool]:
-        response = _Response()
+    async def _exchange(
+        self, stream: SocketStream, request: bytes, request_id: Any, on_message: OnMessage | None
+    ) -> tuple[_Response, bool]:
+        response = _Response(request_id=request_id)
         parser = httptools.HttpResponseParser(response)
         try:
             await stream.send(request)
@@ -195,6 +238,12 @@ class JsonRpcPoster:
                 break
             received += len(data)
             parser.feed_data(data)
+            if response.is_sse(parser):
+                for other in response.take_messages():
+                    if on_message is not None:
+                        await on_message(other)
+                    else:
+                        log.debug("fast lane: skipped a message on a response stream")
         response.status = parser.get_status_code()
         return response, parser.should_keep_alive()
 
@@ -203,7 +252,18 @@ class _StaleConnection(Exception):
     """The connection ended before the first response byte."""
 
 
-def _result_of(response: _Response, request_id: Any) -> dict[str, Any]:
+def _event_end(body: bytes, start: int) -> tuple[int, int]:
+    """Where the first complete SSE event after ``start`` ends, and its separator's length."""
+    ends = [(i, len(sep)) for sep in (b"\r\n\r\n", b"\n\n") if (i := body.find(sep, start)) >= 0]
+    return min(ends) if ends else (-1, 0)
+
+
+def _is_response(message: Any, request_id: Any) -> bool:
+    return isinstance(message, dict) and message.get("id") == request_id and "method" not in message
+
+
+def _result_of(response: _Response) -> dict[str, Any]:
+    request_id = response.request_id
     body = b"".join(response.body)
     ctype = response.headers.get(b"content-type", b"").lower()
     if response.status >= 400 or response.status < 200 or response.status == 202:
@@ -222,11 +282,12 @@ def _result_of(response: _Response, request_id: Any) -> dict[str, Any]:
     if ctype.startswith(b"application/json"):
         messages = [json.loads(body)]
     elif ctype.startswith(b"text/event-stream"):
-        messages = list(_sse_messages(body))
+        rest = body[response.sse_offset :].decode("utf-8")  # an event the stream's end completed
+        messages = [m for m in (response.answer, *_sse_messages(rest)) if m is not None]
     else:
         raise ResponseError({"code": -32600, "message": f"Unexpected content type: {ctype.decode('latin-1')}"})
     for message in messages:
-        if isinstance(message, dict) and message.get("id") == request_id and "method" not in message:
+        if _is_response(message, request_id):
             if isinstance(message.get("error"), dict):
                 raise ResponseError(message["error"])
             result = message.get("result")
@@ -237,9 +298,9 @@ def _result_of(response: _Response, request_id: Any) -> dict[str, Any]:
     raise UpstreamUnavailableError("the response stream ended without a response")
 
 
-def _sse_messages(body: bytes) -> Any:
-    """The JSON messages of an SSE body (events of type ``message``; empty priming events skipped)."""
-    text = body.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+def _sse_messages(text: str) -> Any:
+    """The JSON messages of SSE text (events of type ``message``; empty priming events skipped)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     for block in text.split("\n\n"):
         data: list[str] = []
         event = "message"

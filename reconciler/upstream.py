@@ -37,7 +37,7 @@ from mcp import Client, MCPError
 from mcp.client.session import ClientRequestContext
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
@@ -73,6 +73,9 @@ _ids = itertools.count(1)
 LISTEN_RETRY_MIN_S = 0.5
 LISTEN_RETRY_MAX_S = 30.0
 LISTEN_STABLE_S = 30.0
+
+
+_NOTIFICATION: TypeAdapter[Any] = TypeAdapter(types.ServerNotification)
 
 
 class _Probe(BaseModel):
@@ -268,6 +271,7 @@ class UpstreamConnection:
     async def notify(self, notification: types.ClientNotification) -> None:
         """Send a notification to the server (e.g. progress on a request it sent us)."""
         await self.client.session.send_notification(notification)
+
     def on_resource_updated(self, listener: Callable[[UpstreamConnection, str], None]) -> Callable[[], None]:
         """Call ``listener(self, uri)`` for every ``notifications/resources/updated`` the server
         sends (2026-era copies of listen-stream events included: the SDK tees them here too);
@@ -322,6 +326,18 @@ class UpstreamConnection:
         if isinstance(answer, types.ListRootsResult | types.ErrorData):
             return answer
         return _mismatch("roots")
+
+    async def deliver(self, message: dict[str, Any]) -> None:
+        """Handle a notification that arrived outside the SDK's transport (the fast lane's
+        response streams) exactly as one that came through it: typed, then :meth:`_on_message`.
+        One that is not a valid server notification is logged at DEBUG and dropped, as the SDK
+        drops a malformed message."""
+        try:
+            typed = _NOTIFICATION.validate_python(message, by_name=False)
+        except ValidationError:
+            log.debug("upstream %s: dropped a malformed notification", self._id)
+            return
+        await self._on_message(typed)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.LoggingMessageNotification):

@@ -28,7 +28,16 @@ since. It runs when a generation is published (not per request), at most once pe
 not reclaimed by the collector (refcounting still frees everything acyclic, which is nearly all
 of it); the leak is bounded by what was alive at publications.
 
-**Calls.** See :class:`CallLane`."""
+**Calls.** :class:`CallLane` takes a plain ``tools/call`` (name, arguments, ``_meta``; no task,
+no multi-round retry, not a built-in or task-only tool) after the SDK's own params check, and
+runs it through the same :class:`~mcp_reconciler.api.frontdoor.forwarding.Forwarder` operation
+as the normal lane — binding, generation, grant, pin, relay registration, sanitized errors — but
+with the typed params and the result model skipped: when the upstream answered on the fast
+upstream lane (``reconciler/fasthttp.py``) with a simple result (text content, structured
+content, the error flag, ``_meta``), that JSON gets the gateway's ``_meta`` and the SDK's 2026
+stamp and goes out as is. Any other result is the model the normal lane makes, shaped for the
+wire by the SDK's own ``_serialize`` (``sdk_compat.serialize_result``). Cancellation and
+progress are unchanged: the lane runs inside the SDK's request task, with its context."""
 
 from __future__ import annotations
 
@@ -40,10 +49,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from mcp.server import ServerRequestContext
+from mcp_types import methods as _methods
+from pydantic import ValidationError
 
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.cache import LRU
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
+from mcp_reconciler.api.frontdoor.forwarding import Forwarder, RawResult
 from mcp_reconciler.api.frontdoor.revisions import choose_generation
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
 from mcp_reconciler.reconciler import telemetry
@@ -173,3 +185,55 @@ def freeze_after_publication() -> None:
     _last_freeze[0] = now
     gc.collect(1)
     gc.freeze()
+
+
+_CALL_KEYS = frozenset({"name", "arguments", "_meta"})
+_MODERN = "2026"
+
+
+class CallLane:
+    """Server middleware: plain ``tools/call`` requests through
+    :meth:`Forwarder.call_tool_fast` (contract in the module docstring). ``takes(name)`` says
+    whether a tool name may use the lane at all (not a built-in control tool, not a tool that
+    requires a task); ``server`` is the SDK server whose wire form results take."""
+
+    def __init__(self, forwarder: Forwarder, server: Any, *, takes: Callable[[str], bool]) -> None:
+        self._forwarder = forwarder
+        self._server = server
+        self._takes = takes
+        self.enabled = True
+        self.served = 0  # calls the lane answered (tests read it to know which lane ran)
+
+    async def __call__(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> Any:
+        """Serve ``ctx`` on the lane if it is a plain ``tools/call``; else pass it on."""
+        if not self.enabled or ctx.method != "tools/call":
+            return await call_next(ctx)
+        params = ctx.params
+        if not isinstance(params, Mapping) or not _CALL_KEYS.issuperset(params):
+            return await call_next(ctx)
+        name, arguments, meta = params.get("name"), params.get("arguments"), params.get("_meta")
+        if (
+            not isinstance(name, str)
+            or not (arguments is None or isinstance(arguments, dict))
+            or not (meta is None or isinstance(meta, dict))
+            or not self._takes(name)
+            or self._server.cache_hints.get("tools/call") is not None
+        ):
+            return await call_next(ctx)
+        version = str(ctx.protocol_version)
+        try:
+            # The SDK's own surface check of the params (what ``call_next`` would run first).
+            _methods.validate_client_request("tools/call", version, params)
+            if not sdk_compat.connection_of(ctx).initialize_accepted:
+                return await call_next(ctx)
+        except (KeyError, ValidationError):
+            return await call_next(ctx)  # the normal lane answers it, with the SDK's own error
+        result = await self._forwarder.call_tool_fast(ctx, name, arguments, meta)
+        self.served += 1
+        if isinstance(result, RawResult):
+            wire = {k: v for k, v in result.data.items() if k != "resultType"}
+            wire.setdefault("isError", False)  # the model's default, always on the wire
+            if version.startswith(_MODERN):
+                wire["resultType"] = "complete"
+            return sdk_compat.stamp_server_info(self._server, version, wire)
+        return sdk_compat.serialize_result(self._server, "tools/call", version, result)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -72,6 +73,53 @@ _SPEC_META_PREFIX = "io.modelcontextprotocol/"
 RequestBuilder = Callable[[CatalogEntry, Any, dict[str, Any]], Any]
 
 
+@dataclass(frozen=True, slots=True)
+class RawResult:
+    """An upstream ``tools/call`` result kept as the upstream's JSON (the fast lane): only ever
+    one that :func:`simple_call_result` accepts, so nothing in it needs the gateway to read,
+    rename or validate it beyond that check. ``data`` carries the gateway's ``_meta`` once
+    finished."""
+
+    data: dict[str, Any]
+
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The result's ``_meta`` (as a model's ``meta``)."""
+        meta = self.data.get("_meta")
+        return meta if isinstance(meta, dict) else None
+
+
+#: What the fast lane passes through untouched: text content, structured content, the error flag
+#: and ``_meta`` — nothing with a URI to rewrite (I18) or a shape the SDK would change.
+_SIMPLE_KEYS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
+
+
+def simple_call_result(raw: Any) -> bool:
+    """Whether ``raw`` is a ``tools/call`` result the fast lane may pass through as JSON: every
+    key known, text-only content, the right types; the wire form the SDK would make of it is
+    then the same JSON (``tests/integration/test_fastlane.py`` checks both lanes). Anything
+    else is validated into the SDK model and takes the normal lane's remaining steps."""
+    if not isinstance(raw, dict) or not _SIMPLE_KEYS.issuperset(raw):
+        return False
+    content = raw.get("content")
+    if not isinstance(content, list):
+        return False
+    for item in content:
+        if not (
+            isinstance(item, dict)
+            and item.get("type") == "text"
+            and isinstance(item.get("text"), str)
+            and len(item) == 2
+        ):
+            return False
+    return (
+        isinstance(raw.get("isError", False), bool)
+        and isinstance(raw.get("structuredContent", {}), dict)
+        and isinstance(raw.get("_meta", {}), dict)
+        and raw.get("resultType", "complete") == "complete"
+    )
+
+
 class Forwarder:
     """The call/read/get handlers of the front door's MCP server (contract in the module
     docstring). Every operation is traced: a ``frontdoor.operation`` span and a duration
@@ -109,6 +157,26 @@ class Forwarder:
                 params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
             ),
             types.CallToolResult,
+        )
+
+    async def call_tool_fast(
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None
+    ) -> Any:
+        """``tools/call`` for the fast lane (``fastlane.CallLane``): the same operation as
+        :meth:`call_tool` — grant, pin, relay, sanitized errors — whose result stays the
+        upstream's JSON (a :class:`RawResult`) when the upstream answered on the fast lane with a
+        :func:`simple_call_result`; otherwise the same model :meth:`call_tool` returns."""
+        params = _FastParams(meta)
+        return await self.forward(
+            ctx,
+            EntryKind.TOOL,
+            name,
+            params,
+            lambda e, m, x: types.CallToolRequest(
+                params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
+            ),
+            types.CallToolResult,
+            raw=True,
         )
 
     async def read_resource(
@@ -152,19 +220,21 @@ class Forwarder:
         *,
         op: str | None = None,
         shortcut: Callable[[UpstreamConnection], Any] | None = None,
+        raw: bool = False,
     ) -> Any:
         """Run one operation on the exposed ``name`` of ``kind`` and return the upstream's result
         with the gateway's ``_meta``; raises a sanitized ``MCPError`` otherwise. ``params`` is
         the downstream request's params (its ``_meta``, and its ``input_responses`` and
         ``request_state`` when it retries a multi-round exchange); ``op`` names the operation in
         telemetry (default: the kind); ``shortcut(conn)``, when it returns a result, answers
-        without asking the upstream (e.g. a source without the capability)."""
+        without asking the upstream (e.g. a source without the capability); ``raw``: the result
+        may come back as a :class:`RawResult` (the fast lane)."""
         label = op or kind.value
         t0 = anyio.current_time()
         outcome = "ok"
         with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": label}) as span:
             try:
-                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut)
+                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw)
                 meta_out = result.meta or {}
                 span.set_attribute("revision", meta_out.get(REVISION_META, -1))
                 return result
@@ -189,6 +259,7 @@ class Forwarder:
         build: RequestBuilder,
         result_type: type[Any],
         shortcut: Callable[[UpstreamConnection], Any] | None,
+        raw: bool = False,
     ) -> Any:
         binding = self._sessions.binding(ctx)
         meta: Mapping[str, Any] | None = params.meta
@@ -256,7 +327,7 @@ class Forwarder:
                 rtype = interactive if interactive is not None and not conn.legacy else result_type
                 async with live.operation(deadline_s=self._catalog.operation_deadline_s):
                     with self._relay.call(binding, ctx, conn) as call:
-                        result = await self._send(conn, request, rtype, ctx, meta, call_s)
+                        result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
                         if isinstance(result, types.InputRequiredResult):
                             retry = self._retrier(conn, entry, build, up_meta, rtype, ctx, meta, call_s)
                             result = await answer_input_required(
@@ -274,7 +345,8 @@ class Forwarder:
                         await call.settle()
         except Exception as exc:
             raise self._client_error(exc, conn, live.revision) from None
-        result = rewrite_result(result, conn.spec.uri_prefix)  # exposed URIs in links and contents
+        if not isinstance(result, RawResult):  # a raw result has no URI (simple_call_result)
+            result = rewrite_result(result, conn.spec.uri_prefix)  # exposed URIs in links and contents
         return self._finish(result, live.revision, resolved.drifted)
 
     async def _send(
@@ -285,12 +357,15 @@ class Forwarder:
         ctx: ServerRequestContext[Any],
         meta: Mapping[str, Any] | None,
         call_s: float | None,
+        raw: bool = False,
     ) -> Any:
         if progress_token(meta) is None:
-            fast = await sdk_compat.post_fast(conn, request, result_type, timeout_s=call_s)
-            if fast is not None:
-                return fast
-            return await conn.send(request, result_type, timeout_s=call_s)
+            answer = await sdk_compat.post_fast_raw(conn, request, timeout_s=call_s)
+            if answer is None:
+                return await conn.send(request, result_type, timeout_s=call_s)
+            if raw and simple_call_result(answer):
+                return RawResult(answer)
+            return sdk_compat.validate_result(conn, request.method, answer, result_type)
         return await send_with_progress(conn, request, result_type, ctx, call_s)
 
     def _retrier(
@@ -338,7 +413,17 @@ class Forwarder:
         out_meta[REVISION_META] = revision
         if drifted:
             out_meta[DRIFT_META] = True
+        if isinstance(result, RawResult):
+            return RawResult({**result.data, "_meta": out_meta})
         return result.model_copy(update={"meta": out_meta})
+
+
+@dataclass(frozen=True, slots=True)
+class _FastParams:
+    """The fast lane's stand-in for typed request params: ``_meta`` only (the lane takes no
+    multi-round retries: no ``input_responses``, no ``request_state``)."""
+
+    meta: dict[str, Any] | None
 
 
 def call_timeout(conn: Any) -> float | None:
