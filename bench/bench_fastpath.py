@@ -12,6 +12,10 @@ sessions, ``auto`` = 2026-07-28). The gateway's CPU per call is its process's ow
 so they see the same background load; ``loadavg`` is printed with every table, because the box
 is shared. Compare ratios within one run, not absolute figures across runs.
 
+Two gateways run side by side on the same config and upstreams: one with the fast lane (the
+default) and one with ``MCP_RECONCILER_FAST_LANE=0`` (the normal lane, i.e. the gateway before
+issue 12), so "before" and "after" are measured in the same run, interleaved.
+
 1. Sequential calls: p50/p99 per path, added p50 (gateway - direct HTTP, as in the issue), and
    the gateway's CPU ms per call.
 2. Throughput: 1, 8 and 32 concurrent sessions calling for a fixed time; calls/s and the ratio
@@ -20,8 +24,8 @@ is shared. Compare ratios within one run, not absolute figures across runs.
    (one source serving 993 tools + its 7 control tools): p50/p99 of the first list of a sample of
    sessions spread over all 1,000, then of a second pass. Sessions are opened with raw HTTP
    (initialize + initialized), so the client side stays light.
-4. ``--profile`` (instead of 1-3): py-spy samples the gateway at 32 sessions; the frames with
-   the most own time and the inclusive share per package are printed.
+4. ``--profile [--normal]`` (instead of 1-3): py-spy samples the fast (or normal) gateway at 32
+   sessions; the frames with the most own time and the inclusive share per package are printed.
 
 Benchmarks print figures; they never assert (docs/DESIGN.md "Layout")."""
 
@@ -75,10 +79,11 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def process(argv: list[str], ready_url: str) -> AsyncIterator[int]:
+async def process(argv: list[str], ready_url: str, fast_lane: bool = True) -> AsyncIterator[int]:
     """Start ``argv``, wait until ``ready_url`` answers (below 500 for ``/readyz``: published),
-    yield its pid; stop and reap it on exit."""
+    yield its pid; stop and reap it on exit. ``fast_lane`` sets ``MCP_RECONCILER_FAST_LANE``."""
     env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
+    env["MCP_RECONCILER_FAST_LANE"] = "1" if fast_lane else "0"
     proc = await anyio.open_process(
         argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None
     )
@@ -136,62 +141,55 @@ async def run_calls(
     return lat, time.perf_counter() - t0
 
 
-PATHS = (
-    ("direct", "direct HTTP", "echo"),
-    ("gw", "gateway -> HTTP upstream", "h__echo"),
-    ("gw", "gateway -> stdio upstream", "s__echo"),
-)
+Path_ = tuple[str, str, str, "int | None"]  # label, url, tool, gateway pid (None: direct)
 
 
-async def bench_calls(up_url: str, gw_url: str, gw_pid: int) -> dict[str, Any]:
+async def bench_calls(paths: list[Path_]) -> dict[str, Any]:
+    """Sequential latency and throughput per path, both eras; rows interleaved in blocks."""
     out: dict[str, Any] = {}
     for era in ("legacy", "auto"):
         async with contextlib.AsyncExitStack() as stack:
-            lat: dict[str, list[float]] = {label: [] for _, label, _ in PATHS}
-            gw_cpu = {label: 0.0 for _, label, _ in PATHS}
-            clients = {
-                label: await open_client(stack, up_url if where == "direct" else gw_url, era)
-                for where, label, _ in PATHS
-            }
-            for _, label, tool in PATHS:
+            lat: dict[str, list[float]] = {p[0]: [] for p in paths}
+            gw_cpu = {p[0]: 0.0 for p in paths}
+            clients = {label: await open_client(stack, url, era) for label, url, _, _ in paths}
+            for label, _, tool, _ in paths:
                 await run_calls([clients[label]], tool, WARMUP, None)
             for b in range(BLOCKS):  # interleaved, rotating order
-                for _, label, tool in PATHS[b % 3 :] + PATHS[: b % 3]:
-                    c0 = cpu_s(gw_pid)
+                for label, _, tool, pid in paths[b % len(paths) :] + paths[: b % len(paths)]:
+                    c0 = cpu_s(pid) if pid else 0.0
                     xs, _ = await run_calls([clients[label]], tool, CALLS // BLOCKS, None)
-                    gw_cpu[label] += cpu_s(gw_pid) - c0
+                    gw_cpu[label] += (cpu_s(pid) - c0) if pid else 0.0
                     lat[label] += xs
-            base = pct(lat["direct HTTP"], 50)
+            base = pct(lat[paths[0][0]], 50)
             print(f"\n[{era}] sequential {CALLS} calls per path, loadavg {loadavg()}")
-            print(f"  {'path':28} {'p50 ms':>7} {'p99 ms':>7} {'added p50':>9} {'gw CPU/call ms':>14}")
-            rows = {}
-            for where, label, _ in PATHS:
+            print(f"  {'path':34} {'p50 ms':>7} {'p99 ms':>7} {'added p50':>9} {'gw CPU/call ms':>14}")
+            rows: dict[str, dict[str, Any]] = {}
+            for label, _, _, pid in paths:
                 p50, p99 = pct(lat[label], 50), pct(lat[label], 99)
-                cpu = gw_cpu[label] * 1000 / len(lat[label]) if where == "gw" else None
-                added = f"{p50 - base:+9.2f}" if where == "gw" else f"{'-':>9}"
+                cpu = gw_cpu[label] * 1000 / len(lat[label]) if pid else None
+                added = f"{p50 - base:+9.2f}" if pid else f"{'-':>9}"
                 cpu_txt = f"{cpu:14.2f}" if cpu is not None else f"{'-':>14}"
-                print(f"  {label:28} {p50:7.2f} {p99:7.2f} {added} {cpu_txt}")
+                print(f"  {label:34} {p50:7.2f} {p99:7.2f} {added} {cpu_txt}")
                 rows[label] = {"p50_ms": p50, "p99_ms": p99, "added_p50_ms": p50 - base, "gw_cpu_ms_per_call": cpu}
-            print(f"  throughput (calls/s; x direct), loadavg {loadavg()}")
+            print(f"  throughput, calls/s (x direct) [gw CPU ms/call], loadavg {loadavg()}")
             for n in (1, 8, 32):
                 many = {
-                    label: [clients[label]]
-                    + [await open_client(stack, up_url if w == "direct" else gw_url, era) for _ in range(n - 1)]
-                    for w, label, _ in PATHS
+                    label: [clients[label]] + [await open_client(stack, url, era) for _ in range(n - 1)]
+                    for label, url, _, _ in paths
                 }
                 tput = {}
-                for where, label, tool in PATHS:
-                    c0 = cpu_s(gw_pid)
+                for label, _, tool, pid in paths:
+                    c0 = cpu_s(pid) if pid else 0.0
                     xs, el = await run_calls(many[label], tool, None, DURATION_S)
                     tput[label] = len(xs) / el
                     rows[label][f"calls_per_s_{n}"] = tput[label]
-                    rows[label][f"gw_cpu_ms_per_call_{n}"] = (
-                        (cpu_s(gw_pid) - c0) * 1000 / len(xs) if where == "gw" else None
-                    )
-                d = tput["direct HTTP"]
-                print(
-                    f"  {n:2} sessions: " + "  ".join(f"{label} {t:6.0f} ({t / d:.2f}x)" for label, t in tput.items())
-                )
+                    rows[label][f"gw_cpu_ms_per_call_{n}"] = (cpu_s(pid) - c0) * 1000 / len(xs) if pid else None
+                d = tput[paths[0][0]]
+                print(f"  {n:2} sessions:")
+                for label, _, _, _ in paths:
+                    cpu_n = rows[label][f"gw_cpu_ms_per_call_{n}"]
+                    extra = f" [{cpu_n:.2f}]" if cpu_n is not None else ""
+                    print(f"     {label:34} {tput[label]:6.0f} ({tput[label] / d:.2f}x){extra}")
                 clients.update({k: v[0] for k, v in many.items()})
             out[era] = rows
     return out
@@ -236,7 +234,7 @@ async def list_once(http: httpx2.AsyncClient, url: str, sid: str, i: int, parse:
     return dt, len(json.loads(body).get("result", {}).get("tools", []))
 
 
-async def bench_list(tmp: Path) -> dict[str, Any]:
+async def bench_list(tmp: Path, fast_lane: bool) -> dict[str, Any]:
     names = tmp / "tools.json"
     names.write_text(json.dumps([f"t{i:04d}" for i in range(993)]))
     up_port, gw_port = free_port(), free_port()
@@ -249,7 +247,7 @@ async def bench_list(tmp: Path) -> dict[str, Any]:
     url = f"http://127.0.0.1:{gw_port}/mcp"
     async with (
         process(up, f"http://127.0.0.1:{up_port}/mcp"),
-        process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz") as gw_pid,
+        process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz", fast_lane) as gw_pid,
     ):
         async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=50)) as http:
             with anyio.fail_after(60):  # the catalog is published
@@ -266,7 +264,9 @@ async def bench_list(tmp: Path) -> dict[str, Any]:
                         tg.start_soon(one)
             sample = sids[:: max(1, len(sids) // LIST_SAMPLE)][:LIST_SAMPLE]
             res: dict[str, Any] = {"sessions_open": len(sids)}
-            print(f"\ntools/list of 1,000 tools, {len(sids)} sessions open, {len(sample)} sampled, loadavg {loadavg()}")
+            lane = "fast lane" if fast_lane else "normal lane (MCP_RECONCILER_FAST_LANE=0)"
+            print(f"\ntools/list of 1,000 tools, {lane}, {len(sids)} sessions open, {len(sample)} sampled")
+            print(f"  loadavg {loadavg()}")
             for phase in ("first list per session", "second pass"):
                 lat, c0 = [], cpu_s(gw_pid)
                 for i, sid in enumerate(sample):
@@ -371,22 +371,35 @@ async def amain() -> dict[str, Any]:
         )
         print(f"bench_fastpath: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
         if "--list-only" in sys.argv:
-            return {"list": await bench_list(tmp)}
+            return {"list": {"normal": await bench_list(tmp, False), "fast": await bench_list(tmp, True)}}
         up = [*UPSTREAM, "--transport", "http", "--port", str(up_port), "--tools", "echo"]
+        slow_port = free_port()
         async with (
             process(up, up_url),
             process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz") as gw_pid,
+            process(gateway_argv(cfg, slow_port), f"http://127.0.0.1:{slow_port}/readyz", False) as slow_pid,
         ):
-            gw_url = f"http://127.0.0.1:{gw_port}/mcp"
-            async with Client(gw_url, mode="legacy") as c:  # both sources published
-                with anyio.fail_after(60):
-                    while {"h__echo", "s__echo"} - {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
-                        await anyio.sleep(0.2)
+            gw_url, slow_url = f"http://127.0.0.1:{gw_port}/mcp", f"http://127.0.0.1:{slow_port}/mcp"
+            for url in (gw_url, slow_url):
+                async with Client(url, mode="legacy") as c:  # both sources published
+                    with anyio.fail_after(60):
+                        while {"h__echo", "s__echo"} - {
+                            t.name for t in (await c.list_tools(cache_mode="bypass")).tools
+                        }:
+                            await anyio.sleep(0.2)
             if "--profile" in sys.argv:
-                await profile(gw_url, gw_pid, tmp)
+                profile_pid = slow_pid if "--normal" in sys.argv else gw_pid
+                await profile(slow_url if "--normal" in sys.argv else gw_url, profile_pid, tmp)
                 return {}
-            calls = await bench_calls(up_url, gw_url, gw_pid)
-        lists = await bench_list(tmp)
+            paths: list[Path_] = [
+                ("direct HTTP", up_url, "echo", None),
+                ("gw normal lane -> HTTP upstream", slow_url, "h__echo", slow_pid),
+                ("gw fast lane   -> HTTP upstream", gw_url, "h__echo", gw_pid),
+                ("gw normal lane -> stdio upstream", slow_url, "s__echo", slow_pid),
+                ("gw fast lane   -> stdio upstream", gw_url, "s__echo", gw_pid),
+            ]
+            calls = await bench_calls(paths)
+        lists = {"normal": await bench_list(tmp, False), "fast": await bench_list(tmp, True)}
     return {"loadavg_end": loadavg(), "calls": calls, "list": lists}
 
 

@@ -84,6 +84,11 @@ class _Response:
 
     def on_message_complete(self) -> None:
         self.complete = True
+        # Read here: httptools answers False once the callback has returned.
+        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
+
+    parser: Any = None
+    keep_alive: bool = False
 
     # SSE, parsed as it arrives
     sse_offset: int = 0
@@ -221,6 +226,7 @@ class JsonRpcPoster:
     ) -> tuple[_Response, bool]:
         response = _Response(request_id=request_id)
         parser = httptools.HttpResponseParser(response)
+        response.parser = parser
         try:
             await stream.send(request)
         except (anyio.BrokenResourceError, OSError):
@@ -233,8 +239,6 @@ class JsonRpcPoster:
                 if received == 0:
                     raise _StaleConnection() from None
                 parser.feed_data(b"")  # a body delimited by the connection's end
-                if not response.complete:
-                    raise
                 break
             received += len(data)
             parser.feed_data(data)
@@ -244,8 +248,11 @@ class JsonRpcPoster:
                         await on_message(other)
                     else:
                         log.debug("fast lane: skipped a message on a response stream")
+        if not response.complete:
+            raise anyio.EndOfStream  # the connection ended inside the response
         response.status = parser.get_status_code()
-        return response, parser.should_keep_alive()
+        response.parser = None
+        return response, response.keep_alive
 
 
 class _StaleConnection(Exception):

@@ -142,7 +142,7 @@ class ListCache:
     def _key(self, ctx: ServerRequestContext[Any]) -> tuple[Any, ...] | None:
         """The cache key of ``ctx``, or ``None`` when only the normal lane can answer it exactly
         (malformed params, a connection not initialized yet, an unbound caller)."""
-        params = ctx.params if ctx.params is not None else {}
+        params: Any = ctx.params if ctx.params is not None else {}  # raw JSON: anything
         if not isinstance(params, Mapping):
             return None
         cursor = params.get("cursor")
@@ -208,7 +208,7 @@ class CallLane:
         """Serve ``ctx`` on the lane if it is a plain ``tools/call``; else pass it on."""
         if not self.enabled or ctx.method != "tools/call":
             return await call_next(ctx)
-        params = ctx.params
+        params: Any = ctx.params  # raw JSON: anything
         if not isinstance(params, Mapping) or not _CALL_KEYS.issuperset(params):
             return await call_next(ctx)
         name, arguments, meta = params.get("name"), params.get("arguments"), params.get("_meta")
