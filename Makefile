@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: run test check lint typecheck pytest bench conformance clean
+.PHONY: run test check lint typecheck pytest bench bench-fastpath conformance clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ pytest: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py
+
+# The front door's cost per call and per list, fast lane vs normal lane vs direct (issue 12).
+bench-fastpath: $(VENV)/.installed
+	$(PY) bench/bench_fastpath.py
 
 # The suite's client sends no credentials, so /mcp must be open to anonymous sessions that follow
 # the catalog. The key exists once tokens are required on /mcp (issue 10); a gateway that does not
