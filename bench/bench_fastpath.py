@@ -403,8 +403,21 @@ async def amain() -> dict[str, Any]:
     return {"loadavg_end": loadavg(), "calls": calls, "list": lists}
 
 
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
 def main() -> int:
-    out = anyio.run(amain)
+    try:
+        out = anyio.run(amain)
+    except BaseExceptionGroup as group:  # show the cause, not ten nested groups
+        import traceback
+
+        for leaf in _leaves(group):
+            traceback.print_exception(leaf)
+        return 1
     path = json_out_path(sys.argv)
     if path:
         dump_json(path, out)

@@ -12,8 +12,9 @@ reused (at most ``max_idle`` idle ones are kept).
 
 Failure semantics:
 
-- a reused keep-alive connection the server closed before sending a single byte is retried once
-  on a fresh connection (the server never saw the request: it had closed the socket first);
+- idle connections are reused for at most :data:`KEEPALIVE_EXPIRY_S`; a reused one the server
+  closed or reset before sending a single byte is retried once on a fresh connection (the server
+  never saw the request: it had closed the socket first);
   anything else that breaks the exchange raises :class:`~reconciler.errors.UpstreamUnavailableError`
   and the connection is dropped, never pooled;
 - cancellation (the caller's scope, a timeout) closes the connection: the upstream sees its
@@ -45,6 +46,10 @@ log = logging.getLogger("mcp_reconciler.upstream")
 
 #: The largest response body accepted (as the SDK's default SSE event bound: 4 MiB).
 MAX_BODY_BYTES = 16 * 1024 * 1024
+#: An idle connection older than this is closed instead of reused: servers close idle
+#: keep-alive connections after a few seconds (uvicorn: 5 s), and a request racing that close is
+#: lost. Below uvicorn's default, like httpx's own 5 s expiry.
+KEEPALIVE_EXPIRY_S = 4.0
 #: Same-origin redirects followed per request (the first one is remembered for the next ones).
 MAX_REDIRECTS = 2
 
@@ -139,7 +144,7 @@ class JsonRpcPoster:
                  "content-type": "application/json", "user-agent": "mcp-reconciler"}  # fmt: skip
         fixed.update({k.lower(): v for k, v in (headers or {}).items()})
         self._fixed = fixed
-        self._idle: list[SocketStream] = []
+        self._idle: list[tuple[SocketStream, float]] = []  # (connection, idle since)
         self._max_idle = max_idle
         self._connect_timeout_s = connect_timeout_s
         self._closed = False
@@ -149,7 +154,7 @@ class JsonRpcPoster:
         """Close every idle connection; later exchanges fail."""
         self._closed = True
         idle, self._idle = self._idle, []
-        for stream in idle:
+        for stream, _ in idle:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
 
@@ -196,7 +201,7 @@ class JsonRpcPoster:
                     with anyio.CancelScope(shield=True):
                         await stream.aclose()
             if keep and not self._closed and len(self._idle) < self._max_idle:
-                self._idle.append(stream)
+                self._idle.append((stream, anyio.current_time()))
             else:
                 with anyio.CancelScope(shield=True):
                     await stream.aclose()
@@ -213,8 +218,12 @@ class JsonRpcPoster:
     async def _connection(self) -> tuple[SocketStream, bool]:
         if self._closed:
             raise UpstreamUnavailableError("connection pool closed")
-        if self._idle:
-            return self._idle.pop(), True
+        while self._idle:
+            stream, since = self._idle.pop()
+            if anyio.current_time() - since < KEEPALIVE_EXPIRY_S:
+                return stream, True
+            with anyio.CancelScope(shield=True):  # the server may be closing it right now
+                await stream.aclose()
         try:
             with anyio.fail_after(self._connect_timeout_s):
                 return await anyio.connect_tcp(self._host, self._port), False
@@ -235,6 +244,10 @@ class JsonRpcPoster:
         while not response.complete:
             try:
                 data = await stream.receive(65536)
+            except (anyio.BrokenResourceError, OSError):
+                if received == 0:  # reset before a byte of the response: it never saw the request
+                    raise _StaleConnection() from None
+                raise
             except anyio.EndOfStream:
                 if received == 0:
                     raise _StaleConnection() from None
