@@ -39,12 +39,12 @@ typecheck: $(VENV)/.installed
 pytest: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
 
-bench: $(VENV)/.installed
-	$(PY) bench/run_all.py
-
 # The front door's cost per call and per list, fast lane vs normal lane vs direct (issue 12).
 bench-fastpath: $(VENV)/.installed
 	$(PY) bench/bench_fastpath.py
+
+bench: $(VENV)/.installed
+	$(PY) bench/run_all.py
 
 # The suite's client sends no credentials, so /mcp must be open to anonymous sessions that follow
 # the catalog. The key exists once tokens are required on /mcp (issue 10); a gateway that does not
