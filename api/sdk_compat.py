@@ -63,6 +63,9 @@ naming the attribute if an SDK release moves it:
    fast lane's call middleware answers without ``call_next``, so it shapes what it returns with
    the SDK's own code (:func:`serialize_result`, :func:`stamp_server_info`), never a copy of it.
 
+This module is over 400 lines because it is the one place every SDK private is reached (the
+list above); split, the next SDK upgrade would have to hunt for them.
+
 Import-time checks below catch a removed class-level hook at startup instead of at the first
 request; instance attributes can only be checked on real objects (the unit tests do)."""
 

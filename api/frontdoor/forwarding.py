@@ -21,7 +21,12 @@ records) is attributed to it through the ``relay`` (the operation is registered 
 duration) and reaches this caller only; log records still being relayed are delivered before
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
-held exchange (``exchanges``)."""
+held exchange (``exchanges``).
+
+The fast lane (``fastlane.CallLane``, ADR 0019) runs the same operation with ``raw=True``: a
+simple upstream result (:func:`simple_call_result`) stays the upstream's JSON
+(:class:`RawResult`), anything else takes the steps above. This module is over 400 lines because
+both lanes share this one operation; split, the pin, grant and relay steps would exist twice."""
 
 from __future__ import annotations
 
