@@ -185,7 +185,7 @@ class JsonRpcPoster:
 
     async def _post_once(self, request: bytes, request_id: Any, on_message: OnMessage | None) -> _Response:
         for attempt in (0, 1):
-            stream, reused = await self._connection()
+            stream, reused = await self._checkout()
             done = False
             try:
                 response, keep = await self._exchange(stream, request, request_id, on_message)
@@ -215,7 +215,7 @@ class JsonRpcPoster:
         head += "".join(f"{k}: {v}\r\n" for k, v in merged.items()).encode("latin-1") + b"\r\n"
         return head + body
 
-    async def _connection(self) -> tuple[SocketStream, bool]:
+    async def _checkout(self) -> tuple[SocketStream, bool]:
         if self._closed:
             raise UpstreamUnavailableError("connection pool closed")
         while self._idle:

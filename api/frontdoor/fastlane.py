@@ -55,7 +55,8 @@ from pydantic import ValidationError
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.cache import LRU
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
-from mcp_reconciler.api.frontdoor.forwarding import Forwarder, RawResult
+from mcp_reconciler.api.frontdoor.forwarding import Forwarder
+from mcp_reconciler.api.frontdoor.passthrough import RawResult
 from mcp_reconciler.api.frontdoor.revisions import choose_generation
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
 from mcp_reconciler.reconciler import telemetry

@@ -21,18 +21,12 @@ records) is attributed to it through the ``relay`` (the operation is registered 
 duration) and reaches this caller only; log records still being relayed are delivered before
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
-held exchange (``exchanges``).
-
-The fast lane (``fastlane.CallLane``, ADR 0019) runs the same operation with ``raw=True``: a
-simple upstream result (:func:`simple_call_result`) stays the upstream's JSON
-(:class:`RawResult`), anything else takes the steps above. This module is over 400 lines because
-both lanes share this one operation; split, the pin, grant and relay steps would exist twice."""
+held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -45,6 +39,7 @@ from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
+from mcp_reconciler.api.frontdoor.passthrough import FastParams, RawResult, simple_call_result
 from mcp_reconciler.api.frontdoor.progress import PROGRESS_KEYS, progress_token, send_with_progress
 from mcp_reconciler.api.frontdoor.relay import Relay, RelayError
 from mcp_reconciler.api.frontdoor.revisions import DRIFT_META, REVISION_META, choose_generation
@@ -76,53 +71,6 @@ _SPEC_META_PREFIX = "io.modelcontextprotocol/"
 #: Builds the upstream request for a resolved entry, given the ``_meta`` that may travel and the
 #: extra params of a multi-round retry (``input_responses``, ``request_state``).
 RequestBuilder = Callable[[CatalogEntry, Any, dict[str, Any]], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class RawResult:
-    """An upstream ``tools/call`` result kept as the upstream's JSON (the fast lane): only ever
-    one that :func:`simple_call_result` accepts, so nothing in it needs the gateway to read,
-    rename or validate it beyond that check. ``data`` carries the gateway's ``_meta`` once
-    finished."""
-
-    data: dict[str, Any]
-
-    @property
-    def meta(self) -> dict[str, Any] | None:
-        """The result's ``_meta`` (as a model's ``meta``)."""
-        meta = self.data.get("_meta")
-        return meta if isinstance(meta, dict) else None
-
-
-#: What the fast lane passes through untouched: text content, structured content, the error flag
-#: and ``_meta`` — nothing with a URI to rewrite (I18) or a shape the SDK would change.
-_SIMPLE_KEYS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
-
-
-def simple_call_result(raw: Any) -> bool:
-    """Whether ``raw`` is a ``tools/call`` result the fast lane may pass through as JSON: every
-    key known, text-only content, the right types; the wire form the SDK would make of it is
-    then the same JSON (``tests/integration/test_fastlane.py`` checks both lanes). Anything
-    else is validated into the SDK model and takes the normal lane's remaining steps."""
-    if not isinstance(raw, dict) or not _SIMPLE_KEYS.issuperset(raw):
-        return False
-    content = raw.get("content")
-    if not isinstance(content, list):
-        return False
-    for item in content:
-        if not (
-            isinstance(item, dict)
-            and item.get("type") == "text"
-            and isinstance(item.get("text"), str)
-            and len(item) == 2
-        ):
-            return False
-    return (
-        isinstance(raw.get("isError", False), bool)
-        and isinstance(raw.get("structuredContent", {}), dict)
-        and isinstance(raw.get("_meta", {}), dict)
-        and raw.get("resultType", "complete") == "complete"
-    )
 
 
 class Forwarder:
@@ -167,22 +115,12 @@ class Forwarder:
     async def call_tool_fast(
         self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None
     ) -> Any:
-        """``tools/call`` for the fast lane (``fastlane.CallLane``): the same operation as
-        :meth:`call_tool` — grant, pin, relay, sanitized errors — whose result stays the
-        upstream's JSON (a :class:`RawResult`) when the upstream answered on the fast lane with a
-        :func:`simple_call_result`; otherwise the same model :meth:`call_tool` returns."""
-        params = _FastParams(meta)
-        return await self.forward(
-            ctx,
-            EntryKind.TOOL,
-            name,
-            params,
-            lambda e, m, x: types.CallToolRequest(
-                params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
-            ),
-            types.CallToolResult,
-            raw=True,
+        """:meth:`call_tool` for ``fastlane.CallLane``; the result stays the upstream's JSON (a
+        ``RawResult``) when it is a ``simple_call_result`` from the fast upstream lane."""
+        build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
+            params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
         )
+        return await self.forward(ctx, EntryKind.TOOL, name, FastParams(meta), build, types.CallToolResult, raw=True)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
@@ -421,14 +359,6 @@ class Forwarder:
         if isinstance(result, RawResult):
             return RawResult({**result.data, "_meta": out_meta})
         return result.model_copy(update={"meta": out_meta})
-
-
-@dataclass(frozen=True, slots=True)
-class _FastParams:
-    """The fast lane's stand-in for typed request params: ``_meta`` only (the lane takes no
-    multi-round retries: no ``input_responses``, no ``request_state``)."""
-
-    meta: dict[str, Any] | None
 
 
 def call_timeout(conn: Any) -> float | None:

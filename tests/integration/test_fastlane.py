@@ -20,7 +20,7 @@ import anyio
 import httpx2
 import pytest
 
-from mcp_reconciler.api.frontdoor.forwarding import simple_call_result
+from mcp_reconciler.api.frontdoor.passthrough import simple_call_result
 from mcp_reconciler.api.server import Served, serve_http
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from tests.e2e.conftest import ANONYMOUS_CURRENT, upstream_source
