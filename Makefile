@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: run test check lint typecheck pytest bench conformance clean
+.PHONY: run test check lint typecheck pytest bench bench-fastpath conformance clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ typecheck: $(VENV)/.installed
 
 pytest: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The front door's cost per call and per list, fast lane vs normal lane vs direct (issue 12).
+bench-fastpath: $(VENV)/.installed
+	$(PY) bench/bench_fastpath.py
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py

@@ -47,23 +47,48 @@ naming the attribute if an SDK release moves it:
    session's stamp and dispatcher (``ClientSession._stamp``, ``._dispatcher``; the SDK's own
    ``listen()`` does the same) and returns the raw result for the caller to validate.
 
+8. **A request sent on the fast lane** (issue 12, ADR 0019). :func:`post_fast` sends a 2026-era
+   request through the connection's :class:`~reconciler.fasthttp.JsonRpcPoster` instead of the
+   SDK's transport, stamped by the session exactly as ``send_request`` stamps it
+   (``ClientSession._stamp``, the same private as 7.) and its result checked exactly as
+   ``send_request`` checks it (``mcp.client.session._clamp_inbound_ttl`` and
+   ``_later_revision_fields``, then the result type).
+
+9. **The SDK's OpenTelemetry server middleware** (``mcp.server._otel.OpenTelemetryMiddleware``,
+   installed by every ``Server``): :func:`gate_otel_middleware` makes it run only while a tracer
+   provider is installed — with none, every span is a no-op, yet the middleware still extracts a
+   trace context and attaches it, per request.
+
+10. **The wire form of a result** (``ServerRunner._serialize``, ``._stamp_server_info``): the
+   fast lane's call middleware answers without ``call_next``, so it shapes what it returns with
+   the SDK's own code (:func:`serialize_result`, :func:`stamp_server_info`), never a copy of it.
+
+This module is over 400 lines because it is the one place every SDK private is reached (the
+list above); split, the next SDK upgrade would have to hunt for them.
+
 Import-time checks below catch a removed class-level hook at startup instead of at the first
 request; instance attributes can only be checked on real objects (the unit tests do)."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
+import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import anyio
 import httpx2
 import mcp_types as types
-from mcp import ClientSession
+from mcp import ClientSession, MCPError
+from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
 from mcp.server import ServerRequestContext
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
+from mcp.server.runner import ServerRunner
 from mcp.server.streamable_http import (
     GET_STREAM_KEY,
     MCP_SESSION_ID_HEADER,
@@ -74,9 +99,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.dispatcher import CallOptions, Outbound
 from mcp.shared.inbound import MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
+from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from opentelemetry import trace as otel_trace
+from pydantic import TypeAdapter
 from starlette.types import Receive, Scope, Send
 
+from mcp_reconciler.reconciler.fasthttp import ResponseError
 from mcp_reconciler.reconciler.model import EntryKind
 
 #: The SDK minor version this module was written and tested against (pyproject pins it).
@@ -103,6 +132,8 @@ def _require_hook(cls: type[Any], name: str) -> None:
 
 _require_hook(StreamableHTTPSessionManager, "_admit_session")
 _require_hook(StreamableHTTPSessionManager, "_discard_session")
+_require_hook(ServerRunner, "_serialize")
+_require_hook(ServerRunner, "_stamp_server_info")
 
 #: The client whose request is being admitted (set around the SDK's request handling, read in
 #: ``_admit_session``, which the SDK calls in the same task).
@@ -221,6 +252,138 @@ async def send_raw_request(session: ClientSession, request: Any, *, timeout_s: f
         opts["timeout"] = timeout
     raw = await dispatcher.send_raw_request(data["method"], data.get("params"), opts)
     return dict(raw)
+
+
+# -- 8. a request on the fast lane ---------------------------------------------------------------
+
+#: Request ids of the fast lane: a space of their own, far from the dispatcher's small integers
+#: (each POST is its own exchange in the 2026 era, but logs stay unambiguous).
+_fast_ids = itertools.count(1 << 40)
+
+
+async def post_fast(conn: Any, request: Any, result_type: Any, *, timeout_s: float | None = None) -> Any | None:
+    """Send ``request`` (an ``mcp_types`` request model) on ``conn``'s fast lane and return the
+    result validated as ``ClientSession.send_request`` would; ``None`` (nothing sent) when the
+    exchange must take the SDK's transport (see :func:`post_fast_raw`)."""
+    raw = await post_fast_raw(conn, request, timeout_s=timeout_s)
+    return None if raw is None else validate_result(conn, request.method, raw, result_type)
+
+
+async def post_fast_raw(conn: Any, request: Any, *, timeout_s: float | None = None) -> dict[str, Any] | None:
+    """Send ``request`` on ``conn``'s fast lane and return the raw result dict, unvalidated;
+    ``None`` (nothing sent) when the exchange must take the SDK's transport: no poster (not plain
+    HTTP, legacy era). Stamped as ``send_request`` stamps it; notifications on the response
+    stream (log records the request opted into) reach ``conn.deliver`` in order, in the
+    caller's task and context (where the relay attributes them), before the result. Raises
+    ``MCPError`` for an error response or a timeout (as the SDK does),
+    ``UpstreamUnavailableError`` when the exchange breaks."""
+    poster = getattr(conn, "poster", None)
+    if poster is None or conn.legacy:
+        return None
+    session = conn.client.session
+    try:
+        stamp = session._stamp
+        default_timeout = session._session_read_timeout_seconds
+    except AttributeError as exc:
+        raise SDKChangedError(f"ClientSession.{exc.name}") from None
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    opts: CallOptions = {}
+    stamp(data, opts)
+    params = data.get("params") or {}
+    method: str = data["method"]
+    message = {"jsonrpc": "2.0", "id": next(_fast_ids), "method": method, "params": params}
+    timeout = timeout_s if timeout_s is not None else default_timeout
+    try:
+        with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+            raw: dict[str, Any] = await poster.post(message, opts.get("headers", {}), conn.deliver)
+    except TimeoutError:
+        raise MCPError(code=types.REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
+    except ResponseError as exc:
+        raise MCPError.from_error_data(types.ErrorData.model_validate(exc.error)) from None
+    return raw
+
+
+def validate_result(conn: Any, method: str, raw: dict[str, Any], result_type: Any) -> Any:
+    """``raw`` (a result of ``method`` received on ``conn``) checked and typed exactly as the
+    tail of ``ClientSession.send_request`` does it; raises ``pydantic.ValidationError`` for a
+    result that does not conform to the negotiated version."""
+    try:
+        version = conn.client.session._negotiated_version or "2025-11-25"
+    except AttributeError as exc:
+        raise SDKChangedError(f"ClientSession.{exc.name}") from None
+    _clamp_inbound_ttl(raw)
+    with contextlib.suppress(KeyError):
+        _methods.validate_server_result(method, version, raw)
+    if not (foreign := _later_revision_fields(method, version)).isdisjoint(raw):
+        raw = {key: value for key, value in raw.items() if key not in foreign}
+    if isinstance(result_type, TypeAdapter):
+        return result_type.validate_python(raw, by_name=False)
+    return result_type.model_validate(raw, by_name=False)
+
+
+# -- 10. the wire form of a handler's result ---------------------------------------------------
+
+
+class _SerializeShim:
+    """What ``ServerRunner._serialize`` reads of its runner: the server, and the stamp method."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def _stamp_server_info(self, version: str, result: dict[str, Any]) -> dict[str, Any]:
+        stamped: dict[str, Any] = ServerRunner._stamp_server_info(self, version, result)  # type: ignore[arg-type]
+        return stamped
+
+
+def serialize_result(server: Any, method: str, version: str, result: Any) -> dict[str, Any]:
+    """The wire dict the SDK's request pipeline makes of a handler's ``result`` for ``method``
+    at ``version`` (``ServerRunner._serialize``: cache hints, the per-version sieve, the 2026
+    ``resultType`` and ``serverInfo`` stamp). For middleware that answers without ``call_next``."""
+    try:
+        serialize = ServerRunner._serialize
+    except AttributeError:
+        raise SDKChangedError("ServerRunner._serialize") from None
+    wire: dict[str, Any] = serialize(_SerializeShim(server), method, version, result)  # type: ignore[arg-type]
+    return wire
+
+
+def stamp_server_info(server: Any, version: str, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with the 2026-era ``serverInfo`` ``_meta`` stamp the SDK adds to every result
+    (``ServerRunner._stamp_server_info``); unchanged for a 2025-era version."""
+    return _SerializeShim(server)._stamp_server_info(version, result)
+
+
+# -- 9. the SDK's OpenTelemetry middleware ------------------------------------------------------
+
+
+def tracing_live() -> bool:
+    """Whether spans go anywhere: a tracer provider other than the API's default proxy (nothing
+    installed yet) or an explicit no-op one is installed."""
+    provider = otel_trace.get_tracer_provider()
+    return not isinstance(provider, otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider)
+
+
+def gate_otel_middleware(middleware: list[Any], live: Callable[[], bool] = tracing_live) -> int:
+    """Wrap every SDK ``OpenTelemetryMiddleware`` in ``middleware`` (a ``Server.middleware``
+    list, edited in place) so it runs only while ``live()``; otherwise the request goes straight
+    to the next middleware. Returns how many were wrapped."""
+    wrapped = 0
+    for i, item in enumerate(middleware):
+        if isinstance(item, OpenTelemetryMiddleware):
+            middleware[i] = _GatedMiddleware(item, live)
+            wrapped += 1
+    return wrapped
+
+
+class _GatedMiddleware:
+    def __init__(self, inner: Any, live: Callable[[], bool]) -> None:
+        self.inner = inner
+        self._live = live
+
+    async def __call__(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        if self._live():
+            return await self.inner(ctx, call_next)
+        return await call_next(ctx)
 
 
 # -- 2 and 3. the streamable-HTTP session manager ----------------------------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -36,11 +37,12 @@ from mcp import Client, MCPError
 from mcp.client.session import ClientRequestContext
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.errors import ReconnectThrottledError, SourceReadError, UpstreamUnavailableError
+from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
@@ -74,6 +76,9 @@ LISTEN_RETRY_MAX_S = 30.0
 LISTEN_STABLE_S = 30.0
 
 
+_NOTIFICATION: TypeAdapter[Any] = TypeAdapter(types.ServerNotification)
+
+
 class _Probe(BaseModel):
     model_config = {"extra": "allow"}
 
@@ -81,6 +86,26 @@ class _Probe(BaseModel):
 def _mismatch(kind: str) -> types.ErrorData:
     """The peer answered a request with another request's result (a bug, never the server's)."""
     return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the gateway could not answer the {kind} request")
+
+
+def fast_poster(spec: SourceSpec, protocol_version: str | None) -> JsonRpcPoster | None:
+    """The fast lane's pool for a connection to ``spec`` speaking ``protocol_version``, or
+    ``None`` when its calls must use the SDK's transport: not streamable HTTP, not ``http://``,
+    OAuth (the SDK's auth flow), the 2025-11-25 era (server→client requests ride response
+    streams), or the lane switched off (``MCP_RECONCILER_FAST_LANE=0``)."""
+    t = spec.transport
+    url = str(t.get("url", ""))
+    if (
+        os.environ.get("MCP_RECONCILER_FAST_LANE", "1").strip() == "0"
+        or t.get("kind") != "http"
+        or not url.startswith("http://")
+        or t.get("oauth")
+        or (protocol_version or "2025").startswith("2025")
+    ):
+        return None
+    timeouts = t.get("timeouts") or {}
+    headers = {str(k): str(v) for k, v in (t.get("headers") or {}).items()}
+    return JsonRpcPoster(url, headers, connect_timeout_s=float(timeouts.get("connect_s", 10.0)))
 
 
 class UpstreamConnection:
@@ -116,6 +141,9 @@ class UpstreamConnection:
         self.protocol_version: str | None = None
         self.capabilities: types.ServerCapabilities | None = None
         self.listens = 0  # listen streams the upstream acknowledged on this connection (2026 era)
+        # The fast lane's keep-alive pool (plain-HTTP 2026-era upstreams without OAuth; see
+        # ``reconciler/fasthttp.py``): open while the session is, closed when it ends.
+        self.poster: JsonRpcPoster | None = None
         self._update_listeners: dict[object, Callable[[UpstreamConnection, str], None]] = {}
 
     @property
@@ -165,6 +193,7 @@ class UpstreamConnection:
                     self.protocol_version = client.protocol_version
                     self.capabilities = client.server_capabilities
                     started = True
+                    self.poster = fast_poster(self.spec, self.protocol_version)
                     self.connected_at = anyio.current_time()
                     task_status.started()
                     async with anyio.create_task_group() as tg:
@@ -182,6 +211,9 @@ class UpstreamConnection:
             log.info("upstream connection %s ended: %s", self._id, type(exc).__name__)
         finally:
             self._client = None
+            poster, self.poster = self.poster, None
+            if poster is not None:
+                await poster.aclose()
             was_closing = self._closing
             self.dead = True
             self._done.set()
@@ -243,6 +275,7 @@ class UpstreamConnection:
     async def notify(self, notification: types.ClientNotification) -> None:
         """Send a notification to the server (e.g. progress on a request it sent us)."""
         await self.client.session.send_notification(notification)
+
     def on_resource_updated(self, listener: Callable[[UpstreamConnection, str], None]) -> Callable[[], None]:
         """Call ``listener(self, uri)`` for every ``notifications/resources/updated`` the server
         sends (2026-era copies of listen-stream events included: the SDK tees them here too);
@@ -297,6 +330,18 @@ class UpstreamConnection:
         if isinstance(answer, types.ListRootsResult | types.ErrorData):
             return answer
         return _mismatch("roots")
+
+    async def deliver(self, message: dict[str, Any]) -> None:
+        """Handle a notification that arrived outside the SDK's transport (the fast lane's
+        response streams) exactly as one that came through it: typed, then :meth:`_on_message`.
+        One that is not a valid server notification is logged at DEBUG and dropped, as the SDK
+        drops a malformed message."""
+        try:
+            typed = _NOTIFICATION.validate_python(message, by_name=False)
+        except ValidationError:
+            log.debug("upstream %s: dropped a malformed notification", self._id)
+            return
+        await self._on_message(typed)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.LoggingMessageNotification):

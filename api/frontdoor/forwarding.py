@@ -21,7 +21,7 @@ records) is attributed to it through the ``relay`` (the operation is registered 
 duration) and reaches this caller only; log records still being relayed are delivered before
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
-held exchange (``exchanges``)."""
+held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``)."""
 
 from __future__ import annotations
 
@@ -34,10 +34,12 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
 
+from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
+from mcp_reconciler.api.frontdoor.passthrough import FastParams, RawResult, simple_call_result
 from mcp_reconciler.api.frontdoor.progress import PROGRESS_KEYS, progress_token, send_with_progress
 from mcp_reconciler.api.frontdoor.relay import Relay, RelayError
 from mcp_reconciler.api.frontdoor.revisions import DRIFT_META, REVISION_META, choose_generation
@@ -110,6 +112,16 @@ class Forwarder:
             types.CallToolResult,
         )
 
+    async def call_tool_fast(
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None
+    ) -> Any:
+        """:meth:`call_tool` for ``fastlane.CallLane``; the result stays the upstream's JSON (a
+        ``RawResult``) when it is a ``simple_call_result`` from the fast upstream lane."""
+        build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
+            params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
+        )
+        return await self.forward(ctx, EntryKind.TOOL, name, FastParams(meta), build, types.CallToolResult, raw=True)
+
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
@@ -151,19 +163,21 @@ class Forwarder:
         *,
         op: str | None = None,
         shortcut: Callable[[UpstreamConnection], Any] | None = None,
+        raw: bool = False,
     ) -> Any:
         """Run one operation on the exposed ``name`` of ``kind`` and return the upstream's result
         with the gateway's ``_meta``; raises a sanitized ``MCPError`` otherwise. ``params`` is
         the downstream request's params (its ``_meta``, and its ``input_responses`` and
         ``request_state`` when it retries a multi-round exchange); ``op`` names the operation in
         telemetry (default: the kind); ``shortcut(conn)``, when it returns a result, answers
-        without asking the upstream (e.g. a source without the capability)."""
+        without asking the upstream (e.g. a source without the capability); ``raw``: the result
+        may come back as a :class:`RawResult` (the fast lane)."""
         label = op or kind.value
         t0 = anyio.current_time()
         outcome = "ok"
         with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": label}) as span:
             try:
-                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut)
+                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw)
                 meta_out = result.meta or {}
                 span.set_attribute("revision", meta_out.get(REVISION_META, -1))
                 return result
@@ -188,6 +202,7 @@ class Forwarder:
         build: RequestBuilder,
         result_type: type[Any],
         shortcut: Callable[[UpstreamConnection], Any] | None,
+        raw: bool = False,
     ) -> Any:
         binding = self._sessions.binding(ctx)
         meta: Mapping[str, Any] | None = params.meta
@@ -255,7 +270,7 @@ class Forwarder:
                 rtype = interactive if interactive is not None and not conn.legacy else result_type
                 async with live.operation(deadline_s=self._catalog.operation_deadline_s):
                     with self._relay.call(binding, ctx, conn) as call:
-                        result = await self._send(conn, request, rtype, ctx, meta, call_s)
+                        result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
                         if isinstance(result, types.InputRequiredResult):
                             retry = self._retrier(conn, entry, build, up_meta, rtype, ctx, meta, call_s)
                             result = await answer_input_required(
@@ -273,7 +288,8 @@ class Forwarder:
                         await call.settle()
         except Exception as exc:
             raise self._client_error(exc, conn, live.revision) from None
-        result = rewrite_result(result, conn.spec.uri_prefix)  # exposed URIs in links and contents
+        if not isinstance(result, RawResult):  # a raw result has no URI (simple_call_result)
+            result = rewrite_result(result, conn.spec.uri_prefix)  # exposed URIs in links and contents
         return self._finish(result, live.revision, resolved.drifted)
 
     async def _send(
@@ -284,9 +300,15 @@ class Forwarder:
         ctx: ServerRequestContext[Any],
         meta: Mapping[str, Any] | None,
         call_s: float | None,
+        raw: bool = False,
     ) -> Any:
         if progress_token(meta) is None:
-            return await conn.send(request, result_type, timeout_s=call_s)
+            answer = await sdk_compat.post_fast_raw(conn, request, timeout_s=call_s)
+            if answer is None:
+                return await conn.send(request, result_type, timeout_s=call_s)
+            if raw and simple_call_result(answer):
+                return RawResult(answer)
+            return sdk_compat.validate_result(conn, request.method, answer, result_type)
         return await send_with_progress(conn, request, result_type, ctx, call_s)
 
     def _retrier(
@@ -334,6 +356,8 @@ class Forwarder:
         out_meta[REVISION_META] = revision
         if drifted:
             out_meta[DRIFT_META] = True
+        if isinstance(result, RawResult):
+            return RawResult({**result.data, "_meta": out_meta})
         return result.model_copy(update={"meta": out_meta})
 
 

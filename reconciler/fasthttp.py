@@ -1,0 +1,333 @@
+"""A pooled keep-alive HTTP/1.1 client for one kind of exchange: POST one JSON-RPC request to a
+streamable-HTTP MCP endpoint and read its one response (issue 12, ADR 0019).
+
+The SDK's streamable-HTTP client is general: per request it builds an ``httpx2`` request, spawns
+a task group and a task, parses the response as an event source, validates every message into
+models and routes it through memory streams. For a 2026-07-28 upstream, a ``tools/call`` with no
+progress token and no log opt-in has exactly one thing on its response stream: the response.
+:class:`JsonRpcPoster` does just that exchange: one buffer written (headers and body), the
+response parsed by ``httptools`` (C, already a dependency) and the body read to its end, the
+JSON-RPC response picked out of a JSON body or an SSE stream. Connections are kept alive and
+reused (at most ``max_idle`` idle ones are kept).
+
+Failure semantics:
+
+- idle connections are reused for at most :data:`KEEPALIVE_EXPIRY_S`; a reused one the server
+  closed or reset before sending a single byte is retried once on a fresh connection (the server
+  never saw the request: it had closed the socket first);
+  anything else that breaks the exchange raises :class:`~reconciler.errors.UpstreamUnavailableError`
+  and the connection is dropped, never pooled;
+- cancellation (the caller's scope, a timeout) closes the connection: the upstream sees its
+  request stream end, which is the 2026 wire's cancellation (the SDK does the same);
+- a non-2xx status answers the JSON-RPC error in its body if there is one, else the same stand-in
+  errors the SDK's transport uses;
+- other messages on an SSE response stream (log records the request opted into; a 2026 server
+  sends no requests) are handed to the caller's ``on_message`` as each event completes, in
+  order, before the result; without one they are skipped.
+
+No task is started: every exchange runs in its caller's task, so its owner is whoever awaits it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httptools
+from anyio.abc import SocketStream
+
+from mcp_reconciler.reconciler.errors import UpstreamUnavailableError
+
+log = logging.getLogger("mcp_reconciler.upstream")
+
+#: The largest response body accepted (as the SDK's default SSE event bound: 4 MiB).
+MAX_BODY_BYTES = 16 * 1024 * 1024
+#: An idle connection older than this is closed instead of reused: servers close idle
+#: keep-alive connections after a few seconds (uvicorn: 5 s), and a request racing that close is
+#: lost. Below uvicorn's default, like httpx's own 5 s expiry.
+KEEPALIVE_EXPIRY_S = 4.0
+#: Same-origin redirects followed per request (the first one is remembered for the next ones).
+MAX_REDIRECTS = 2
+
+
+#: Receives each message on a response stream that is not the response (in order, awaited).
+OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class ResponseError(Exception):
+    """The upstream answered with a JSON-RPC error (``error`` is its error object) or with an HTTP
+    status the SDK also maps to an error (``error`` is the SDK's stand-in)."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        super().__init__(str(error.get("message", "")))
+        self.error = dict(error)
+
+
+@dataclass
+class _Response:
+    request_id: Any = None
+    status: int = 0
+    headers: dict[bytes, bytes] = field(default_factory=dict)
+    body: list[bytes] = field(default_factory=list)
+    size: int = 0
+    complete: bool = False
+    header_name: bytes = b""
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.lower()] = value
+
+    def on_body(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > MAX_BODY_BYTES:
+            raise UpstreamUnavailableError("response body too large")
+        self.body.append(chunk)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        # Read here: httptools answers False once the callback has returned.
+        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
+
+    parser: Any = None
+    keep_alive: bool = False
+
+    # SSE, parsed as it arrives
+    sse_offset: int = 0
+    answer: dict[str, Any] | None = None
+    sse: bool | None = None
+
+    def is_sse(self, parser: Any) -> bool:
+        if self.sse is None and self.headers:
+            ok = 200 <= parser.get_status_code() < 300
+            self.sse = ok and self.headers.get(b"content-type", b"").lower().startswith(b"text/event-stream")
+        return bool(self.sse)
+
+    def take_messages(self) -> list[dict[str, Any]]:
+        """The messages of the events completed since the last call, except this request's own
+        response, which is kept in :attr:`answer`."""
+        body = b"".join(self.body)
+        self.body = [body]
+        out: list[dict[str, Any]] = []
+        while True:
+            end, sep = _event_end(body, self.sse_offset)
+            if end < 0:
+                return out
+            block = body[self.sse_offset : end].decode("utf-8")
+            self.sse_offset = end + sep
+            for message in _sse_messages(block):
+                if _is_response(message, self.request_id):
+                    self.answer = message
+                else:
+                    out.append(message)
+
+
+class JsonRpcPoster:
+    """POSTs JSON-RPC requests to ``url`` (``http://`` only) over pooled keep-alive connections.
+    ``headers`` go on every request (the source's configured headers). Close with :meth:`aclose`;
+    an exchange in flight then fails like a broken connection."""
+
+    def __init__(self, url: str, headers: Mapping[str, str] | None = None, *, max_idle: int = 64,
+                 connect_timeout_s: float = 10.0) -> None:  # fmt: skip
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"JsonRpcPoster needs an http:// URL, not {url!r}")
+        self._host = parts.hostname
+        self._port = parts.port or 80
+        path = parts.path or "/"
+        self._target = (path + (f"?{parts.query}" if parts.query else "")).encode()
+        host_header = parts.netloc.rsplit("@", 1)[-1]
+        fixed = {"host": host_header, "accept": "application/json, text/event-stream",
+                 "content-type": "application/json", "user-agent": "mcp-reconciler"}  # fmt: skip
+        fixed.update({k.lower(): v for k, v in (headers or {}).items()})
+        self._fixed = fixed
+        self._idle: list[tuple[SocketStream, float]] = []  # (connection, idle since)
+        self._max_idle = max_idle
+        self._connect_timeout_s = connect_timeout_s
+        self._closed = False
+        self.exchanges = 0  # requests answered (for status and tests)
+
+    async def aclose(self) -> None:
+        """Close every idle connection; later exchanges fail."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for stream, _ in idle:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def post(
+        self, message: Mapping[str, Any], headers: Mapping[str, str], on_message: OnMessage | None = None
+    ) -> dict[str, Any]:
+        """Send ``message`` (a JSON-RPC request with an ``id``) with ``headers`` added and return
+        its response's ``result``. Every other message on an SSE response stream (a log record
+        the request opted into, say) is awaited through ``on_message`` as it arrives, in order,
+        before this returns (skipped without one). Raises :class:`ResponseError` for a JSON-RPC
+        error, :class:`UpstreamUnavailableError` when the exchange breaks."""
+        for _ in range(MAX_REDIRECTS + 1):
+            response = await self._post_once(self._encode(message, headers), message.get("id"), on_message)
+            location = response.headers.get(b"location") if response.status in (307, 308) else None
+            if location is None or not self._follow(location.decode("latin-1")):
+                self.exchanges += 1
+                return _result_of(response)
+        raise ResponseError({"code": -32600, "message": "too many redirects"})
+
+    def _follow(self, location: str) -> bool:
+        """Adopt a same-origin redirect target for this and every later request (as the SDK's
+        transport follows same-origin redirects); ``False`` for another origin."""
+        parts = urlsplit(location)
+        if parts.netloc and (parts.hostname != self._host or (parts.port or 80) != self._port):
+            return False
+        self._target = ((parts.path or "/") + (f"?{parts.query}" if parts.query else "")).encode()
+        return True
+
+    async def _post_once(self, request: bytes, request_id: Any, on_message: OnMessage | None) -> _Response:
+        for attempt in (0, 1):
+            stream, reused = await self._checkout()
+            done = False
+            try:
+                response, keep = await self._exchange(stream, request, request_id, on_message)
+                done = True
+            except _StaleConnection:
+                if not reused or attempt:
+                    raise UpstreamUnavailableError("connection closed by the upstream") from None
+                continue  # the server closed an idle keep-alive connection: it never saw this request
+            except (OSError, anyio.BrokenResourceError, anyio.EndOfStream, httptools.HttpParserError) as exc:
+                raise UpstreamUnavailableError(type(exc).__name__) from None
+            finally:
+                if not done:
+                    with anyio.CancelScope(shield=True):
+                        await stream.aclose()
+            if keep and not self._closed and len(self._idle) < self._max_idle:
+                self._idle.append((stream, anyio.current_time()))
+            else:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _encode(self, message: Mapping[str, Any], headers: Mapping[str, str]) -> bytes:
+        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+        merged = {**self._fixed, **{k.lower(): v for k, v in headers.items()}, "content-length": str(len(body))}
+        head = b"POST " + self._target + b" HTTP/1.1\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in merged.items()).encode("latin-1") + b"\r\n"
+        return head + body
+
+    async def _checkout(self) -> tuple[SocketStream, bool]:
+        if self._closed:
+            raise UpstreamUnavailableError("connection pool closed")
+        while self._idle:
+            stream, since = self._idle.pop()
+            if anyio.current_time() - since < KEEPALIVE_EXPIRY_S:
+                return stream, True
+            with anyio.CancelScope(shield=True):  # the server may be closing it right now
+                await stream.aclose()
+        try:
+            with anyio.fail_after(self._connect_timeout_s):
+                return await anyio.connect_tcp(self._host, self._port), False
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamUnavailableError(type(exc).__name__) from None
+
+    async def _exchange(
+        self, stream: SocketStream, request: bytes, request_id: Any, on_message: OnMessage | None
+    ) -> tuple[_Response, bool]:
+        response = _Response(request_id=request_id)
+        parser = httptools.HttpResponseParser(response)
+        response.parser = parser
+        try:
+            await stream.send(request)
+        except (anyio.BrokenResourceError, OSError):
+            raise _StaleConnection() from None
+        received = 0
+        while not response.complete:
+            try:
+                data = await stream.receive(65536)
+            except (anyio.BrokenResourceError, OSError):
+                if received == 0:  # reset before a byte of the response: it never saw the request
+                    raise _StaleConnection() from None
+                raise
+            except anyio.EndOfStream:
+                if received == 0:
+                    raise _StaleConnection() from None
+                parser.feed_data(b"")  # a body delimited by the connection's end
+                break
+            received += len(data)
+            parser.feed_data(data)
+            if response.is_sse(parser):
+                for other in response.take_messages():
+                    if on_message is not None:
+                        await on_message(other)
+                    else:
+                        log.debug("fast lane: skipped a message on a response stream")
+        if not response.complete:
+            raise anyio.EndOfStream  # the connection ended inside the response
+        response.status = parser.get_status_code()
+        response.parser = None
+        return response, response.keep_alive
+
+
+class _StaleConnection(Exception):
+    """The connection ended before the first response byte."""
+
+
+def _event_end(body: bytes, start: int) -> tuple[int, int]:
+    """Where the first complete SSE event after ``start`` ends, and its separator's length."""
+    ends = [(i, len(sep)) for sep in (b"\r\n\r\n", b"\n\n") if (i := body.find(sep, start)) >= 0]
+    return min(ends) if ends else (-1, 0)
+
+
+def _is_response(message: Any, request_id: Any) -> bool:
+    return isinstance(message, dict) and message.get("id") == request_id and "method" not in message
+
+
+def _result_of(response: _Response) -> dict[str, Any]:
+    request_id = response.request_id
+    body = b"".join(response.body)
+    ctype = response.headers.get(b"content-type", b"").lower()
+    if response.status >= 400 or response.status < 200 or response.status == 202:
+        if ctype.startswith(b"application/json"):
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+                raise ResponseError(parsed["error"])
+        if response.status == 404:
+            raise ResponseError({"code": -32600, "message": "Session terminated"})
+        if response.status == 202:
+            raise ResponseError({"code": -32600, "message": "server answered a request with 202 Accepted"})
+        raise ResponseError({"code": -32603, "message": "Server returned an error response"})
+    if ctype.startswith(b"application/json"):
+        messages = [json.loads(body)]
+    elif ctype.startswith(b"text/event-stream"):
+        rest = body[response.sse_offset :].decode("utf-8")  # an event the stream's end completed
+        messages = [m for m in (response.answer, *_sse_messages(rest)) if m is not None]
+    else:
+        raise ResponseError({"code": -32600, "message": f"Unexpected content type: {ctype.decode('latin-1')}"})
+    for message in messages:
+        if _is_response(message, request_id):
+            if isinstance(message.get("error"), dict):
+                raise ResponseError(message["error"])
+            result = message.get("result")
+            if not isinstance(result, dict):
+                raise ResponseError({"code": -32603, "message": "malformed response from the upstream"})
+            return result
+        log.debug("fast lane: skipped a message on a response stream")
+    raise UpstreamUnavailableError("the response stream ended without a response")
+
+
+def _sse_messages(text: str) -> Any:
+    """The JSON messages of SSE text (events of type ``message``; empty priming events skipped)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    for block in text.split("\n\n"):
+        data: list[str] = []
+        event = "message"
+        for line in block.split("\n"):
+            if line.startswith("data:"):
+                data.append(line[6:] if line.startswith("data: ") else line[5:])
+            elif line.startswith("event:"):
+                event = line[6:].strip()
+        if data and event == "message" and any(data):
+            yield json.loads("\n".join(data))

@@ -1,0 +1,213 @@
+"""``reconciler/fasthttp.py``: the fast lane's keep-alive JSON-RPC poster, against a real TCP
+server on 127.0.0.1 that answers with canned HTTP responses (so every wire case — keep-alive,
+a stale idle connection, a connection dropped mid-response, SSE with interleaved messages, a
+redirect — is exact and reproducible)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import SocketStream
+
+from mcp_reconciler.reconciler.errors import UpstreamUnavailableError
+from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster, ResponseError
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 10.0
+REQUEST = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "echo"}}
+
+#: What the server does with one request: returns the raw bytes to send and whether to close the
+#: connection afterwards.
+Reply = Callable[[dict[str, Any], bytes], tuple[bytes, bool]]
+
+
+def http(status: str, body: bytes, ctype: str = "application/json", extra: str = "") -> bytes:
+    return f"HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n{extra}\r\n".encode() + body
+
+
+def ok_json(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+    return http("200 OK", json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"ok": True}}).encode()), False
+
+
+class Server:
+    """Accepts connections; reads each request (head + content-length body); answers with the
+    next ``replies`` entry (the last one repeats). Counts connections and requests."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = replies
+        self.connections = 0
+        self.requests: list[tuple[bytes, dict[str, Any]]] = []
+        self.eof_seen = anyio.Event()
+        self.got_request = anyio.Event()
+
+    async def handle(self, stream: SocketStream) -> None:
+        self.connections += 1
+        buf = b""
+        async with stream:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    try:
+                        buf += await stream.receive()
+                    except (anyio.EndOfStream, anyio.BrokenResourceError):
+                        self.eof_seen.set()
+                        return
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = int(
+                    next(
+                        v
+                        for k, _, v in (ln.partition(b": ") for ln in head.split(b"\r\n"))
+                        if k.lower() == b"content-length"
+                    )
+                )
+                while len(buf) < length:
+                    buf += await stream.receive()
+                body, buf = buf[:length], buf[length:]
+                message = json.loads(body)
+                self.requests.append((head, message))
+                self.got_request.set()
+                reply = self.replies[min(len(self.requests), len(self.replies)) - 1]
+                data, close = reply(message, head)
+                if data:
+                    await stream.send(data)
+                if close:
+                    return
+
+
+@asynccontextmanager
+async def serving(replies: list[Reply]) -> AsyncIterator[tuple[Server, str]]:
+    server = Server(replies)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, server.handle)
+        try:
+            yield server, f"http://127.0.0.1:{port}/mcp"
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def test_json_response_and_keep_alive_reuse() -> None:
+    async with serving([ok_json]) as (server, url):
+        poster = JsonRpcPoster(url, {"x-source": "configured"})
+        with anyio.fail_after(WAIT):
+            assert await poster.post(REQUEST, {"mcp-name": "echo"}) == {"ok": True}
+            assert await poster.post({**REQUEST, "id": 8}, {}) == {"ok": True}
+        await poster.aclose()
+    assert server.connections == 1  # the second request reused the first connection
+    head = server.requests[0][0].decode().lower()
+    assert head.startswith("post /mcp http/1.1") and "x-source: configured" in head and "mcp-name: echo" in head
+    assert "accept: application/json, text/event-stream" in head
+    assert poster.exchanges == 2
+
+
+async def test_sse_messages_before_the_response_reach_on_message_in_order() -> None:
+    def sse(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+        log = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "one"}}
+        log2 = {**log, "params": {"level": "info", "data": "two"}}
+        answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"content": []}}
+        body = b"id: p\r\ndata: \r\n\r\n" + b"".join(
+            b"event: message\r\ndata: " + json.dumps(m).encode() + b"\r\n\r\n" for m in (log, log2, answer)
+        )
+        return http("200 OK", body, "text/event-stream"), False
+
+    seen: list[str] = []
+
+    async def on_message(message: dict[str, Any]) -> None:
+        seen.append(message["params"]["data"])
+
+    async with serving([sse]) as (_server, url):
+        poster = JsonRpcPoster(url)
+        with anyio.fail_after(WAIT):
+            assert await poster.post(REQUEST, {}, on_message) == {"content": []}
+        await poster.aclose()
+    assert seen == ["one", "two"]
+
+
+async def test_a_stale_idle_connection_is_retried_once_on_a_fresh_one() -> None:
+    def ok_then_close(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+        data, _ = ok_json(message, head)
+        return data, True  # the server closes the keep-alive connection after answering
+
+    async with serving([ok_then_close]) as (server, url):
+        poster = JsonRpcPoster(url)
+        with anyio.fail_after(WAIT):
+            assert await poster.post(REQUEST, {}) == {"ok": True}
+            assert await poster.post(REQUEST, {}) == {"ok": True}
+        await poster.aclose()
+    assert server.connections == 2
+    assert len(server.requests) == 2  # the retried request reached the server once
+
+
+async def test_a_connection_dropped_mid_response_fails_without_retry() -> None:
+    def partial(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+        return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{", True
+
+    async with serving([partial]) as (server, url):
+        poster = JsonRpcPoster(url)
+        with anyio.fail_after(WAIT), pytest.raises(UpstreamUnavailableError):
+            await poster.post(REQUEST, {})
+        await poster.aclose()
+    assert len(server.requests) == 1  # never sent twice: the server may have acted on it
+
+
+async def test_json_rpc_error_bodies_and_status_stand_ins() -> None:
+    def bad_request(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": "bad params"}}
+        return http("400 Bad Request", json.dumps(body).encode()), False
+
+    def server_error(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+        return http("500 Internal Server Error", b"oops", "text/plain"), False
+
+    async with serving([bad_request, server_error]) as (_server, url):
+        poster = JsonRpcPoster(url)
+        with anyio.fail_after(WAIT):
+            with pytest.raises(ResponseError) as first:
+                await poster.post(REQUEST, {})
+            with pytest.raises(ResponseError) as second:
+                await poster.post(REQUEST, {})
+        await poster.aclose()
+    assert first.value.error == {"code": -32602, "message": "bad params"}
+    assert second.value.error["code"] == -32603  # the SDK transport's stand-in for a non-JSON error
+
+
+async def test_a_same_origin_redirect_is_followed_and_remembered() -> None:
+    def redirect(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+        if head.startswith(b"POST /mcp/ "):
+            return ok_json(message, head)
+        return http("307 Temporary Redirect", b"", extra="location: /mcp/\r\n"), False
+
+    async with serving([redirect]) as (server, url):
+        poster = JsonRpcPoster(url)
+        with anyio.fail_after(WAIT):
+            assert await poster.post(REQUEST, {}) == {"ok": True}
+            assert await poster.post(REQUEST, {}) == {"ok": True}
+        await poster.aclose()
+    targets = [head.split(b" ")[1] for head, _ in server.requests]
+    assert targets == [b"/mcp", b"/mcp/", b"/mcp/"]
+
+
+async def test_cancelling_an_exchange_closes_its_connection() -> None:
+    def hold(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+        return b"", False  # never answers
+
+    async with serving([hold]) as (server, url):
+        poster = JsonRpcPoster(url)
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(poster.post, REQUEST, {})
+                await server.got_request.wait()  # the upstream is serving it
+                tg.cancel_scope.cancel()  # the caller gives up (a timeout, a downstream cancel)
+            await server.eof_seen.wait()  # the upstream sees its request stream end
+        await poster.aclose()
+    assert poster.exchanges == 0
+
+
+def test_only_plain_http_urls() -> None:
+    with pytest.raises(ValueError):
+        JsonRpcPoster("https://127.0.0.1/mcp")
