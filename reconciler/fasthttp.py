@@ -12,9 +12,12 @@ reused (at most ``max_idle`` idle ones are kept).
 
 Failure semantics:
 
-- idle connections are reused for at most :data:`KEEPALIVE_EXPIRY_S`; a reused one the server
-  closed or reset before sending a single byte is retried once on a fresh connection (the server
-  never saw the request: it had closed the socket first);
+- idle connections are reused for at most :data:`KEEPALIVE_EXPIRY_S`, and only when the socket
+  shows nothing to read (an idle connection that is readable was closed by the server, or holds
+  bytes nobody asked for: it is dropped); a reused one whose request cannot even be written is
+  retried once on a fresh connection (the server had closed it, so it never saw the request). A
+  request that was written is never sent again: if the connection ends before the first response
+  byte the upstream may have run it, so the caller gets the error (tools are not idempotent);
   anything else that breaks the exchange raises :class:`~reconciler.errors.UpstreamUnavailableError`
   and the connection is dropped, never pooled;
 - cancellation (the caller's scope, a timeout) closes the connection: the upstream sees its
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +42,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import httptools
-from anyio.abc import SocketStream
+from anyio.abc import SocketAttribute, SocketStream
 
 from mcp_reconciler.reconciler.errors import UpstreamUnavailableError
 
@@ -220,7 +224,7 @@ class JsonRpcPoster:
             raise UpstreamUnavailableError("connection pool closed")
         while self._idle:
             stream, since = self._idle.pop()
-            if anyio.current_time() - since < KEEPALIVE_EXPIRY_S:
+            if anyio.current_time() - since < KEEPALIVE_EXPIRY_S and not _readable(stream):
                 return stream, True
             with anyio.CancelScope(shield=True):  # the server may be closing it right now
                 await stream.aclose()
@@ -244,13 +248,9 @@ class JsonRpcPoster:
         while not response.complete:
             try:
                 data = await stream.receive(65536)
-            except (anyio.BrokenResourceError, OSError):
-                if received == 0:  # reset before a byte of the response: it never saw the request
-                    raise _StaleConnection() from None
-                raise
             except anyio.EndOfStream:
-                if received == 0:
-                    raise _StaleConnection() from None
+                if received == 0:  # written, then closed: the upstream may have run it, never resend
+                    raise
                 parser.feed_data(b"")  # a body delimited by the connection's end
                 break
             received += len(data)
@@ -269,7 +269,18 @@ class JsonRpcPoster:
 
 
 class _StaleConnection(Exception):
-    """The connection ended before the first response byte."""
+    """The request could not be written: the server had closed the connection."""
+
+
+def _readable(stream: SocketStream) -> bool:
+    """Whether an idle connection has something to read: the server's FIN or reset, or bytes
+    no request asked for. Either way it must not carry another request."""
+    sock = stream.extra(SocketAttribute.raw_socket)
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):  # closed underneath us
+        return True
+    return bool(readable)
 
 
 def _event_end(body: bytes, start: int) -> tuple[int, int]:

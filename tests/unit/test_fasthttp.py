@@ -45,8 +45,23 @@ class Server:
         self.requests: list[tuple[bytes, dict[str, Any]]] = []
         self.eof_seen = anyio.Event()
         self.got_request = anyio.Event()
+        self.closed = 0  # connections this side has closed
+        self.closed_changed = anyio.Event()
 
     async def handle(self, stream: SocketStream) -> None:
+        try:
+            await self._handle(stream)
+        finally:
+            self.closed += 1
+            self.closed_changed.set()
+            self.closed_changed = anyio.Event()
+
+    async def until_closed(self, n: int) -> None:
+        """Wait until this side has closed ``n`` connections."""
+        while self.closed < n:
+            await self.closed_changed.wait()
+
+    async def _handle(self, stream: SocketStream) -> None:
         self.connections += 1
         buf = b""
         async with stream:
@@ -129,7 +144,7 @@ async def test_sse_messages_before_the_response_reach_on_message_in_order() -> N
     assert seen == ["one", "two"]
 
 
-async def test_a_stale_idle_connection_is_retried_once_on_a_fresh_one() -> None:
+async def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
     def ok_then_close(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
         data, _ = ok_json(message, head)
         return data, True  # the server closes the keep-alive connection after answering
@@ -138,10 +153,29 @@ async def test_a_stale_idle_connection_is_retried_once_on_a_fresh_one() -> None:
         poster = JsonRpcPoster(url)
         with anyio.fail_after(WAIT):
             assert await poster.post(REQUEST, {}) == {"ok": True}
+            await server.until_closed(1)  # the pooled connection is now half-closed by the server
             assert await poster.post(REQUEST, {}) == {"ok": True}
         await poster.aclose()
     assert server.connections == 2
-    assert len(server.requests) == 2  # the retried request reached the server once
+    assert len(server.requests) == 2  # each request reached the server exactly once
+
+
+async def test_a_written_request_is_never_sent_again() -> None:
+    """A reused connection that ends after the request was written, before any response byte:
+    the upstream may have run the tool, so the caller gets the error and nothing is resent."""
+
+    def swallow(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+        return b"", True  # read the request, answer nothing, close
+
+    async with serving([ok_json, swallow]) as (server, url):
+        poster = JsonRpcPoster(url)
+        with anyio.fail_after(WAIT):
+            assert await poster.post(REQUEST, {}) == {"ok": True}
+            with pytest.raises(UpstreamUnavailableError):
+                await poster.post(REQUEST, {})  # on the reused keep-alive connection
+        await poster.aclose()
+    assert server.connections == 1
+    assert len(server.requests) == 2  # the second request once, never retried
 
 
 async def test_a_connection_dropped_mid_response_fails_without_retry() -> None:
