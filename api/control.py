@@ -25,6 +25,7 @@ from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.authority import GrantPolicy, Session, principal_id
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.errors import (
+    ClusterConflictError,
     GrantError,
     HoldError,
     HoldLimitError,
@@ -118,7 +119,35 @@ class Control:
         """Status as ``principal`` may read it: operators everything, everyone else the
         owner view (no config paths; ``api/views.py::owner_view``)."""
         out = status_out(await self.engine.status())
+        cluster = self.engine.cluster_status()
+        if cluster is not None:
+            out = out.model_copy(
+                update={
+                    "cluster": wire.ClusterOut(
+                        replica_id=cluster.replica_id,
+                        store=cluster.store,
+                        healthy=cluster.healthy,
+                        members=list(cluster.members),
+                        ledger_revision=cluster.ledger_revision,
+                        ledger_digest=cluster.ledger_digest,
+                        diverged=cluster.diverged,
+                        last_error=cluster.last_error,
+                    )
+                }
+            )
         return out if principal is None or principal.role == "operator" else owner_view(out)
+
+    async def commit(self, session_id: str) -> None:
+        """Clustered: answer only once the change is in the cluster store (503 when it cannot
+        be reached; 409 when another replica changed the session first)."""
+        try:
+            await self.engine.commit_session(session_id)
+        except ClusterConflictError as exc:
+            raise ApiError(409, exc.code, str(exc)) from None
+        except SessionLimitError as exc:
+            raise ApiError(429, exc.code, str(exc)) from None
+        except GrantError as exc:
+            raise ApiError(422, exc.code, str(exc)) from None
 
     # -- handlers ----------------------------------------------------------------------------
 
@@ -139,11 +168,24 @@ class Control:
         if not body.wait:
             accepted = wire.RefreshAccepted(ticket=ticket.seq, revision=self.engine.current_revision)
             return JSONResponse(wire.dump(accepted), status_code=202)
-        try:
-            with anyio.fail_after(body.timeout_s):
-                outcome = await ticket.wait()
-        except TimeoutError:
-            raise ApiError(504, "refresh_timeout", f"no reconcile cycle finished within {body.timeout_s:g} s") from None
+        async with anyio.create_task_group() as tg:
+            # Clustered: the other live replicas run their cycles meanwhile (each its own sources).
+            replicas: list[Any] = []
+
+            async def peers() -> None:
+                replicas.append(await self.engine.refresh_replicas(body.timeout_s))
+
+            if self.engine.clustered:
+                tg.start_soon(peers)
+            try:
+                with anyio.fail_after(body.timeout_s):
+                    outcome = await ticket.wait()
+            except TimeoutError:
+                tg.cancel_scope.cancel()
+                raise ApiError(
+                    504, "refresh_timeout", f"no reconcile cycle finished within {body.timeout_s:g} s"
+                ) from None
+        peer = replicas[0] if replicas else None
         out = wire.RefreshOut(
             revision=outcome.revision,
             changed=outcome.changed,
@@ -151,6 +193,8 @@ class Control:
             cycle_status=outcome.status,
             error=outcome.error,
             status=await self.status_model(),
+            replicas_done=list(peer.done) if peer is not None else None,
+            replicas_pending=list(peer.pending) if peer is not None else None,
         )
         return JSONResponse(wire.dump(out))
 
@@ -187,7 +231,7 @@ class Control:
             try:
                 live = self.engine.get(self.int_param(request, "revision"))
             except RevisionUnavailableError as exc:
-                raise ApiError(404, exc.code, str(exc)) from None
+                raise ApiError(503 if exc.retryable else 404, exc.code, str(exc)) from None
         else:
             live = self.engine.current
             if live is None:
@@ -238,15 +282,23 @@ class Control:
         except RevisionUnavailableError as exc:
             raise ApiError(409, exc.code, str(exc)) from None
         gen = live.generation if live is not None else None
+        self.engine.require_writable()
         try:
             session = self.engine.sessions.create(
-                owner, gen, policy=policy, names=body.names, sources=body.sources, control_tools=body.control_tools
+                owner,
+                gen,
+                policy=policy,
+                names=body.names,
+                sources=body.sources,
+                control_tools=body.control_tools,
+                shared=self.engine.clustered,
             )
         except GrantError as exc:
             raise ApiError(422, exc.code, str(exc)) from None
         except SessionLimitError as exc:
             raise ApiError(429, exc.code, str(exc)) from None
         session.pinned_revision = body.revision
+        await self.commit(session.id)
         out = self.session_out(session, wire.SessionCreated, token=session.token)
         return JSONResponse(wire.dump(out), status_code=201)
 
@@ -269,11 +321,14 @@ class Control:
             )
         # The front door forgets the session's bindings through the authority's removal
         # listener: its token stops authenticating on /mcp at once.
+        self.engine.require_writable()
         self.engine.sessions.remove(session.id)
+        await self.commit(session.id)
         return Response(status_code=204)
 
     async def post_session_refresh(self, request: Request) -> Response:
         session = self.session_for(self.principal(request), request.path_params["id"])
+        self.engine.require_writable()
         # Lock first, then reconcile: two refreshes of one session never interleave.
         async with session.lock:
             timeout_s = self.engine.bounds.cycle_timeout_s + 5
@@ -285,6 +340,7 @@ class Control:
             if live is None:
                 raise ApiError(503, "starting", "no generation is published yet")
             added = self.engine.sessions.grant_all_visible(session, live.generation)
+            await self.commit(session.id)
         self.front.touch()
         out = wire.SessionRefreshOut(revision=outcome.revision, added=sorted(k.partition(":")[2] for k in added))
         return JSONResponse(wire.dump(out))
@@ -292,6 +348,7 @@ class Control:
     async def post_grants(self, request: Request) -> Response:
         session = self.session_for(self.principal(request), request.path_params["id"])
         body: wire.GrantsIn = await self.body(request, wire.GrantsIn)
+        self.engine.require_writable()
         async with session.lock:
             live = self.engine.current
             if live is None:
@@ -300,6 +357,7 @@ class Control:
                 added = self.engine.sessions.grant(session, body.names, live.generation)
             except GrantError as exc:
                 raise ApiError(422, exc.code, str(exc)) from None
+            await self.commit(session.id)
         self.front.touch()
         out = wire.GrantsOut(revision=live.revision, added=sorted(k.partition(":")[2] for k in added))
         return JSONResponse(wire.dump(out))
@@ -309,11 +367,11 @@ class Control:
         revision = self.int_param(request, "n")
         body: wire.HoldIn = await self.body(request, wire.HoldIn, optional=True)
         try:
-            info = self.holds.create(
+            info = await self.engine.create_hold(
                 revision, body.ttl_s, owner=principal.id, per_owner_limit=principal.role != "operator"
             )
         except RevisionUnavailableError as exc:
-            raise ApiError(404, exc.code, str(exc)) from None
+            raise ApiError(503 if exc.retryable else 404, exc.code, str(exc)) from None
         except HoldLimitError as exc:
             raise ApiError(429, exc.code, str(exc)) from None
         except HoldError as exc:
@@ -325,8 +383,8 @@ class Control:
 
     async def delete_hold(self, request: Request) -> Response:
         principal = self.principal(request)
-        info = self.holds.get(request.path_params["id"])
+        info = self.engine.get_hold(request.path_params["id"])
         if info is None or (principal.role != "operator" and info.owner != principal.id):
             raise ApiError(404, "not_found", "no such hold")
-        self.holds.release(info.id)
+        await self.engine.release_hold(info.id)
         return Response(status_code=204)
