@@ -277,11 +277,11 @@ class MemoryStore:
 
     async def read_events(self, after: str, *, block_s: float, count: int = 256) -> list[Event]:
         position = int(after)
-        if self._events and position < int(self._events[0].id) - 1:
-            raise StreamGapError("the reader fell behind the event log")
         if position >= self._seq and block_s > 0:
             with anyio.move_on_after(block_s):
                 await self._changed.wait()
+        if self._events and position < int(self._events[0].id) - 1:
+            raise StreamGapError("the reader fell behind the event log")
         return [e for e in self._events if int(e.id) > position][:count]
 
     async def load_sessions(self) -> list[SessionRecord]:
