@@ -43,10 +43,10 @@ log = logging.getLogger("mcp_reconciler.reconciler")
 
 READ_CONCURRENCY = 16
 
-#: ``ledger(digest, floor)``: the cluster-wide revision number for a candidate with content
-#: ``digest`` (``floor``: the highest number this replica published), or ``None`` when the
-#: ledger cannot be reached (``reconciler/cluster/sync.py::ClusterSync.ledger_step``).
-RevisionLedger = Callable[[str, int], Awaitable[int | None]]
+#: ``ledger(catalog, floor)``: the cluster-wide revision number for a candidate, by its content
+#: (``floor``: the highest number this replica published), or ``None`` when the ledger cannot be
+#: reached (``reconciler/cluster/__init__.py::StoreLedger``).
+RevisionLedger = Callable[[Catalog, int], Awaitable[int | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +275,7 @@ class Reconciler:
             if self._ledger is not None and (current is None or current.generation.digest != catalog.digest):
                 # Many replicas: the cluster's ledger numbers content, so revision N is the same
                 # catalog on every replica (I3 cluster-wide). None: unreachable, number locally.
-                revision = await self._ledger(catalog.digest, self.runtime.last_assigned_revision)
+                revision = await self._ledger(catalog, self.runtime.last_assigned_revision)
             result = self.runtime.publish(catalog, revision=revision)
         for listener in list(self._desired_listeners):
             try:

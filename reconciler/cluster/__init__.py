@@ -15,11 +15,33 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from mcp_reconciler.reconciler.catalog import Catalog
 from mcp_reconciler.reconciler.cluster.store import ClusterStore, MemoryStore, StoreUnavailableError
+from mcp_reconciler.reconciler.digest import digest_parts
 
 log = logging.getLogger("mcp_reconciler.cluster")
 
-__all__ = ["ClusterOptions", "ClusterStore", "MemoryStore", "StoreLedger", "default_replica_id", "open_store"]
+__all__ = [
+    "ClusterOptions",
+    "ClusterStore",
+    "MemoryStore",
+    "StoreLedger",
+    "content_digest",
+    "default_replica_id",
+    "open_store",
+]
+
+
+def content_digest(catalog: Catalog) -> str:
+    """A replica-independent digest of what a catalog serves: per source its name, spec digest,
+    status and every entry's definition digest — not the connection serving it, nor the watched
+    inputs' fingerprint (mtimes). Two replicas with the same config and upstreams agree on it."""
+    return digest_parts(
+        digest_parts(
+            [s.source, s.spec_digest, s.status.value] + [f"{e.kind}:{e.exposed_name}:{e.digest}" for e in s.entries]
+        )
+        for s in catalog.sources
+    )
 
 
 def default_replica_id() -> str:
@@ -48,7 +70,8 @@ class StoreLedger:
         #: The newest head this replica saw (its own steps and other replicas' ledger events).
         self.head: tuple[int, str] | None = None
 
-    async def __call__(self, digest: str, floor: int) -> int | None:
+    async def __call__(self, catalog: Catalog, floor: int) -> int | None:
+        digest = content_digest(catalog)
         try:
             revision = await self.store.ledger_step(digest, floor=floor, origin=self.replica_id)
         except StoreUnavailableError as exc:

@@ -40,7 +40,7 @@ from anyio.abc import TaskGroup
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority, GrantPolicy, Session, StandingGrant
-from mcp_reconciler.reconciler.cluster import StoreLedger
+from mcp_reconciler.reconciler.cluster import StoreLedger, content_digest
 from mcp_reconciler.reconciler.cluster.store import (
     ClusterStore,
     Event,
@@ -239,7 +239,7 @@ class ClusterSync:
         """This replica's view of the cluster (``diverged``: its catalog differs from the head)."""
         current = self._runtime.current
         head = self._ledger.head
-        diverged = head is not None and current is not None and current.generation.digest != head[1]
+        diverged = head is not None and current is not None and content_digest(current.generation.catalog) != head[1]
         return ClusterStatus(
             replica_id=self.replica_id,
             store=self.store.name,
@@ -479,7 +479,8 @@ class ClusterSync:
                 await self.store.create_hold(record, limits=limits, origin=self.replica_id)
         current = self._runtime.current
         if current is not None:
-            await self.store.ledger_step(current.generation.digest, floor=current.revision - 1, origin=self.replica_id)
+            digest = content_digest(current.generation.catalog)
+            await self.store.ledger_step(digest, floor=current.revision - 1, origin=self.replica_id)
 
     async def _read_loop(self) -> None:
         reload = False
@@ -539,7 +540,7 @@ class ClusterSync:
             current = self._runtime.current
             info = {
                 "revision": current.revision if current is not None else None,
-                "digest": current.generation.digest if current is not None else None,
+                "digest": content_digest(current.generation.catalog) if current is not None else None,
                 "at": time.time(),
             }
             try:

@@ -36,7 +36,7 @@ class Replica:
         current = self.runtime.current
         revision = None
         if current is None or current.generation.digest != catalog.digest:
-            revision = await self.ledger(catalog.digest, self.runtime.last_assigned_revision)
+            revision = await self.ledger(catalog, self.runtime.last_assigned_revision)
         return self.runtime.publish(catalog, revision=revision)
 
     async def until(self, predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import anyio
 import pytest
 
 from mcp_reconciler.reconciler.authority import GrantPolicy, principal_id
+from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.cluster import MemoryStore
 from mcp_reconciler.reconciler.cluster.redis_store import RedisStore
 from mcp_reconciler.reconciler.cluster.store import ClusterStore
@@ -20,7 +20,6 @@ from mcp_reconciler.reconciler.errors import (
     SessionLimitError,
     UnknownNameError,
 )
-from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.model import EntryKind
 from tests.cluster.inproc import replica
 from tests.support.fakes import catalog, state

@@ -55,9 +55,8 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    async def start(self) -> None:
-        """Start (or restart, empty) on the same port and wait until it answers PING."""
-        self.process = subprocess.Popen(
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [
                 self.binary,
                 "--port",
@@ -77,6 +76,10 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+
+    async def start(self) -> None:
+        """Start (or restart, empty) on the same port and wait until it answers PING."""
+        self.process = self._spawn()
         self.stopped = False
         with anyio.fail_after(START_TIMEOUT_S):
             while not await self.ping():
