@@ -26,6 +26,7 @@ from mcp_reconciler.reconciler.authority import GrantPolicy, Session, principal_
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.errors import (
     ClusterConflictError,
+    ClusterUnavailableError,
     GrantError,
     HoldError,
     HoldLimitError,
@@ -173,7 +174,10 @@ class Control:
             replicas: list[Any] = []
 
             async def peers() -> None:
-                replicas.append(await self.engine.refresh_replicas(body.timeout_s))
+                try:
+                    replicas.append(await self.engine.refresh_replicas(body.timeout_s))
+                except ClusterUnavailableError as exc:
+                    replicas.append(exc)
 
             if self.engine.clustered:
                 tg.start_soon(peers)
@@ -186,6 +190,13 @@ class Control:
                     504, "refresh_timeout", f"no reconcile cycle finished within {body.timeout_s:g} s"
                 ) from None
         peer = replicas[0] if replicas else None
+        if isinstance(peer, ClusterUnavailableError):
+            raise ApiError(
+                503,
+                peer.code,
+                f"this replica ran its cycle (revision {outcome.revision}); the other replicas could not be asked: "
+                "the cluster store is unreachable",
+            )
         out = wire.RefreshOut(
             revision=outcome.revision,
             changed=outcome.changed,
