@@ -61,8 +61,9 @@ def _env(**values: str) -> Iterator[None]:
 class Replica:
     """One replica process; :meth:`start` (again after a kill) starts it and waits until ready."""
 
-    def __init__(self, name: str, tmp: Path, cfg: Path, redis_url: str) -> None:
+    def __init__(self, name: str, tmp: Path, cfg: Path, redis_url: str, *, port: int = 0) -> None:
         self.name = name
+        self.port = port
         self.dir = tmp / name
         self.dir.mkdir(exist_ok=True)
         self.cfg = cfg
@@ -71,7 +72,7 @@ class Replica:
 
     async def start(self) -> None:
         with _env(REDIS_URL=self.redis_url, REPLICA=self.name):
-            self.gw = GatewayProcess(self.dir, self.cfg)
+            self.gw = GatewayProcess(self.dir, self.cfg, port=self.port)
         await self.gw.started()
         await self.until_ready(True)
 

@@ -42,7 +42,9 @@ def test_absent_section_is_one_replica(tmp_path: Path) -> None:
         ("cluster:\n  staleness_s: 0\n", {}, "gateway.yaml:3: cluster.staleness_s:"),
     ],
 )
-def test_invalid_cluster_sections_name_the_line(tmp_path: Path, cluster: str, env: dict[str, str], expected: str) -> None:
+def test_invalid_cluster_sections_name_the_line(
+    tmp_path: Path, cluster: str, env: dict[str, str], expected: str
+) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, cluster), environ=env)
     text = str(caught.value)

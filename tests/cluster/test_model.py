@@ -26,7 +26,9 @@ op = st.one_of(
     st.tuples(st.just("grant"), st.integers(0, 1), st.integers(0, 5), st.sampled_from(NAMES)),
     st.tuples(st.just("revoke"), st.integers(0, 1), st.integers(0, 5)),
     st.tuples(st.just("publish"), st.integers(0, 1), st.integers(0, len(CATALOGS) - 1)),
-    st.tuples(st.just("yield"),),
+    st.tuples(
+        st.just("yield"),
+    ),
 )
 
 
