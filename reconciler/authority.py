@@ -45,7 +45,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -210,6 +210,7 @@ class Authority:
         self._removed_listeners: list[Callable[[str], None]] = []
         self._changed_listeners: list[Callable[[], None]] = []
         self._shared_listeners: list[Callable[[str, bool], None]] = []
+        self._token_loaders: list[Callable[[str], Awaitable[Session | None]]] = []
         #: Set by the cluster sync while the store is not confirmed within its staleness bound.
         self.unconfirmed = False
 
@@ -233,6 +234,28 @@ class Authority:
         cluster store. Returns a remover."""
         self._shared_listeners.append(callback)
         return lambda: self._shared_listeners.remove(callback) if callback in self._shared_listeners else None
+
+    def on_token_miss(self, loader: Callable[[str], Awaitable[Session | None]]) -> Callable[[], None]:
+        """Ask ``loader(token_hash)`` for a session when a token is not in this table (the cluster
+        store: a session another replica created a moment ago, before its event arrived here).
+        Returns a remover."""
+        self._token_loaders.append(loader)
+        return lambda: self._token_loaders.remove(loader) if loader in self._token_loaders else None
+
+    async def load_token(self, token: str) -> Session | None:
+        """:meth:`by_token`, then, on a miss, the token-miss loaders (off the hot path: only
+        unknown tokens pay for it). ``None`` if no one knows the token."""
+        session = self.by_token(token)
+        if session is not None or not self._token_loaders:
+            return session
+        digest = _token_hash(token)
+        for loader in list(self._token_loaders):
+            try:
+                if await loader(digest) is not None:
+                    return self.by_token(token)
+            except Exception:
+                log.exception("authority token loader failed")
+        return None
 
     def mark_shared(self, session: Session, *, removed: bool = False) -> None:
         """Report a change of ``session`` to the shared-change listeners (no-op unless shared)."""

@@ -267,6 +267,10 @@ class RedisStore:
         raw = await self._call(lambda: self._r.hget(self._k("session", session_id), "data"))
         return SessionRecord.from_json(raw) if raw else None
 
+    async def session_for_token(self, token_hash: str) -> SessionRecord | None:
+        sid = await self._call(lambda: self._r.get(self._k("token", token_hash)))
+        return await self.get_session(_s(sid)) if sid else None
+
     async def put_session(self, record: SessionRecord, *, expected: int, origin: str, max_sessions: int) -> int:
         version = expected + 1
         stored = SessionRecord(**{**_fields(record), "version": version})

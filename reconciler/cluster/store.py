@@ -178,6 +178,10 @@ class ClusterStore(Protocol):
 
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
 
+    async def session_for_token(self, token_hash: str) -> SessionRecord | None:
+        """The session whose token hashes to ``token_hash``, if any."""
+        ...
+
     async def put_session(self, record: SessionRecord, *, expected: int, origin: str, max_sessions: int) -> int:
         """Store ``record`` if the stored version is ``expected`` (0: it must not exist; then
         its token hash is claimed and the cluster-wide ``max_sessions`` bound checked); returns
@@ -289,6 +293,10 @@ class MemoryStore:
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         return self._sessions.get(session_id)
+
+    async def session_for_token(self, token_hash: str) -> SessionRecord | None:
+        sid = self._tokens.get(token_hash)
+        return self._sessions.get(sid) if sid is not None else None
 
     async def put_session(self, record: SessionRecord, *, expected: int, origin: str, max_sessions: int) -> int:
         current = self._sessions.get(record.id)

@@ -175,6 +175,7 @@ class ClusterSync:
         self._acks: dict[str, tuple[set[str], anyio.Event]] = {}
         self._tg: TaskGroup | None = None
         self._stop_listening = authority.on_shared_change(self._on_shared_change)
+        self._stop_loading = authority.on_token_miss(self._load_token)
         self._exit: Any = None
         #: Fires every time an event from another replica was applied (tests, benchmarks).
         self.applied = anyio.Event()
@@ -202,6 +203,7 @@ class ClusterSync:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._stop_listening()
+        self._stop_loading()
         try:
             if self._exit is not None:
                 await self._exit.__aexit__(exc_type, exc, tb)
@@ -314,6 +316,21 @@ class ClusterSync:
             self._authority.remove(session_id, announce=False)
         else:
             self._install(record)
+
+    async def _load_token(self, token_hash: str) -> Session | None:
+        """A token this replica does not know yet: ask the store once (a session created on
+        another replica whose event is still in flight). Unknown to the store: ``None``."""
+        if not self.healthy:
+            return None
+        try:
+            record = await self.store.session_for_token(token_hash)
+        except StoreUnavailableError as exc:
+            self._failed(exc)
+            return None
+        if record is None:
+            return None
+        self._install(record)
+        return self._authority.get(record.id)
 
     def _install(self, record: SessionRecord) -> None:
         current = self._runtime.current

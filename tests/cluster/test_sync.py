@@ -153,3 +153,17 @@ async def test_an_unreachable_store_fails_closed_and_recovers(tmp_path: Path) ->
                 await probe.aclose()
     finally:
         server.close()
+
+
+async def test_a_token_minted_elsewhere_a_moment_ago_is_loaded_once_on_first_use(store_factory: Factory) -> None:
+    store = store_factory()
+    async with replica("A", store) as a, replica("B", store_factory()) as b:
+        s = a.authority.create(OWNER, None, policy=GrantPolicy.NONE, shared=True)
+        await a.sync.commit(s.id)
+        if isinstance(store, MemoryStore):
+            # Deterministic here: nothing yielded to B's reader since the write.
+            assert b.authority.by_token(s.token) is None
+        loaded = await b.authority.load_token(s.token)
+        assert loaded is not None and loaded.id == s.id
+        assert b.authority.by_token(s.token) is loaded  # cached from now on
+        assert await b.authority.load_token("not-a-token-anyone-minted") is None
