@@ -34,6 +34,8 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
 
 
 def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the control API: every route of ``ROUTES`` plus ``/healthz`` and
+    ``/readyz``, with the wire models as component schemas. Deterministic for one code version."""
     models: set[type[BaseModel]] = {wire.ErrorOut, wire.HealthOut, wire.ReadyOut}
     for spec in ROUTES:
         if spec.request is not None:
@@ -112,6 +114,7 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def render() -> str:
+    """:func:`document` as JSON text with sorted keys, byte for byte what ``api/openapi.json`` holds."""
     return json.dumps(document(), indent=2, sort_keys=True) + "\n"
 
 
