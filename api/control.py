@@ -4,7 +4,11 @@ Each handler authenticates, validates its input against the wire models (``api/w
 talks to the engine facade (``reconciler/engine.py``) — never to the reconciler, its queue or
 its runtime — and to the front door for session notifications. Handlers raise
 :class:`~mcp_reconciler.api.errors.ApiError`; the route table and the glue that turns errors into
-``{"error": {"code", "message"}}`` answers (sanitized, I12) are in ``api/routes.py``."""
+``{"error": {"code", "message"}}`` answers (sanitized, I12) are in ``api/routes.py``.
+
+It is over 400 lines because it holds one handler per ``/v1`` operation, and each handler with
+a cluster store configured also commits its change there before it answers (ADR 0020); splitting
+the handlers by resource would scatter the one authentication and validation path they share."""
 
 from __future__ import annotations
 

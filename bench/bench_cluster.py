@@ -131,7 +131,8 @@ async def main(url: str) -> dict[str, object]:
                 session = auth_a.get(shared.id)
                 assert session is not None
                 wanted = names[: 1 + i % 19]
-                session.grants = type(session.grants)({f"tool:{n}": session.grants.get(f"tool:{n}", "") for n in wanted})
+                grants = {f"tool:{n}": session.grants.get(f"tool:{n}", "") for n in wanted}
+                session.grants = type(session.grants)(grants)
                 auth_a.mark_shared(session)
                 changed = anyio.Event()
                 remover = auth_b.on_changed(changed.set)

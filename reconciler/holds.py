@@ -44,15 +44,29 @@ class HoldRecordLike(Protocol):
     """What :meth:`HoldRegistry.adopt` needs of a hold made elsewhere."""
 
     @property
-    def id(self) -> str: ...
+    def id(self) -> str:
+        """The hold's id."""
+        ...
+
     @property
-    def revision(self) -> int: ...
+    def revision(self) -> int:
+        """The held revision."""
+        ...
+
     @property
-    def owner(self) -> str: ...
+    def owner(self) -> str:
+        """The principal that holds it."""
+        ...
+
     @property
-    def created_at(self) -> float: ...
+    def created_at(self) -> float:
+        """Wall-clock creation time."""
+        ...
+
     @property
-    def expires_at(self) -> float: ...
+    def expires_at(self) -> float:
+        """Wall-clock expiry time."""
+        ...
 
 
 class _Hold:

@@ -71,6 +71,7 @@ class StoreLedger:
         self.head: tuple[int, str] | None = None
 
     async def __call__(self, catalog: Catalog, floor: int) -> int | None:
+        """The revision for ``catalog`` (see the class docstring)."""
         digest = content_digest(catalog)
         try:
             revision = await self.store.ledger_step(digest, floor=floor, origin=self.replica_id)

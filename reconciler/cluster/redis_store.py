@@ -190,6 +190,7 @@ class RedisStore:
             raise StoreUnavailableError(f"the Redis store is unreachable: {type(exc).__name__}") from None
 
     async def connect(self) -> None:
+        """As :meth:`ClusterStore.connect`."""
         # No client-side retries: a failure must surface within the command bound, not later.
         self._redis = aioredis.Redis.from_url(
             self._url,
@@ -208,12 +209,15 @@ class RedisStore:
         }
 
     async def aclose(self) -> None:
+        """As :meth:`ClusterStore.aclose`."""
         if self._redis is not None:
             redis, self._redis = self._redis, None
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
                 await redis.aclose()
 
     async def epoch(self) -> str:
+        """As :meth:`ClusterStore.epoch`."""
+
         async def run() -> str:
             await self._r.set(self._k("epoch"), secrets.token_hex(8), nx=True)
             return _s(await self._r.get(self._k("epoch")))
@@ -221,6 +225,8 @@ class RedisStore:
         return await self._call(run)
 
     async def last_event_id(self) -> str:
+        """As :meth:`ClusterStore.last_event_id`."""
+
         async def run() -> str:
             entries = await self._r.xrevrange(self._k("events"), count=1)
             return _s(entries[0][0]) if entries else "0-0"
@@ -228,6 +234,7 @@ class RedisStore:
         return await self._call(run)
 
     async def read_events(self, after: str, *, block_s: float, count: int = 256) -> list[Event]:
+        """As :meth:`ClusterStore.read_events`."""
         key = self._k("events")
 
         async def run() -> list[Event]:
@@ -251,6 +258,8 @@ class RedisStore:
         return await self._call(run, timeout_s=block_s + self._timeout)
 
     async def load_sessions(self) -> list[SessionRecord]:
+        """As :meth:`ClusterStore.load_sessions`."""
+
         async def run() -> list[SessionRecord]:
             ids = sorted(_s(i) for i in await self._r.smembers(self._k("sessions")))
             if not ids:
@@ -264,14 +273,17 @@ class RedisStore:
         return await self._call(run, timeout_s=self._timeout * 5)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
+        """As :meth:`ClusterStore.get_session`."""
         raw = await self._call(lambda: self._r.hget(self._k("session", session_id), "data"))
         return SessionRecord.from_json(raw) if raw else None
 
     async def session_for_token(self, token_hash: str) -> SessionRecord | None:
+        """As :meth:`ClusterStore.session_for_token`."""
         sid = await self._call(lambda: self._r.get(self._k("token", token_hash)))
         return await self.get_session(_s(sid)) if sid else None
 
     async def put_session(self, record: SessionRecord, *, expected: int, origin: str, max_sessions: int) -> int:
+        """As :meth:`ClusterStore.put_session`."""
         version = expected + 1
         stored = SessionRecord(**{**_fields(record), "version": version})
         old_token = ""
@@ -297,11 +309,13 @@ class RedisStore:
         return int(value)
 
     async def delete_session(self, session_id: str, *, origin: str) -> bool:
+        """As :meth:`ClusterStore.delete_session`."""
         keys = [self._k("session", session_id), self._k("sessions"), self._k("events")]
         args = [session_id, origin, self._maxlen, self._k("token", "")]
         return bool(await self._call(lambda: self._scripts["delete"](keys=keys, args=args)))
 
     async def create_hold(self, record: HoldRecord, *, limits: HoldLimits, origin: str) -> HoldRecord:
+        """As :meth:`ClusterStore.create_hold`."""
         ttl_ms = max(1, int((record.expires_at - record.created_at) * 1000))
         keys = [self._k("holds"), self._k("holdmeta"), self._k("hold", record.id), self._k("events")]
         args = [
@@ -330,11 +344,14 @@ class RedisStore:
         return record
 
     async def release_hold(self, hold_id: str, *, origin: str) -> HoldRecord | None:
+        """As :meth:`ClusterStore.release_hold`."""
         keys = [self._k("holds"), self._k("holdmeta"), self._k("hold", hold_id), self._k("events")]
         raw = await self._call(lambda: self._scripts["release"](keys=keys, args=[hold_id, origin, self._maxlen]))
         return HoldRecord.from_json(raw) if raw else None
 
     async def list_holds(self) -> list[HoldRecord]:
+        """As :meth:`ClusterStore.list_holds`."""
+
         async def run() -> list[HoldRecord]:
             ids = [_s(i) for i in await self._r.zrange(self._k("holds"), 0, -1)]
             if not ids:
@@ -345,16 +362,20 @@ class RedisStore:
         return await self._call(run)
 
     async def ledger_step(self, digest: str, *, floor: int, origin: str) -> int:
+        """As :meth:`ClusterStore.ledger_step`."""
         keys = [self._k("ledger"), self._k("events")]
         return int(
             await self._call(lambda: self._scripts["ledger"](keys=keys, args=[digest, floor, origin, self._maxlen]))
         )
 
     async def ledger_head(self) -> tuple[int, str] | None:
+        """As :meth:`ClusterStore.ledger_head`."""
         rev, digest = await self._call(lambda: self._r.hmget(self._k("ledger"), ["rev", "digest"]))
         return (int(rev), _s(digest)) if rev is not None and digest is not None else None
 
     async def heartbeat(self, replica_id: str, info: Mapping[str, Any], *, ttl_s: float) -> None:
+        """As :meth:`ClusterStore.heartbeat`."""
+
         async def run() -> None:
             pipe = self._r.pipeline(transaction=True)
             pipe.set(
@@ -366,6 +387,8 @@ class RedisStore:
         await self._call(run)
 
     async def leave(self, replica_id: str) -> None:
+        """As :meth:`ClusterStore.leave`."""
+
         async def run() -> None:
             pipe = self._r.pipeline(transaction=True)
             pipe.delete(self._k("member", replica_id))
@@ -375,6 +398,8 @@ class RedisStore:
         await self._call(run)
 
     async def members(self) -> list[Member]:
+        """As :meth:`ClusterStore.members`."""
+
         async def run() -> list[Member]:
             ids = sorted(_s(i) for i in await self._r.smembers(self._k("members")))
             if not ids:
@@ -388,6 +413,7 @@ class RedisStore:
         return await self._call(run)
 
     async def announce(self, kind: str, key: str, *, origin: str, data: str = "") -> str:
+        """As :meth:`ClusterStore.announce`."""
         fields = {"kind": kind, "key": key, "origin": origin, "data": data}
         return _s(
             await self._call(

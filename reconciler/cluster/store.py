@@ -113,10 +113,12 @@ class HoldRecord:
     expires_at: float
 
     def to_json(self) -> str:
+        """A stable JSON form (the store's payload)."""
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
     @staticmethod
     def from_json(raw: str | bytes) -> HoldRecord:
+        """The inverse of :meth:`to_json`."""
         return HoldRecord(**json.loads(raw))
 
 
@@ -157,9 +159,13 @@ class ClusterStore(Protocol):
 
     name: str
 
-    async def connect(self) -> None: ...
+    async def connect(self) -> None:
+        """Open the client (no round trip needed; failures surface on the first call)."""
+        ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Close the client (idempotent); the data stays in the store."""
+        ...
 
     async def epoch(self) -> str:
         """An id of the store's data set; it changes when the data is lost (a restarted store)."""
@@ -174,9 +180,13 @@ class ClusterStore(Protocol):
         when ``after`` is older than the log's tail."""
         ...
 
-    async def load_sessions(self) -> list[SessionRecord]: ...
+    async def load_sessions(self) -> list[SessionRecord]:
+        """Every stored session record."""
+        ...
 
-    async def get_session(self, session_id: str) -> SessionRecord | None: ...
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The record of ``session_id``, or ``None``."""
+        ...
 
     async def session_for_token(self, token_hash: str) -> SessionRecord | None:
         """The session whose token hashes to ``token_hash``, if any."""
@@ -188,28 +198,42 @@ class ClusterStore(Protocol):
         the new version. ClusterConflictError, SessionLimitError, GrantError (token in use)."""
         ...
 
-    async def delete_session(self, session_id: str, *, origin: str) -> bool: ...
+    async def delete_session(self, session_id: str, *, origin: str) -> bool:
+        """Delete a session and free its token claim; ``False`` if it did not exist. Announced."""
+        ...
 
     async def create_hold(self, record: HoldRecord, *, limits: HoldLimits, origin: str) -> HoldRecord:
         """Create a hold if ``limits`` allow it (HoldLimitError, HoldSlotsError)."""
         ...
 
-    async def release_hold(self, hold_id: str, *, origin: str) -> HoldRecord | None: ...
+    async def release_hold(self, hold_id: str, *, origin: str) -> HoldRecord | None:
+        """Release a hold; its record, or ``None`` if it did not exist (or expired). Announced."""
+        ...
 
-    async def list_holds(self) -> list[HoldRecord]: ...
+    async def list_holds(self) -> list[HoldRecord]:
+        """The holds that have not expired."""
+        ...
 
     async def ledger_step(self, digest: str, *, floor: int, origin: str) -> int:
         """The revision for a catalog with content ``digest``: the head's when its digest is
         ``digest``, else the next number (at least ``floor + 1``), appended as the new head."""
         ...
 
-    async def ledger_head(self) -> tuple[int, str] | None: ...
+    async def ledger_head(self) -> tuple[int, str] | None:
+        """The ledger's head ``(revision, content digest)``, or ``None`` before the first step."""
+        ...
 
-    async def heartbeat(self, replica_id: str, info: Mapping[str, Any], *, ttl_s: float) -> None: ...
+    async def heartbeat(self, replica_id: str, info: Mapping[str, Any], *, ttl_s: float) -> None:
+        """Renew this replica's membership record for ``ttl_s`` seconds, with ``info``."""
+        ...
 
-    async def leave(self, replica_id: str) -> None: ...
+    async def leave(self, replica_id: str) -> None:
+        """Remove this replica's membership record now (a clean stop)."""
+        ...
 
-    async def members(self) -> list[Member]: ...
+    async def members(self) -> list[Member]:
+        """The replicas whose membership record has not expired."""
+        ...
 
     async def announce(self, kind: str, key: str, *, origin: str, data: str = "") -> str:
         """Append an event that changes no record (refresh requests and answers)."""
@@ -258,12 +282,15 @@ class MemoryStore:
         self._changed = anyio.Event()
 
     async def connect(self) -> None:
+        """As :meth:`ClusterStore.connect`."""
         return None
 
     async def aclose(self) -> None:
+        """As :meth:`ClusterStore.aclose`."""
         return None
 
     async def epoch(self) -> str:
+        """As :meth:`ClusterStore.epoch`."""
         return self._epoch
 
     def _emit(self, kind: str, key: str, origin: str, data: str = "") -> str:
@@ -277,9 +304,11 @@ class MemoryStore:
         return event.id
 
     async def last_event_id(self) -> str:
+        """As :meth:`ClusterStore.last_event_id`."""
         return str(self._seq)
 
     async def read_events(self, after: str, *, block_s: float, count: int = 256) -> list[Event]:
+        """As :meth:`ClusterStore.read_events`."""
         position = int(after)
         if position >= self._seq and block_s > 0:
             with anyio.move_on_after(block_s):
@@ -289,16 +318,20 @@ class MemoryStore:
         return [e for e in self._events if int(e.id) > position][:count]
 
     async def load_sessions(self) -> list[SessionRecord]:
+        """As :meth:`ClusterStore.load_sessions`."""
         return list(self._sessions.values())
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
+        """As :meth:`ClusterStore.get_session`."""
         return self._sessions.get(session_id)
 
     async def session_for_token(self, token_hash: str) -> SessionRecord | None:
+        """As :meth:`ClusterStore.session_for_token`."""
         sid = self._tokens.get(token_hash)
         return self._sessions.get(sid) if sid is not None else None
 
     async def put_session(self, record: SessionRecord, *, expected: int, origin: str, max_sessions: int) -> int:
+        """As :meth:`ClusterStore.put_session`."""
         current = self._sessions.get(record.id)
         if (current.version if current is not None else 0) != expected:
             raise ClusterConflictError(f"session {record.id}")
@@ -317,6 +350,7 @@ class MemoryStore:
         return stored.version
 
     async def delete_session(self, session_id: str, *, origin: str) -> bool:
+        """As :meth:`ClusterStore.delete_session`."""
         record = self._sessions.pop(session_id, None)
         if record is None:
             return False
@@ -331,6 +365,7 @@ class MemoryStore:
                 del self._holds[hold_id]
 
     async def create_hold(self, record: HoldRecord, *, limits: HoldLimits, origin: str) -> HoldRecord:
+        """As :meth:`ClusterStore.create_hold`."""
         self._expire_holds()
         check_hold_limits(record, list(self._holds.values()), limits)
         self._holds[record.id] = record
@@ -338,6 +373,7 @@ class MemoryStore:
         return record
 
     async def release_hold(self, hold_id: str, *, origin: str) -> HoldRecord | None:
+        """As :meth:`ClusterStore.release_hold`."""
         self._expire_holds()
         record = self._holds.pop(hold_id, None)
         if record is not None:
@@ -345,10 +381,12 @@ class MemoryStore:
         return record
 
     async def list_holds(self) -> list[HoldRecord]:
+        """As :meth:`ClusterStore.list_holds`."""
         self._expire_holds()
         return list(self._holds.values())
 
     async def ledger_step(self, digest: str, *, floor: int, origin: str) -> int:
+        """As :meth:`ClusterStore.ledger_step`."""
         if self._head is not None and self._head[1] == digest:
             return self._head[0]
         revision = max(self._head[0] if self._head is not None else 0, floor) + 1
@@ -357,19 +395,24 @@ class MemoryStore:
         return revision
 
     async def ledger_head(self) -> tuple[int, str] | None:
+        """As :meth:`ClusterStore.ledger_head`."""
         return self._head
 
     async def heartbeat(self, replica_id: str, info: Mapping[str, Any], *, ttl_s: float) -> None:
+        """As :meth:`ClusterStore.heartbeat`."""
         self._members[replica_id] = (self._wall() + ttl_s, dict(info))
 
     async def leave(self, replica_id: str) -> None:
+        """As :meth:`ClusterStore.leave`."""
         self._members.pop(replica_id, None)
 
     async def members(self) -> list[Member]:
+        """As :meth:`ClusterStore.members`."""
         now = self._wall()
         return [Member(rid, info) for rid, (until, info) in sorted(self._members.items()) if until > now]
 
     async def announce(self, kind: str, key: str, *, origin: str, data: str = "") -> str:
+        """As :meth:`ClusterStore.announce`."""
         return self._emit(kind, key, origin, data)
 
 
