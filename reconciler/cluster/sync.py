@@ -293,6 +293,14 @@ class ClusterSync:
         except StoreUnavailableError as exc:
             telemetry.cluster_write_failures.add(1, {"reason": "unavailable"})
             self._failed(exc)
+            if session is not None and not removed:
+                if session.version == 0:
+                    # Never stored: it must not live on here alone (the caller answers 503).
+                    self._authority.remove(session_id, announce=False)
+                else:
+                    # The store may or may not have it: forget the version, so the next record
+                    # read (event or reload) replaces this unconfirmed change.
+                    session.version = -1
             raise ClusterUnavailableError() from None
         except ClusterConflictError:
             telemetry.cluster_write_failures.add(1, {"reason": "conflict"})

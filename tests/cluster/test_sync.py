@@ -167,3 +167,28 @@ async def test_a_token_minted_elsewhere_a_moment_ago_is_loaded_once_on_first_use
         assert loaded is not None and loaded.id == s.id
         assert b.authority.by_token(s.token) is loaded  # cached from now on
         assert await b.authority.load_token("not-a-token-anyone-minted") is None
+
+
+async def test_a_write_the_store_did_not_take_is_not_kept_here(tmp_path: Path) -> None:
+    server = RedisServer(redis_binary(), free_port(), tmp_path)
+    await server.start()
+    try:
+        async with replica("A", RedisStore(server.url, command_timeout_s=0.3), staleness_s=5) as a:
+            kept = a.authority.create(OWNER, None, policy=GrantPolicy.NONE, shared=True)
+            await a.sync.commit(kept.id)
+            server.sigstop()
+            fresh = a.authority.create(OWNER, None, policy=GrantPolicy.NONE, shared=True)
+            with pytest.raises(ClusterUnavailableError):
+                await a.sync.commit(fresh.id)
+            assert a.authority.get(fresh.id) is None  # never stored: not served from memory either
+            kept.pinned_revision = 7
+            a.authority.mark_shared(kept)
+            with pytest.raises(ClusterUnavailableError):
+                await a.sync.commit(kept.id)
+            server.sigcont()
+            # The unconfirmed change is replaced by the stored record at the next read of it.
+            await a.until(lambda: a.sync.healthy)
+            await a.sync._load_session(kept.id)
+            assert kept.pinned_revision is None and kept.version == 1
+    finally:
+        server.close()
