@@ -7,7 +7,12 @@ owners, holds' owners and per-owner limits use it, so an owner named ``operator1
 operator ``operator1``. Tokens come from the environment:
 ``MCP_RECONCILER_OPERATOR_TOKENS`` (comma-separated) and ``MCP_RECONCILER_OWNER_TOKENS``
 (``owner=token`` pairs, comma-separated). Tokens are compared in constant time and never
-logged. ``--insecure-no-auth`` makes every request an operator (local demos only, loudly)."""
+logged. ``--insecure-no-auth`` makes every request an operator (local demos only, loudly).
+
+With an ``oauth:`` section an access token works on ``/v1`` too (``api/oauth/edge.py``): its
+subject is a principal of the ``oauth`` namespace (``oauth:<issuer>:<sub>``, :attr:`Principal.issuer`
+set), operator or owner by the configured scope/claim rules. The edge authenticates it before the
+handler runs and leaves the :class:`Principal` in the ASGI scope under :data:`PRINCIPAL_KEY`."""
 
 from __future__ import annotations
 
@@ -20,17 +25,31 @@ from typing import Literal
 
 from mcp_reconciler.reconciler.authority import principal_id
 
+__all__ = ["PRINCIPAL_KEY", "Authenticator", "Principal"]
+
+#: Where an edge that authenticated a ``/v1`` request (an OAuth access token) leaves its
+#: :class:`Principal` in the ASGI scope; the handlers read it before trying static tokens.
+PRINCIPAL_KEY = "mcp_reconciler.control_principal"
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """An authenticated control-API caller: its role and its name within that role."""
+    """An authenticated control-API caller: its role and its name within that role.
+
+    ``issuer`` is set for an OAuth access token's subject (``name``): its id is then
+    ``oauth:<issuer>:<name>`` whatever its role, the same principal that owns the MCP sessions
+    its token opens on ``/mcp``."""
 
     role: Literal["operator", "owner"]
     name: str
+    issuer: str | None = None
 
     @property
     def id(self) -> str:
-        """The role-qualified principal id (``owner::alice``); equal only for the same role and name."""
+        """The role-qualified principal id (``owner::alice``, ``oauth:<issuer>:<sub>``); equal
+        only for the same role and name (static) or the same issuer and subject (OAuth)."""
+        if self.issuer is not None:
+            return principal_id("oauth", self.name, self.issuer)
         return principal_id(self.role, self.name)
 
 

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcp_reconciler.api import wire
-from mcp_reconciler.api.auth import Authenticator, Principal
+from mcp_reconciler.api.auth import PRINCIPAL_KEY, Authenticator, Principal
 from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.views import owner_view, status_out
@@ -62,7 +62,11 @@ class Control:
     # -- plumbing ----------------------------------------------------------------------------
 
     def principal(self, request: Request) -> Principal:
-        """The authenticated caller; ApiError 401 without a valid bearer token."""
+        """The authenticated caller (an access token the OAuth edge accepted, else a static
+        token); ApiError 401 without a valid bearer token."""
+        found = request.scope.get(PRINCIPAL_KEY)
+        if isinstance(found, Principal):
+            return found
         principal = self.auth.authenticate(request.headers.get("authorization"))
         if principal is None:
             raise ApiError(401, "unauthenticated", "a valid bearer token is required (Authorization: Bearer …)")

@@ -3,8 +3,10 @@
 DNS-rebinding protection is on for ``/mcp`` and ``/v1`` alike (``api/host_check.py``): only
 loopback Host/Origin values are accepted unless the operator lists more. ``/mcp`` needs a valid
 credential unless the config opens anonymous access (``api/mcp_auth.py``, I16); both checks run
-before the SDK sees the request. ``json_response`` stays off, or progress and new-era
-cancellation would be lost (SDK behaviour).
+before the SDK sees the request. With an ``oauth:`` section (``api/oauth/edge.py``) access tokens
+are accepted on ``/mcp`` beside the session tokens and on ``/v1`` beside the static tokens, and the
+RFC 9728 metadata is served at ``/.well-known/oauth-protected-resource[/mcp]``.
+``json_response`` stays off, or progress and new-era cancellation would be lost (SDK behaviour).
 
 ``/readyz`` means "can serve": 200 while a generation is published, naming degraded conditions
 (an invalid config edit while the last good config serves, a deferred publication) in
@@ -35,6 +37,7 @@ from mcp_reconciler.api.event_store import BoundedEventStore
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.host_check import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, HostOriginCheck
 from mcp_reconciler.api.mcp_auth import CredentialSource, McpGuard, SessionTokens
+from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
 
@@ -53,6 +56,7 @@ def build_app(
     extra_routes: Sequence[BaseRoute] = (),
     credentials: Sequence[CredentialSource] | None = None,
     anonymous: Callable[[], GrantSet | None] = lambda: None,
+    oauth: OAuthEdge | None = None,
 ) -> tuple[ASGIApp, GatewaySessionManager]:
     """The ASGI app serving ``front`` at ``/mcp`` plus the health routes and ``extra_routes``.
     Its lifespan runs the session manager; ``front.run`` (the notifier) is the caller's to run; the
@@ -60,7 +64,9 @@ def build_app(
     Transport sessions (2025-11-25 era) are bounded in total and per client, and closed after
     ``session_idle_timeout_s`` without a request or an open stream (``gateway.limits``).
     ``credentials`` accepted on ``/mcp`` default to the front door's session tokens;
-    ``anonymous()`` is the grant spec of callers without a credential (``None``: refused)."""
+    ``anonymous()`` is the grant spec of callers without a credential (``None``: refused);
+    ``oauth`` adds access tokens after them, guards ``/v1`` for access tokens and serves the
+    protected resource metadata."""
     manager = GatewaySessionManager(
         front.server,
         event_store_factory=BoundedEventStore,
@@ -95,18 +101,26 @@ def build_app(
             body["conditions"] = list(readiness.conditions)
         return JSONResponse(body, status_code=200 if readiness.ready else 503)
 
+    sources = list(credentials if credentials is not None else [SessionTokens(front.authority)])
+    if oauth is not None:
+        sources.append(oauth.credentials)  # after the session tokens: those never reach an issuer
     guard = McpGuard(
         StreamableHTTPASGIApp(manager),
-        credentials=credentials if credentials is not None else [SessionTokens(front.authority)],
+        credentials=sources,
         anonymous=anonymous,
+        resource_metadata_url=oauth.resource_metadata_url if oauth is not None else None,
+        scope=oauth.scope if oauth is not None else (),
     )
     routes: list[BaseRoute] = [
         Route("/mcp", endpoint=guard),
         Route("/healthz", endpoint=healthz, methods=["GET"]),
         Route("/readyz", endpoint=readyz, methods=["GET"]),
+        *(oauth.routes if oauth is not None else ()),
         *extra_routes,
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
+    if oauth is not None:
+        app = oauth.control(app)  # inside the Host/Origin check: a foreign Host never reaches an issuer
     checked = HostOriginCheck(
         app,
         allowed_hosts=[*LOOPBACK_HOSTS, *allowed_hosts],

@@ -6,10 +6,13 @@ store or a gateway session.
 
 - ``Authorization: Bearer <token>``: each :class:`CredentialSource` in turn may claim the token
   (:class:`SessionTokens`: a session token issued by ``POST /v1/sessions`` or declared in the
-  config; a JWT validator plugs in here as another source, issue 14). No source claims it →
-  **401** with ``WWW-Authenticate: Bearer error="invalid_token"``. A deleted session's token is
-  no longer claimed. Any other ``Authorization`` value (``Basic …``, an empty bearer) is an
-  invalid credential too: a client that sent one is never served as anonymous.
+  config; with an ``oauth:`` section, ``api/oauth/edge.py``'s access tokens after them). No
+  source claims it → **401** with ``WWW-Authenticate: Bearer error="invalid_token"``. A source
+  may also refuse a token of its own kind with a specific :class:`AuthFailure` (an expired
+  access token: 401 ``invalid_token`` with its ``error_description``; a missing scope: 403
+  ``insufficient_scope``; its issuer's keys unavailable: 503), answered as it says. A deleted
+  session's token is no longer claimed. Any other ``Authorization`` value (``Basic …``, an empty
+  bearer) is an invalid credential too: a client that sent one is never served as anonymous.
 - no ``Authorization`` header: the anonymous identity when the config opens anonymous access
   (``gateway.anonymous``, with its own grant policy), else **401** with ``WWW-Authenticate:
   Bearer`` (RFC 6750 §3.1: no error code when no credential was sent).
@@ -29,6 +32,11 @@ stdio (``mcp-reconciler stdio``) has no HTTP layer and no guard: it is a local, 
 transport whose identity is the process owner (``local::<user>``), served with
 ``gateway.grant_policy``.
 
+With OAuth configured every challenge also names the RFC 9728 metadata
+(``resource_metadata="…"``) and the scopes any token needs (``scope="…"``), so a client that only
+knows the MCP specification can discover where to get a token. Refusals are counted
+(``frontdoor.auth.refused``, by reason).
+
 The 401 body is the RFC 6749 error object (``{"error", "error_description"}``); nothing from the
 request — least of all the token — is echoed, and tokens are never logged."""
 
@@ -46,6 +54,7 @@ from mcp.server.auth.provider import AccessToken
 from starlette.authentication import AuthCredentials
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mcp_reconciler.api.oauth.challenge import AuthFailure, www_authenticate
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority, principal_id
@@ -69,7 +78,8 @@ log = logging.getLogger("mcp_reconciler.mcp_auth")
 IDENTITY_KEY = "mcp_reconciler.mcp_identity"
 
 _refusals = telemetry.meter.create_counter(
-    "frontdoor.auth.refused", description="/mcp requests refused at the HTTP layer, by reason (missing, invalid)"
+    "frontdoor.auth.refused",
+    description="/mcp requests refused at the HTTP layer, by reason (missing, invalid, expired, audience, ...)",
 )
 
 
@@ -102,8 +112,9 @@ ANONYMOUS = principal_id("anonymous", "")
 
 class CredentialSource(Protocol):
     """Turns a bearer token into an identity. Returns ``None`` when the token is not one of its
-    credentials (the guard then asks the next source); never raises for a bad token and never
-    logs it."""
+    credentials (the guard then asks the next source); raises only :class:`AuthFailure`, for a
+    token of its own kind that it refuses (the guard answers with that failure's status and
+    challenge); never logs a token."""
 
     async def identify(self, token: str) -> McpIdentity | None:
         """The identity ``token`` stands for, or None if it is not one of this source's credentials."""
@@ -159,7 +170,8 @@ class McpGuard:
     """ASGI middleware in front of ``/mcp``: admits a request only with an accepted identity
     (module docstring). ``anonymous()`` is read per request — the grant spec anonymous callers
     get, or ``None`` when anonymous access is off — so a config reload that turns it off takes
-    effect at once. ``resource_metadata_url`` (issue 14) is added to the challenge when set."""
+    effect at once. ``resource_metadata_url`` and ``scope`` (the scopes every access token
+    needs) go into every challenge when set (OAuth, ADR 0011)."""
 
     def __init__(
         self,
@@ -168,16 +180,19 @@ class McpGuard:
         credentials: Sequence[CredentialSource],
         anonymous: Callable[[], GrantSet | None] = lambda: None,
         resource_metadata_url: str | None = None,
+        scope: Sequence[str] = (),
     ) -> None:
         self.app = app
         self.credentials = tuple(credentials)
         self.anonymous = anonymous
         self.resource_metadata_url = resource_metadata_url
+        self.scope = tuple(scope)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Admit an HTTP request with the identity of its bearer token (the first source that accepts it)
-        or, without a credential, as anonymous when that is on; otherwise answer 401 with a
-        ``WWW-Authenticate`` challenge and the app never sees it. Non-HTTP scopes pass as is."""
+        or, without a credential, as anonymous when that is on; otherwise answer 401 (or a
+        source's own refusal: 403, 503) with a ``WWW-Authenticate`` challenge and the app never
+        sees it. Non-HTTP scopes pass as is."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -196,10 +211,14 @@ class McpGuard:
         else:
             token = bearer_token(authorization)
             if token is not None:
-                for source in self.credentials:
-                    identity = await source.identify(token)
-                    if identity is not None:
-                        break
+                try:
+                    for source in self.credentials:
+                        identity = await source.identify(token)
+                        if identity is not None:
+                            break
+                except AuthFailure as failure:
+                    await self._refuse_with(send, failure)
+                    return
             if identity is None:
                 await self._refuse(send, "invalid")
                 return
@@ -210,25 +229,31 @@ class McpGuard:
         await self.app(scope, receive, send)
 
     async def _refuse(self, send: Send, reason: str) -> None:
+        error = "invalid_token" if reason == "invalid" else None
+        challenge = www_authenticate(
+            self.resource_metadata_url, error=error, description=_DESCRIPTIONS[reason], scope=self.scope
+        )
+        body = {"error": error or "invalid_request", "error_description": _DESCRIPTIONS[reason]}
+        await self._send(send, reason, 401, {"www-authenticate": challenge}, body)
+
+    async def _refuse_with(self, send: Send, failure: AuthFailure) -> None:
+        await self._send(
+            send, failure.reason, failure.status, failure.headers(self.resource_metadata_url), failure.body()
+        )
+
+    @staticmethod
+    async def _send(send: Send, reason: str, status: int, headers: dict[str, str], body: dict[str, str]) -> None:
         _refusals.add(1, {"reason": reason})
-        params: list[str] = []
-        if self.resource_metadata_url:
-            params.append(f'resource_metadata="{self.resource_metadata_url}"')
-        if reason == "invalid":
-            params.append('error="invalid_token"')
-            params.append(f'error_description="{_DESCRIPTIONS[reason]}"')
-        challenge = "Bearer " + ", ".join(params) if params else "Bearer"
-        error = "invalid_token" if reason == "invalid" else "invalid_request"
-        body = json.dumps({"error": error, "error_description": _DESCRIPTIONS[reason]}).encode()
+        raw = json.dumps(body).encode()
         await send(
             {
                 "type": "http.response.start",
-                "status": 401,
+                "status": status,
                 "headers": [
                     (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", challenge.encode("latin-1")),
+                    (b"content-length", str(len(raw)).encode()),
+                    *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
                 ],
             }
         )
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": "http.response.body", "body": raw})

@@ -37,7 +37,9 @@ from mcp_reconciler.api.http_limits import (
     install_accept_error_handler,
 )
 from mcp_reconciler.api.lifecycle import DrainGate, GatewayUvicorn
+from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
+from mcp_reconciler.api.oauth.resource_server import ResourceServer
 from mcp_reconciler.api.routes import routes as control_routes
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
 from mcp_reconciler.api.views import owner_view, status_out
@@ -62,6 +64,7 @@ class Served:
     connections: ConnectionGuard | None = None  # the HTTP connection bound (I18), for status and tests
     transport_sessions: GatewaySessionManager | None = None  # streamable-HTTP sessions, counted per client
     grace_s: float = 0.0
+    oauth: OAuthEdge | None = None  # access tokens on /mcp and /v1 (the config's oauth: section)
 
     @property
     def base_url(self) -> str:
@@ -138,7 +141,7 @@ async def serve_http(
     """Start the gateway on ``config_path`` and serve it; leaving the block stops it all, in the
     order ``api/lifecycle.py`` gives (stop accepting, grace, close the engine while HTTP is up,
     stop HTTP, stop upstreams). ``port=0`` binds an ephemeral port (tests)."""
-    async with Gateway(config_path, watch_interval_s=watch_interval_s) as gw:
+    async with Gateway(config_path, watch_interval_s=watch_interval_s) as gw, contextlib.AsyncExitStack() as stack:
         settings = gw.settings or GatewaySettings()
         limits = settings.limits
         bind_host = host or settings.host
@@ -148,9 +151,20 @@ async def serve_http(
         anonymous = _AnonymousPolicy(gw)
         if anonymous() is not None:
             log.warning("anonymous access to /mcp is ON (gateway.anonymous): clients need no credential")
+        loaded = gw.desired.last_good
+        oauth_config = loaded.oauth if loaded is not None else None
+        oauth: OAuthEdge | None = None
+        if oauth_config is not None:
+            # Built once: a change to the oauth: section takes effect at the next start (ADR 0011).
+            oauth = OAuthEdge(await stack.enter_async_context(ResourceServer(oauth_config)), auth)
+            log.info(
+                "OAuth: accepting access tokens for %s from %s on /mcp and /v1",
+                oauth_config.resource,
+                ", ".join(i.issuer for i in oauth_config.issuers),
+            )
         if auth.insecure_no_auth:
             log.warning("INSECURE: --insecure-no-auth is set: every control-API request acts as operator. Demos only.")
-        elif not auth.configured:
+        elif not auth.configured and oauth is None:
             log.warning(
                 "no control-API tokens configured (MCP_RECONCILER_OPERATOR_TOKENS / MCP_RECONCILER_OWNER_TOKENS): "
                 "every /v1 request will answer 401"
@@ -161,6 +175,7 @@ async def serve_http(
             allowed_hosts=settings.allowed_hosts,
             extra_routes=control_routes(control),
             anonymous=anonymous,
+            oauth=oauth,
             session_idle_timeout_s=limits.session_idle_s,
             max_sessions=limits.transport_sessions,
             max_sessions_per_client=limits.transport_sessions_per_client,
@@ -237,6 +252,7 @@ async def serve_http(
                         hurry,
                         guard,
                         transport_sessions,
+                        oauth=oauth,
                     )
                     try:
                         yield served
@@ -342,6 +358,10 @@ async def _serve_until_stopped(
                         console.say("  " + ANONYMOUS_WARNING.format(policy=grants.policy, url=served.url))
                     else:
                         console.say("  /mcp requires a session token (POST /v1/sessions, or sessions: in the config)")
+                    if served.oauth is not None and served.oauth.resource_metadata_url is not None:
+                        console.say(
+                            f"  /mcp and /v1 accept access tokens; metadata: {served.oauth.resource_metadata_url}"
+                        )
                     console.say(f"  revision {engine.current_revision}: {len(tools)} tools {tools}")
                     console.say("  SIGHUP reloads the config; Ctrl-C (or SIGTERM) stops.")
 

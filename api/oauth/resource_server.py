@@ -126,6 +126,10 @@ class ResourceServer:
         token = bearer_token(authorization)
         if token is None:
             return None
+        return self.cached_token(token)
+
+    def cached_token(self, token: str) -> Identity | None:
+        """:meth:`cached` for a bare token (what ``/mcp``'s credential sources receive)."""
         return self.cache.get(hashlib.sha256(token.encode()).digest(), self._wallclock())
 
     async def authenticate(self, authorization: str | None) -> Identity:
@@ -197,6 +201,20 @@ class ResourceServer:
             identity = await self.authenticate(authorization)
         self.authorize(identity, need)
         return identity
+
+    async def require_token(self, token: str, need: Need) -> Identity:
+        """:meth:`require` for a bare bearer token."""
+        identity = self.cached_token(token)
+        if identity is None:
+            identity = await self.authenticate("Bearer " + token)
+        self.authorize(identity, need)
+        return identity
+
+    def handles(self, token: str) -> bool:
+        """Whether ``token`` is of a kind this server validates (a JWT when issuers are
+        configured, anything when introspection is): other tokens are not its business, so an
+        edge with other credential kinds can tell "not mine" from "mine, but refused"."""
+        return (self.validator is not None and looks_like_jwt(token)) or self.introspector is not None
 
     def challenge(self, failure: AuthFailure) -> dict[str, str]:
         """The response headers for ``failure`` (``WWW-Authenticate`` naming the metadata URL)."""
