@@ -4,7 +4,11 @@ Each handler authenticates, validates its input against the wire models (``api/w
 talks to the engine facade (``reconciler/engine.py``) — never to the reconciler, its queue or
 its runtime — and to the front door for session notifications. Handlers raise
 :class:`~mcp_reconciler.api.errors.ApiError`; the route table and the glue that turns errors into
-``{"error": {"code", "message"}}`` answers (sanitized, I12) are in ``api/routes.py``."""
+``{"error": {"code", "message"}}`` answers (sanitized, I12) are in ``api/routes.py``.
+
+It is over 400 lines because it holds one handler per ``/v1`` operation, and each handler with
+a cluster store configured also commits its change there before it answers (ADR 0020); splitting
+the handlers by resource would scatter the one authentication and validation path they share."""
 
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.authority import GrantPolicy, Session, principal_id
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.errors import (
+    ClusterConflictError,
+    ClusterUnavailableError,
     GrantError,
     HoldError,
     HoldLimitError,
@@ -131,7 +137,35 @@ class Control:
         """Status as ``principal`` may read it: operators everything, everyone else the
         owner view (no config paths; ``api/views.py::owner_view``)."""
         out = status_out(await self.engine.status())
+        cluster = self.engine.cluster_status()
+        if cluster is not None:
+            out = out.model_copy(
+                update={
+                    "cluster": wire.ClusterOut(
+                        replica_id=cluster.replica_id,
+                        store=cluster.store,
+                        healthy=cluster.healthy,
+                        members=list(cluster.members),
+                        ledger_revision=cluster.ledger_revision,
+                        ledger_digest=cluster.ledger_digest,
+                        diverged=cluster.diverged,
+                        last_error=cluster.last_error,
+                    )
+                }
+            )
         return out if principal is None or principal.role == "operator" else owner_view(out)
+
+    async def commit(self, session_id: str) -> None:
+        """Clustered: answer only once the change is in the cluster store (503 when it cannot
+        be reached; 409 when another replica changed the session first)."""
+        try:
+            await self.engine.commit_session(session_id)
+        except ClusterConflictError as exc:
+            raise ApiError(409, exc.code, str(exc)) from None
+        except SessionLimitError as exc:
+            raise ApiError(429, exc.code, str(exc)) from None
+        except GrantError as exc:
+            raise ApiError(422, exc.code, str(exc)) from None
 
     # -- handlers ----------------------------------------------------------------------------
 
@@ -156,11 +190,33 @@ class Control:
         if not body.wait:
             accepted = wire.RefreshAccepted(ticket=ticket.seq, revision=self.engine.current_revision)
             return JSONResponse(wire.dump(accepted), status_code=202)
-        try:
-            with anyio.fail_after(body.timeout_s):
+        async with anyio.create_task_group() as tg:
+            # Clustered: the other live replicas run their cycles meanwhile (each its own sources).
+            replicas: list[Any] = []
+
+            async def peers() -> None:
+                try:
+                    replicas.append(await self.engine.refresh_replicas(body.timeout_s))
+                except ClusterUnavailableError as exc:
+                    replicas.append(exc)
+
+            if self.engine.clustered:
+                tg.start_soon(peers)
+            outcome = None
+            with anyio.move_on_after(body.timeout_s):
                 outcome = await ticket.wait()
-        except TimeoutError:
-            raise ApiError(504, "refresh_timeout", f"no reconcile cycle finished within {body.timeout_s:g} s") from None
+            if outcome is None:
+                tg.cancel_scope.cancel()  # raised below, outside the group: a plain 504, never a group
+        if outcome is None:
+            raise ApiError(504, "refresh_timeout", f"no reconcile cycle finished within {body.timeout_s:g} s")
+        peer = replicas[0] if replicas else None
+        if isinstance(peer, ClusterUnavailableError):
+            raise ApiError(
+                503,
+                peer.code,
+                f"this replica ran its cycle (revision {outcome.revision}); the other replicas could not be asked: "
+                "the cluster store is unreachable",
+            )
         out = wire.RefreshOut(
             revision=outcome.revision,
             changed=outcome.changed,
@@ -168,6 +224,8 @@ class Control:
             cycle_status=outcome.status,
             error=outcome.error,
             status=await self.status_model(),
+            replicas_done=list(peer.done) if peer is not None else None,
+            replicas_pending=list(peer.pending) if peer is not None else None,
         )
         return JSONResponse(wire.dump(out))
 
@@ -207,7 +265,7 @@ class Control:
             try:
                 live = self.engine.get(self.int_param(request, "revision"))
             except RevisionUnavailableError as exc:
-                raise ApiError(404, exc.code, str(exc)) from None
+                raise ApiError(503 if exc.retryable else 404, exc.code, str(exc)) from None
         else:
             live = self.engine.current
             if live is None:
@@ -263,15 +321,23 @@ class Control:
         except RevisionUnavailableError as exc:
             raise ApiError(409, exc.code, str(exc)) from None
         gen = live.generation if live is not None else None
+        self.engine.require_writable()
         try:
             session = self.engine.sessions.create(
-                owner, gen, policy=policy, names=body.names, sources=body.sources, control_tools=body.control_tools
+                owner,
+                gen,
+                policy=policy,
+                names=body.names,
+                sources=body.sources,
+                control_tools=body.control_tools,
+                shared=self.engine.clustered,
             )
         except GrantError as exc:
             raise ApiError(422, exc.code, str(exc)) from None
         except SessionLimitError as exc:
             raise ApiError(429, exc.code, str(exc)) from None
         session.pinned_revision = body.revision
+        await self.commit(session.id)
         out = self.session_out(session, wire.SessionCreated, token=session.token)
         return JSONResponse(wire.dump(out), status_code=201)
 
@@ -298,13 +364,16 @@ class Control:
             )
         # The front door forgets the session's bindings through the authority's removal
         # listener: its token stops authenticating on /mcp at once.
+        self.engine.require_writable()
         self.engine.sessions.remove(session.id)
+        await self.commit(session.id)
         return Response(status_code=204)
 
     async def post_session_refresh(self, request: Request) -> Response:
         """``POST /v1/sessions/{id}/refresh``: under the session's lock, run a cycle (504 after the cycle
         timeout), then grant every name of the new current generation and notify the front door."""
         session = self.session_for(self.principal(request), request.path_params["id"])
+        self.engine.require_writable()
         # Lock first, then reconcile: two refreshes of one session never interleave.
         async with session.lock:
             timeout_s = self.engine.bounds.cycle_timeout_s + 5
@@ -316,6 +385,7 @@ class Control:
             if live is None:
                 raise ApiError(503, "starting", "no generation is published yet")
             added = self.engine.sessions.grant_all_visible(session, live.generation)
+            await self.commit(session.id)
         self.front.touch()
         out = wire.SessionRefreshOut(revision=outcome.revision, added=sorted(k.partition(":")[2] for k in added))
         return JSONResponse(wire.dump(out))
@@ -325,6 +395,7 @@ class Control:
         422 otherwise) from the current generation (503 before the first publication)."""
         session = self.session_for(self.principal(request), request.path_params["id"])
         body: wire.GrantsIn = await self.body(request, wire.GrantsIn)
+        self.engine.require_writable()
         async with session.lock:
             live = self.engine.current
             if live is None:
@@ -333,6 +404,7 @@ class Control:
                 added = self.engine.sessions.grant(session, body.names, live.generation)
             except GrantError as exc:
                 raise ApiError(422, exc.code, str(exc)) from None
+            await self.commit(session.id)
         self.front.touch()
         out = wire.GrantsOut(revision=live.revision, added=sorted(k.partition(":")[2] for k in added))
         return JSONResponse(wire.dump(out))
@@ -344,11 +416,11 @@ class Control:
         revision = self.int_param(request, "n")
         body: wire.HoldIn = await self.body(request, wire.HoldIn, optional=True)
         try:
-            info = self.holds.create(
+            info = await self.engine.create_hold(
                 revision, body.ttl_s, owner=principal.id, per_owner_limit=principal.role != "operator"
             )
         except RevisionUnavailableError as exc:
-            raise ApiError(404, exc.code, str(exc)) from None
+            raise ApiError(503 if exc.retryable else 404, exc.code, str(exc)) from None
         except HoldLimitError as exc:
             raise ApiError(429, exc.code, str(exc)) from None
         except HoldError as exc:
@@ -362,8 +434,8 @@ class Control:
         """``DELETE /v1/holds/{id}``: release the hold (204); 404 unless it exists and the caller is an
         operator or its owner."""
         principal = self.principal(request)
-        info = self.holds.get(request.path_params["id"])
+        info = self.engine.get_hold(request.path_params["id"])
         if info is None or (principal.role != "operator" and info.owner != principal.id):
             raise ApiError(404, "not_found", "no such hold")
-        self.holds.release(info.id)
+        await self.engine.release_hold(info.id)
         return Response(status_code=204)

@@ -35,6 +35,7 @@ from mcp import MCPError
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.catalog import bounded
 from mcp_reconciler.reconciler.errors import (
+    ClusterUnavailableError,
     GenerationDrainedError,
     GrantError,
     OperationDeadlineError,
@@ -68,6 +69,7 @@ CODES: dict[str, int] = {
     UpstreamUnavailableError.code: -32015,
     "upstream_error": -32016,
     ReconcilerClosedError.code: -32017,
+    ClusterUnavailableError.code: -32019,  # many replicas: the shared store is not confirmed (retryable)
 }
 
 

@@ -129,7 +129,9 @@ class SessionTokens:
 
     async def identify(self, token: str) -> McpIdentity | None:
         """The identity of the session ``token`` authenticates (constant-time compare), or ``None``."""
-        session = self._authority.by_token(token)
+        # A miss may be a session another replica created a moment ago: the authority asks the
+        # cluster store (when there is one) before saying no.
+        session = self._authority.by_token(token) or await self._authority.load_token(token)
         if session is None:
             return None
         # Whether it may use the control tools is read from the session itself, per call (a

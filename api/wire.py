@@ -79,6 +79,19 @@ class ConditionOut(_Model):
     message: str = Field(description="sanitized: revisions, counts and times only")
 
 
+class ClusterOut(_Model):
+    """This replica's view of the cluster (ADR 0020)."""
+
+    replica_id: str
+    store: str
+    healthy: bool = Field(description="the store answered within the staleness bound")
+    members: list[str]
+    ledger_revision: int | None
+    ledger_digest: str | None
+    diverged: bool = Field(description="this replica's catalog differs from the revision ledger's head")
+    last_error: str | None = None
+
+
 class StatusOut(_Model):
     """One consistent reading of the gateway (``GET /v1/status``). ``state``: ``starting`` before the
     first publication, ``error`` while the newest config is invalid (the last good one serves),
@@ -114,6 +127,7 @@ class StatusOut(_Model):
         default_factory=list,
         description="why the gateway is degraded or in error while it serves (typed; e.g. publication deferred)",
     )
+    cluster: ClusterOut | None = Field(default=None, description="many replicas: this replica's view (ADR 0020)")
 
 
 class RefreshIn(_Model):
@@ -134,6 +148,12 @@ class RefreshOut(_Model):
     cycle_status: Literal["published", "unchanged", "deferred", "failed"]
     error: str | None = None
     status: StatusOut
+    replicas_done: list[str] | None = Field(
+        default=None, description="clustered: the other live replicas that ran a cycle after this request"
+    )
+    replicas_pending: list[str] | None = Field(
+        default=None, description="clustered: the other live replicas that had not finished one by the deadline"
+    )
 
 
 class RefreshAccepted(_Model):

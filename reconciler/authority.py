@@ -26,7 +26,16 @@ Whoever keeps per-session state (the front door's bindings) subscribes to remova
 changes (:meth:`Authority.on_removed`, :meth:`Authority.on_changed`).
 
 Grant sets are immutable mappings swapped on change, so the hot path reads them without locks.
-Grants and refreshes of one session are serialized by that session's lock."""
+Grants and refreshes of one session are serialized by that session's lock.
+
+Many replicas (``reconciler/cluster/``): a *shared* session (created over the control API with a
+cluster store configured) is mirrored to the store. This table stays the per-replica cache the
+hot path reads: every change to a shared session is reported to the shared-change listeners
+(:meth:`Authority.on_shared_change`, the cluster sync writes it), and records other replicas
+wrote are installed with :meth:`Authority.put_shared` / :meth:`Authority.remove` (``announce=False``).
+While the store cannot be confirmed within its staleness bound, :attr:`Authority.unconfirmed`
+is set and shared sessions' calls fail with a retryable ``ClusterUnavailableError``;
+sessions local to this replica (connection-owned, config-declared) are unaffected."""
 
 from __future__ import annotations
 
@@ -36,7 +45,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -46,6 +55,7 @@ from mcp.shared.uri_template import UriTemplate
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.digest import digest_parts
 from mcp_reconciler.reconciler.errors import (
+    ClusterUnavailableError,
     GrantError,
     QuarantinedNameError,
     SessionLimitError,
@@ -135,6 +145,15 @@ class Session:
     declared_digest: str = ""
     control_tools: bool = False
     over_bound_logged: bool = False
+    #: Mirrored to the cluster store (see the module docstring); ``version`` is the store's
+    #: compare-and-set version of the record this replica last wrote or read.
+    shared: bool = False
+    version: int = 0
+    token_hash: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        if self.token and not self.token_hash:
+            self.token_hash = _token_hash(self.token)
 
     def granted(self, kind: EntryKind, name: str) -> bool:
         """Whether ``name`` of ``kind`` is granted, whether or not the catalog has it now (O(1))."""
@@ -202,6 +221,10 @@ class Authority:
         self._standing: dict[str, Session] = {}  # sessions with a standing grant, by id
         self._removed_listeners: list[Callable[[str], None]] = []
         self._changed_listeners: list[Callable[[], None]] = []
+        self._shared_listeners: list[Callable[[str, bool], None]] = []
+        self._token_loaders: list[Callable[[str], Awaitable[Session | None]]] = []
+        #: Set by the cluster sync while the store is not confirmed within its staleness bound.
+        self.unconfirmed = False
 
     # -- listeners ---------------------------------------------------------------------------
 
@@ -216,6 +239,45 @@ class Authority:
         sessions re-applied, standing grants applied); returns a remover."""
         self._changed_listeners.append(callback)
         return lambda: self._changed_listeners.remove(callback) if callback in self._changed_listeners else None
+
+    def on_shared_change(self, callback: Callable[[str, bool], None]) -> Callable[[], None]:
+        """Call ``callback(session_id, removed)`` synchronously after a shared session changed
+        here (created, granted, drift marked, removed); never for changes installed from the
+        cluster store. Returns a remover."""
+        self._shared_listeners.append(callback)
+        return lambda: self._shared_listeners.remove(callback) if callback in self._shared_listeners else None
+
+    def on_token_miss(self, loader: Callable[[str], Awaitable[Session | None]]) -> Callable[[], None]:
+        """Ask ``loader(token_hash)`` for a session when a token is not in this table (the cluster
+        store: a session another replica created a moment ago, before its event arrived here).
+        Returns a remover."""
+        self._token_loaders.append(loader)
+        return lambda: self._token_loaders.remove(loader) if loader in self._token_loaders else None
+
+    async def load_token(self, token: str) -> Session | None:
+        """:meth:`by_token`, then, on a miss, the token-miss loaders (off the hot path: only
+        unknown tokens pay for it). ``None`` if no one knows the token."""
+        session = self.by_token(token)
+        if session is not None or not self._token_loaders:
+            return session
+        digest = _token_hash(token)
+        for loader in list(self._token_loaders):
+            try:
+                if await loader(digest) is not None:
+                    return self.by_token(token)
+            except Exception:
+                log.exception("authority token loader failed")
+        return None
+
+    def mark_shared(self, session: Session, *, removed: bool = False) -> None:
+        """Report a change of ``session`` to the shared-change listeners (no-op unless shared)."""
+        if not session.shared:
+            return
+        for callback in list(self._shared_listeners):
+            try:
+                callback(session.id, removed)
+            except Exception:
+                log.exception("authority shared-change listener failed")
 
     def _notify_changed(self) -> None:
         for callback in list(self._changed_listeners):
@@ -238,6 +300,7 @@ class Authority:
         token: str | None = None,
         control_tools: bool = False,
         transport_owned: bool = False,
+        shared: bool = False,
     ) -> Session:
         """Create a session owned by the principal ``owner`` with grants per ``policy`` from
         ``generation``: ``current`` (every visible name), ``none``, ``explicit`` (``names``,
@@ -248,7 +311,8 @@ class Authority:
         sessions the control API and the config create; a ``transport_owned`` session (created
         for one downstream connection and removed with it) is bounded by the transport's own
         session limit instead, so a flood of connections can never use up the slots of API
-        sessions (issue 10, item 6)."""
+        sessions (issue 10, item 6). ``shared``: mirror it to the cluster store (control-API
+        sessions when a store is configured)."""
         if not transport_owned and len(self._sessions) - len(self._transport_owned) >= self.bounds.sessions:
             raise SessionLimitError(f"at most {self.bounds.sessions} sessions may exist; delete unused sessions")
         sid = session_id or f"s{next(_ids)}-{secrets.token_hex(6)}"
@@ -260,14 +324,16 @@ class Authority:
             created_at=time.time(),
             token=token if token is not None else secrets.token_urlsafe(24),
             control_tools=control_tools,
+            shared=shared,
         )
-        if _token_hash(session.token) in self._by_token_hash:
+        if session.token_hash in self._by_token_hash:
             raise GrantError("that token is already in use by another session")
         self._apply_policy(session, policy, names, sources, generation)
         self._sessions[sid] = session
         if transport_owned:
             self._transport_owned.add(sid)
-        self._by_token_hash[_token_hash(session.token)] = session
+        self._by_token_hash[session.token_hash] = session
+        self.mark_shared(session)
         return session
 
     def _apply_policy(
@@ -317,19 +383,24 @@ class Authority:
     def by_token(self, token: str) -> Session | None:
         """The session a bearer token authenticates. Looked up by the token's hash, then
         compared in constant time, so timing reveals nothing about valid tokens."""
-        session = self._by_token_hash.get(_token_hash(token))
-        if session is not None and secrets.compare_digest(session.token.encode(), token.encode()):
+        digest = _token_hash(token)
+        session = self._by_token_hash.get(digest)
+        # By hash: a session another replica created is known here by its token's hash only.
+        if session is not None and secrets.compare_digest(session.token_hash.encode(), digest.encode()):
             return session
         return None
 
-    def remove(self, session_id: str) -> Session | None:
+    def remove(self, session_id: str, *, announce: bool = True) -> Session | None:
         """Remove a session (its token stops authenticating at once) and tell the removal
-        listeners. Removing an unknown id does nothing and returns ``None``."""
+        listeners. Removing an unknown id does nothing and returns ``None``. ``announce=False``:
+        the removal came from the cluster store (not reported back to it)."""
         session = self._sessions.pop(session_id, None)
         self._transport_owned.discard(session_id)
         if session is None:
             return None
-        self._by_token_hash.pop(_token_hash(session.token), None)
+        self._by_token_hash.pop(session.token_hash, None)
+        if announce:
+            self.mark_shared(session, removed=True)
         self._standing.pop(session_id, None)
         if session.declared is not None and self._declared.get(session.declared) == session_id:
             del self._declared[session.declared]
@@ -419,9 +490,59 @@ class Authority:
     def _rotate(self, session: Session, token: str) -> None:
         if _token_hash(token) in self._by_token_hash:
             raise GrantError("that token is already in use by another session")
-        self._by_token_hash.pop(_token_hash(session.token), None)
+        self._by_token_hash.pop(session.token_hash, None)
         session.token = token
-        self._by_token_hash[_token_hash(token)] = session
+        session.token_hash = _token_hash(token)
+        self._by_token_hash[session.token_hash] = session
+
+    # -- shared sessions installed from the cluster store ------------------------------------
+
+    def put_shared(self, record: Session, generation: Generation | None) -> Session:
+        """Install the state of a shared session another replica wrote (``record``: a detached
+        :class:`Session` built from the store's record), unless this replica already has that
+        version or a newer one. An existing session is updated in place (bindings keep their
+        reference); a standing grant is re-applied against ``generation``. Tells the change
+        listeners (``list_changed`` for the affected bindings); never the shared-change ones."""
+        session = self._sessions.get(record.id)
+        if session is not None and session.version >= record.version:
+            return session
+        if session is None:
+            if record.token_hash in self._by_token_hash:
+                log.warning("shared session %s: its token hash is claimed by another session here", record.id)
+                return record
+            session = record
+            self._sessions[session.id] = session
+        else:
+            if session.token_hash != record.token_hash:
+                self._by_token_hash.pop(session.token_hash, None)
+                session.token_hash = record.token_hash
+                session.token = ""
+            session.grants = record.grants
+            session.drift_seen = record.drift_seen
+            session.policy = record.policy
+            session.standing = record.standing
+            session.pinned_revision = record.pinned_revision
+            session.control_tools = record.control_tools
+            session.version = record.version
+        session.shared = True
+        self._by_token_hash[session.token_hash] = session
+        session.followed_revision = None
+        if session.standing is not None:
+            self._standing[session.id] = session
+            if generation is not None:
+                keys = [
+                    (e.kind, e.exposed_name)
+                    for kind in EntryKind
+                    for e in generation.routes[kind].values()
+                    if session.standing.covers(e) and grant_key(e.kind, e.exposed_name) not in session.grants
+                ]
+                session.followed_revision = generation.revision
+                if keys:
+                    self._add_bounded(session, keys, generation)
+        else:
+            self._standing.pop(session.id, None)
+        self._notify_changed()
+        return session
 
     # -- standing grants (follow) --------------------------------------------------------------
 
@@ -486,11 +607,15 @@ class Authority:
         prompt, resource URI or resource template. Re-granting a drifted name accepts its new
         definition. Returns the grant keys that were added or refreshed."""
         keys = self._validate(list(names), generation)
-        return self._set_grants(session, keys, generation, merge=True)
+        changed = self._set_grants(session, keys, generation, merge=True)
+        self.mark_shared(session)
+        return changed
 
     def grant_all_visible(self, session: Session, generation: Generation) -> list[str]:
         """Grant every name present in ``generation`` (a session refresh)."""
-        return self._set_grants(session, self._all_visible(generation), generation, merge=True)
+        changed = self._set_grants(session, self._all_visible(generation), generation, merge=True)
+        self.mark_shared(session)
+        return changed
 
     def _all_visible(self, generation: Generation) -> list[tuple[EntryKind, str]]:
         return [(kind, name) for kind in EntryKind for name in generation.routes[kind]]
@@ -540,6 +665,8 @@ class Authority:
 
     def resolve(self, session: Session, generation: Generation, kind: EntryKind, name: str) -> Resolved:
         """O(1): the entry a session may use under ``name``, or the error that says why not."""
+        if session.shared and self.unconfirmed:
+            raise ClusterUnavailableError()
         key = grant_key(kind, name)
         granted = session.grants.get(key)
         entry = generation.routes[kind].get(name)
@@ -557,6 +684,7 @@ class Authority:
                 drifted = False
             elif key not in session.drift_seen:  # the hot path only pays on the first drifted call
                 session.drift_seen = session.drift_seen | {key}
+                self.mark_shared(session)
         return Resolved(entry, drifted)
 
     def _resolve_templated(self, session: Session, generation: Generation, uri: str) -> Resolved:

@@ -57,6 +57,7 @@ __all__ = [
     "MIN_TOKEN_CHARS",
     "AnonymousSettings",
     "BudgetsConfig",
+    "ClusterConfig",
     "ConfigError",
     "ConfigProblem",
     "GatewaySettings",
@@ -592,12 +593,37 @@ class GatewaySettings(_Frozen):
         )
 
 
+class ClusterConfig(_Frozen):
+    """Many replicas sharing sessions, grants, holds and revisions (the ``cluster:`` mapping,
+    ADR 0020). ``store``: ``memory`` (this process only: the single-replica default) or a
+    ``redis://`` / ``rediss://`` / ``unix://`` URL (``${VAR}`` for its password: interpolated
+    values are secrets, redacted in logs). ``replica_id``: this replica's name in the cluster
+    (default: host name and process id). ``staleness_s``: how long the store may be unconfirmed
+    before shared sessions fail closed and ``/readyz`` turns false. Read at startup: changing
+    it takes a restart."""
+
+    store: str = Field(default="memory", min_length=1)
+    replica_id: str | None = Field(default=None, min_length=1, max_length=128)
+    staleness_s: float = Field(default=3.0, gt=0, le=300)
+    prefix: str = Field(default="mcpr", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+
+    @field_validator("store")
+    @classmethod
+    def _known_store(cls, value: str) -> str:
+        if value != "memory" and "${" not in value and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+            raise PydanticCustomError(
+                "cluster_store", "store must be memory or a redis://, rediss:// or unix:// URL"
+            )
+        return value
+
+
 class _MainFile(_Frozen):
     sources: tuple[SourceConfig, ...] = ()
     include: tuple[str, ...] = ()
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     sessions: tuple[SessionConfig, ...] = ()
     oauth: OAuthConfig | None = None
+    cluster: ClusterConfig | None = None
 
     @field_validator("sources", "include", "sessions", mode="before")
     @classmethod
@@ -633,6 +659,8 @@ class LoadedConfig:
     #: Every value ``${VAR}`` interpolation substituted: secrets wherever they land (the log
     #: system redacts them by value, ``reconciler/redaction.py``).
     secret_values: frozenset[str] = field(default=frozenset(), repr=False)
+    #: The ``cluster:`` section with ``${VAR}`` expanded (``None``: absent, one replica).
+    cluster: ClusterConfig | None = field(default=None, repr=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -978,6 +1006,43 @@ def _interpolate_oauth(
     return oauth.model_copy(update={"issuers": tuple(issuers)})
 
 
+def _interpolate_cluster(
+    cluster: ClusterConfig | None,
+    doc: _Document,
+    environ: Mapping[str, str],
+    problems: list[ConfigProblem],
+    secrets: set[str],
+) -> ClusterConfig | None:
+    """``cluster:`` with ``${VAR}`` expanded in ``store`` and ``replica_id``; every substituted
+    value joins ``secrets`` (a store URL carries a password); problems name variables only."""
+    if cluster is None:
+        return None
+    values: dict[str, Any] = {}
+    for key in ("store", "replica_id"):
+        template = getattr(cluster, key)
+        if template is None:
+            continue
+        value, issues = _interpolate(template, environ)
+        loc = ("cluster", key)
+        for issue in issues:
+            line = _locate(doc.root, loc)
+            problems.append(ConfigProblem(doc.file, line, _field_path(loc), issue.message, issue.hint))
+        if value != template:
+            secrets.update(v for v in getattr(value, "values", (value,)) if v)
+            values[key] = value
+    store = values.get("store", cluster.store)
+    if store != "memory" and urlsplit(store).scheme not in ("redis", "rediss", "unix"):
+        problems.append(
+            ConfigProblem(
+                doc.file,
+                _locate(doc.root, ("cluster", "store")),
+                "cluster.store",
+                "store must be memory or a redis://, rediss:// or unix:// URL (after interpolation)",
+            )
+        )
+    return cluster.model_copy(update=values)
+
+
 def _display_for(match: Path, main_abs_dir: Path, main_display: str) -> str:
     try:
         relative = match.relative_to(main_abs_dir)
@@ -1107,6 +1172,7 @@ def load_config(
     specs = [_build_spec(item, env, problems, metadata, secrets) for item in declared]
     sessions = _build_sessions(main, main_doc, env, {item.source.name for item in declared}, problems, secrets)
     oauth = _interpolate_oauth(main.oauth, main_doc, env, problems, secrets) if main is not None else None
+    cluster = _interpolate_cluster(main.cluster, main_doc, env, problems, secrets) if main is not None else None
     if problems or main is None or include_globs is None:
         # Report in reading order: main file first, then drop-ins, each top to bottom.
         rank = {main_display: 0} | {
@@ -1123,6 +1189,7 @@ def load_config(
         sessions=sessions,
         oauth=oauth,
         secret_values=frozenset(secrets),
+        cluster=cluster,
     )
 
 

@@ -14,7 +14,13 @@ it what its server starts) and to the engine, where an edge attaches the peer th
 The engine's own background tasks — the input watcher, per-source polling (``poll_seconds``)
 and revision-hold expiry — run while the engine is entered and stop before the reconciler
 closes. Input checks (I11): every refresh and status answer first runs a stat sweep over the
-watched inputs, so no answer predates a change on disk."""
+watched inputs, so no answer predates a change on disk.
+
+Many replicas (ADR 0020): given :class:`~mcp_reconciler.reconciler.cluster.ClusterOptions`, the
+engine runs a :class:`~mcp_reconciler.reconciler.cluster.sync.ClusterSync` while entered: control-
+API sessions are shared, holds are checked and honoured cluster-wide, readiness needs the store
+confirmed within its staleness bound, and a revision the ledger knows but this replica does not
+serve is a retryable ``revision_unavailable``. Without it nothing of that exists."""
 
 from __future__ import annotations
 
@@ -29,8 +35,11 @@ import anyio
 
 from mcp_reconciler.reconciler.authority import Authority, DriftPolicy
 from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.cluster import ClusterOptions
+from mcp_reconciler.reconciler.cluster.sync import ClusterStatus, ClusterSync, RefreshAll
 from mcp_reconciler.reconciler.desired import DesiredState, DesiredStateSource
-from mcp_reconciler.reconciler.holds import HoldRegistry
+from mcp_reconciler.reconciler.errors import RevisionNotHereError, RevisionUnavailableError
+from mcp_reconciler.reconciler.holds import HoldInfo, HoldRegistry
 from mcp_reconciler.reconciler.peer import PeerSwitch, UpstreamPeer
 from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.runtime import Listener, LiveGeneration
@@ -78,6 +87,7 @@ class Engine:
         drift_policy: DriftPolicy = DriftPolicy.FLAG,
         watch_interval_s: float | None = 1.0,
         peer: PeerSwitch | None = None,
+        cluster: ClusterOptions | None = None,
     ) -> None:
         self._rec = reconciler
         self._peer = peer or PeerSwitch()
@@ -88,6 +98,18 @@ class Engine:
         self._watch_interval_s = watch_interval_s
         self._sessions = Authority(reconciler.bounds, drift_policy=drift_policy)
         self._holds = HoldRegistry(reconciler.runtime)
+        self._cluster: ClusterSync | None = None
+        if cluster is not None:
+            self._cluster = ClusterSync(
+                cluster.store,
+                replica_id=cluster.replica_id,
+                authority=self._sessions,
+                holds=self._holds,
+                runtime=reconciler.runtime,
+                refresh=self.refresh,
+                ledger=cluster.ledger,
+                staleness_s=cluster.staleness_s,
+            )
         self._exit = AsyncExitStack()
         # Standing grants (follow) are applied in the publication itself, before any reader can
         # see the new generation; config-declared sessions after every cycle (a reload that only
@@ -101,6 +123,8 @@ class Engine:
 
     async def __aenter__(self) -> Engine:
         async with AsyncExitStack() as stack:
+            if self._cluster is not None:
+                await stack.enter_async_context(self._cluster)
             tg = await stack.enter_async_context(background_tasks())
             # start_soon, not start: entering must not yield to the loop, or the loop's initial
             # cycle would start before a caller's first refresh and that refresh would need a second.
@@ -141,8 +165,14 @@ class Engine:
 
     def get(self, revision: int) -> LiveGeneration:
         """The live (current or retiring) generation ``revision``; RevisionUnavailableError if
-        it is not live."""
-        return self._runtime.get(revision)
+        it is not live (its retryable ``RevisionNotHereError`` form when the cluster's ledger
+        has that revision but this replica does not serve it)."""
+        try:
+            return self._runtime.get(revision)
+        except RevisionUnavailableError as exc:
+            if self._cluster is not None and self._cluster.known_revision(revision):
+                raise RevisionNotHereError(revision, exc.current) from None
+            raise
 
     def live(self) -> list[LiveGeneration]:
         """Every live generation: the current one first, then retiring ones, newest first."""
@@ -180,15 +210,73 @@ class Engine:
         """Revision holds (bounded, expiring pins for SDK runs); expired while the engine runs."""
         return self._holds
 
+    # -- the cluster -------------------------------------------------------------------------
+
+    @property
+    def clustered(self) -> bool:
+        """Whether this engine shares sessions, holds and revisions with other replicas."""
+        return self._cluster is not None
+
+    @property
+    def cluster(self) -> ClusterSync | None:
+        """The cluster sync (``None``: one replica)."""
+        return self._cluster
+
+    def cluster_status(self) -> ClusterStatus | None:
+        """This replica's view of the cluster, ``None`` without one."""
+        return self._cluster.status() if self._cluster is not None else None
+
+    def require_writable(self) -> None:
+        """ClusterUnavailableError when shared state cannot be written (the store is not
+        confirmed within its staleness bound); a no-op for one replica."""
+        if self._cluster is not None:
+            self._cluster.require_healthy()
+
+    async def commit_session(self, session_id: str) -> None:
+        """Return once a shared session's change (or removal) is in the cluster store; a no-op
+        for one replica. Errors: see :meth:`ClusterSync.commit`."""
+        if self._cluster is not None:
+            await self._cluster.commit(session_id)
+
+    async def create_hold(
+        self, revision: int, ttl_s: float, *, owner: str, per_owner_limit: bool = False
+    ) -> HoldInfo:
+        """Hold ``revision`` (cluster-wide when clustered); errors as :meth:`HoldRegistry.create`."""
+        if self._cluster is not None:
+            return await self._cluster.create_hold(revision, ttl_s, owner=owner, per_owner_limit=per_owner_limit)
+        return self._holds.create(revision, ttl_s, owner=owner, per_owner_limit=per_owner_limit)
+
+    def get_hold(self, hold_id: str) -> HoldInfo | None:
+        """A hold by id (made on any replica when clustered)."""
+        if self._cluster is not None:
+            return self._cluster.get_hold(hold_id)
+        return self._holds.get(hold_id)
+
+    async def release_hold(self, hold_id: str) -> HoldInfo | None:
+        """Release a hold (on every replica when clustered)."""
+        if self._cluster is not None:
+            return await self._cluster.release_hold(hold_id)
+        return self._holds.release(hold_id)
+
+    async def refresh_replicas(self, timeout_s: float) -> RefreshAll | None:
+        """Have every other live replica run a cycle that starts after this call; which did by
+        ``timeout_s`` and which did not. ``None`` for one replica."""
+        if self._cluster is None:
+            return None
+        return await self._cluster.refresh_all(timeout_s)
+
     def readiness(self) -> Readiness:
         """Ready iff a generation is published and the engine is not closing ("can serve");
         degraded conditions (an invalid config edit, a deferred publication) are named, not
-        unready."""
+        unready. Clustered: also not ready while the store is not confirmed within its
+        staleness bound (``cluster_unconfirmed``)."""
         revision = self._runtime.current_revision
         if self._runtime.closed:
             return Readiness(False, revision, "closed")
         if revision is None:
             return Readiness(False, None, "no_generation_published")
+        if self._cluster is not None and not self._cluster.healthy:
+            return Readiness(False, revision, "cluster_unconfirmed")
         desired = self._rec.last_desired
         conditions: list[str] = []
         if desired is not None and desired.config_error is not None:

@@ -186,3 +186,37 @@ class HoldSlotsError(HoldLimitError):
     Retryable: it succeeds once a hold on another revision is released or expires."""
 
     code = "hold_slots_full"
+
+
+class ClusterUnavailableError(ReconcilerError):
+    """The cluster store could not be reached within the staleness bound, so this replica cannot
+    confirm the authority a call needs (or record a change): retry later or on another replica.
+    Never answered by falling back to this replica's memory."""
+
+    code = "cluster_unavailable"
+    retryable = True
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(
+            "the cluster store is unreachable; this replica cannot confirm session authority right now"
+            + (f" ({detail})" if detail else "")
+        )
+
+
+class ClusterConflictError(ReconcilerError):
+    """Another replica changed the same record first (compare-and-set lost); the newer record
+    was loaded: read it again and retry."""
+
+    code = "cluster_conflict"
+    retryable = True
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} was changed concurrently on another replica; retry")
+
+
+class RevisionNotHereError(RevisionUnavailableError):
+    """The revision exists in the cluster's ledger but this replica has no live generation for it
+    (it restarted, or has not reached it yet): retryable, on this replica later or on another."""
+
+    code = "revision_unavailable"
+    retryable = True

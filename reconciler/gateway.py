@@ -20,6 +20,7 @@ from types import TracebackType
 
 from mcp_reconciler.reconciler.authority import DriftPolicy
 from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.cluster import ClusterOptions, StoreLedger, default_replica_id, open_store
 from mcp_reconciler.reconciler.config import GatewaySettings
 from mcp_reconciler.reconciler.config_source import ConfigDesiredState
 from mcp_reconciler.reconciler.engine import Engine
@@ -63,6 +64,7 @@ class Gateway:
         bounds = self._bounds_override or (settings.bounds() if settings is not None else Bounds())
         queue = new_trigger_queue(bounds)
         peer = PeerSwitch()
+        cluster = self._cluster_options()
         async with AsyncExitStack() as stack:
             self._reader = await stack.enter_async_context(
                 UpstreamReader(
@@ -74,7 +76,13 @@ class Gateway:
                 )
             )
             self._rec = await stack.enter_async_context(
-                Reconciler(self.desired, self._reader, bounds=bounds, queue=queue)
+                Reconciler(
+                    self.desired,
+                    self._reader,
+                    bounds=bounds,
+                    queue=queue,
+                    ledger=cluster.ledger if cluster is not None else None,
+                )
             )
             engine = Engine(
                 self._rec,
@@ -83,6 +91,7 @@ class Gateway:
                 drift_policy=DriftPolicy(settings.drift_policy if settings is not None else "flag"),
                 watch_interval_s=self._watch_interval_s,
                 peer=peer,
+                cluster=cluster,
             )
             self._engine = await stack.enter_async_context(engine)
             # The first cycle, without an input check first (the config was loaded just now).
@@ -94,6 +103,21 @@ class Gateway:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self._exit.__aexit__(exc_type, exc, tb)
+
+    def _cluster_options(self) -> ClusterOptions | None:
+        """The ``cluster:`` section as engine options (``None``: absent, one replica)."""
+        loaded = self.desired.last_good
+        config = loaded.cluster if loaded is not None else None
+        if config is None:
+            return None
+        store = open_store(config.store, prefix=config.prefix, command_timeout_s=min(2.0, config.staleness_s / 2))
+        replica_id = config.replica_id or default_replica_id()
+        log.info(
+            "cluster: replica %s on a %s store (staleness bound %.1f s)", replica_id, store.name, config.staleness_s
+        )
+        return ClusterOptions(
+            store=store, ledger=StoreLedger(store, replica_id), replica_id=replica_id, staleness_s=config.staleness_s
+        )
 
     @property
     def engine(self) -> Engine:

@@ -20,6 +20,7 @@ import itertools
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
@@ -37,6 +38,35 @@ class HoldInfo:
     owner: str
     created_at: float  # wall clock
     expires_at: float  # wall clock
+
+
+class HoldRecordLike(Protocol):
+    """What :meth:`HoldRegistry.adopt` needs of a hold made elsewhere."""
+
+    @property
+    def id(self) -> str:
+        """The hold's id."""
+        ...
+
+    @property
+    def revision(self) -> int:
+        """The held revision."""
+        ...
+
+    @property
+    def owner(self) -> str:
+        """The principal that holds it."""
+        ...
+
+    @property
+    def created_at(self) -> float:
+        """Wall-clock creation time."""
+        ...
+
+    @property
+    def expires_at(self) -> float:
+        """Wall-clock expiry time."""
+        ...
 
 
 class _Hold:
@@ -121,6 +151,26 @@ class HoldRegistry:
         )
         self._holds[info.id] = _Hold(info, pin, now + ttl_s)
         live.hold_until = max(live.hold_until, now + ttl_s)
+        self._wake.set()
+        return info
+
+    def adopt(self, record: HoldRecordLike) -> HoldInfo:
+        """Keep a hold made elsewhere (another replica, limits already checked cluster-wide by
+        the store): pins ``record.revision`` here until ``record.expires_at`` (wall clock).
+        Idempotent by id. RevisionUnavailableError if this replica does not have the revision;
+        HoldError if it already expired."""
+        existing = self._holds.get(record.id)
+        if existing is not None:
+            return existing.info
+        remaining = record.expires_at - time.time()
+        if remaining <= 0:
+            raise HoldError("the hold already expired")
+        live = self.runtime.get(record.revision)
+        pin = live.pin()
+        info = HoldInfo(record.id, record.revision, record.owner, record.created_at, record.expires_at)
+        deadline = anyio.current_time() + min(remaining, self.max_ttl_s)
+        self._holds[info.id] = _Hold(info, pin, deadline)
+        live.hold_until = max(live.hold_until, deadline)
         self._wake.set()
         return info
 

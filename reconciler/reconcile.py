@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -42,6 +42,11 @@ from mcp_reconciler.reconciler.workqueue import ALL, Batch, TriggerQueue
 log = logging.getLogger("mcp_reconciler.reconciler")
 
 READ_CONCURRENCY = 16
+
+#: ``ledger(catalog, floor)``: the cluster-wide revision number for a candidate, by its content
+#: (``floor``: the highest number this replica published), or ``None`` when the ledger cannot be
+#: reached (``reconciler/cluster/__init__.py::StoreLedger``).
+RevisionLedger = Callable[[Catalog, int], Awaitable[int | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +91,10 @@ class Reconciler:
         bounds: Bounds | None = None,
         queue: TriggerQueue[CycleOutcome] | None = None,
         wall_clock: Callable[[], float] = time.time,
+        ledger: RevisionLedger | None = None,
     ) -> None:
         self.bounds = bounds or Bounds()
+        self._ledger = ledger
         self._desired = desired
         self._reader = reader
         self._wall = wall_clock
@@ -266,7 +273,13 @@ class Reconciler:
                 config_error=desired.config_error,
             )
         with telemetry.tracer.start_as_current_span("reconciler.publish"):
-            result = self.runtime.publish(catalog)
+            revision: int | None = None
+            current = self.runtime.current
+            if self._ledger is not None and (current is None or current.generation.digest != catalog.digest):
+                # Many replicas: the cluster's ledger numbers content, so revision N is the same
+                # catalog on every replica (I3 cluster-wide). None: unreachable, number locally.
+                revision = await self._ledger(catalog, self.runtime.last_assigned_revision)
+            result = self.runtime.publish(catalog, revision=revision)
         for listener in list(self._desired_listeners):
             try:
                 listener(desired)

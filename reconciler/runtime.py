@@ -164,6 +164,7 @@ class Runtime:
         self._retiring: list[LiveGeneration] = []
         self._by_revision: dict[int, LiveGeneration] = {}
         self._pending: Catalog | None = None
+        self._pending_revision: int | None = None
         self._next_revision = 1
         self._refs: dict[int, int] = {}
         self._conns: dict[int, Connection] = {}
@@ -303,9 +304,16 @@ class Runtime:
 
     # -- publishing --------------------------------------------------------------------------
 
-    def publish(self, catalog: Catalog) -> PublishResult:
+    @property
+    def last_assigned_revision(self) -> int:
+        """The highest revision number this runtime ever published (0: none)."""
+        return self._next_revision - 1
+
+    def publish(self, catalog: Catalog, *, revision: int | None = None) -> PublishResult:
         """Publish ``catalog`` as the next revision, discard it if equal to the current one (I3),
-        or defer it if the retiring set is full (I5). Synchronous: one reference swap."""
+        or defer it if the retiring set is full (I5). Synchronous: one reference swap.
+        ``revision``: the number the cluster's ledger gave this content; used when it is above
+        every number published here (revisions only grow), else the next local one."""
         if self._closing:
             if self._tg_active:
                 self._close_orphans(catalog)
@@ -316,9 +324,9 @@ class Runtime:
         if self._pending is not None:
             previous_pending, self._pending = self._pending, None
             self._close_later(self._release_refs(previous_pending))
-        return self._install(catalog)
+        return self._install(catalog, revision)
 
-    def _install(self, catalog: Catalog) -> PublishResult:
+    def _install(self, catalog: Catalog, assigned: int | None = None) -> PublishResult:
         """``catalog``'s connections are already referenced by the caller."""
         cur = self._current
         if cur is not None and catalog.digest == cur.generation.digest:
@@ -327,6 +335,7 @@ class Runtime:
             return PublishResult("unchanged", cur.revision)
         if cur is not None and cur.pins > 0 and len(self._retiring) >= self.bounds.retiring_max:
             self._pending = catalog
+            self._pending_revision = assigned
             self.deferred_publications += 1
             telemetry.publications_deferred.add(1)
             log.info(
@@ -335,8 +344,8 @@ class Runtime:
                 self.bounds.retiring_max,
             )
             return PublishResult("deferred", cur.revision)
-        revision = self._next_revision
-        self._next_revision += 1
+        revision = assigned if assigned is not None and assigned >= self._next_revision else self._next_revision
+        self._next_revision = revision + 1
         generation = Generation(revision=revision, catalog=catalog, published_at=self._wall())
         live = LiveGeneration(self, generation)
         self._by_revision[revision] = live
@@ -411,7 +420,8 @@ class Runtime:
         self._close_later(self._release_refs(live.generation.catalog))
         if was_retiring and self._pending is not None and not self._closing:
             pending, self._pending = self._pending, None
-            self._install(pending)  # the one retry; refs were taken when it was deferred
+            assigned, self._pending_revision = self._pending_revision, None
+            self._install(pending, assigned)  # the one retry; refs were taken when it was deferred
 
     # -- connection reference counting ---------------------------------------------------------
 

@@ -99,3 +99,13 @@ class PinGauges:
 
 
 pin_gauges = PinGauges(meter)
+
+cluster_events = meter.create_counter(
+    "reconciler.cluster.events", description="Cluster store events applied by this replica, by kind"
+)
+cluster_reloads = meter.create_counter(
+    "reconciler.cluster.reloads", description="Full cache reloads from the cluster store (start, stream gap)"
+)
+cluster_write_failures = meter.create_counter(
+    "reconciler.cluster.write_failures", description="Cluster store writes that failed or lost a compare-and-set"
+)

@@ -33,6 +33,9 @@ CHECKED = {
     "metadata-served": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
     "metadata-status": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
     "limits-defaults": "tests/docs/test_readme.py::test_limits_defaults",
+    "cluster-config": "tests/cluster/test_readme_cluster.py::test_cluster_config_block",
+    "cluster-recipe": "tests/cluster/test_readme_cluster.py::test_recipe_and_haproxy_stickiness (slow)",
+    "cluster-haproxy": "tests/cluster/test_readme_cluster.py::test_recipe_and_haproxy_stickiness (slow)",
 }
 
 
