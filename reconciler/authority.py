@@ -225,6 +225,10 @@ class Authority:
         self._token_loaders: list[Callable[[str], Awaitable[Session | None]]] = []
         #: Set by the cluster sync while the store is not confirmed within its staleness bound.
         self.unconfirmed = False
+        #: The cluster sync's own clock check (``None`` without a cluster store): read on every
+        #: call of a shared session, so a call can never pass in the moment between the bound
+        #: running out (readiness already false) and the sync's monitor setting ``unconfirmed``.
+        self.store_confirmed: Callable[[], bool] | None = None
 
     # -- listeners ---------------------------------------------------------------------------
 
@@ -665,7 +669,7 @@ class Authority:
 
     def resolve(self, session: Session, generation: Generation, kind: EntryKind, name: str) -> Resolved:
         """O(1): the entry a session may use under ``name``, or the error that says why not."""
-        if session.shared and self.unconfirmed:
+        if session.shared and (self.unconfirmed or (self.store_confirmed is not None and not self.store_confirmed())):
             raise ClusterUnavailableError()
         key = grant_key(kind, name)
         granted = session.grants.get(key)

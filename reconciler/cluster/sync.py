@@ -155,6 +155,7 @@ class ClusterSync:
         self.store = store
         self.replica_id = replica_id
         self._authority = authority
+        authority.store_confirmed = lambda: self.healthy
         self._holds = holds
         self._runtime = runtime
         self._refresh = refresh
