@@ -130,6 +130,7 @@ class Session:
     declared_digest: str = ""
     control_tools: bool = False
     over_bound_logged: bool = False
+    last_active_at: float | None = None  # wall clock of the newest name resolved for it (console)
 
     def granted(self, kind: EntryKind, name: str) -> bool:
         return grant_key(kind, name) in self.grants
@@ -190,6 +191,7 @@ class Authority:
         self._standing: dict[str, Session] = {}  # sessions with a standing grant, by id
         self._removed_listeners: list[Callable[[str], None]] = []
         self._changed_listeners: list[Callable[[], None]] = []
+        self._session_listeners: list[Callable[[str, Session], None]] = []
 
     # -- listeners ---------------------------------------------------------------------------
 
@@ -204,6 +206,20 @@ class Authority:
         sessions re-applied, standing grants applied); returns a remover."""
         self._changed_listeners.append(callback)
         return lambda: self._changed_listeners.remove(callback) if callback in self._changed_listeners else None
+
+    def on_session(self, callback: Callable[[str, Session], None]) -> Callable[[], None]:
+        """Call ``callback(change, session)`` (``created`` | ``removed``) synchronously for every
+        session but transport-owned ones (one per downstream connection: churn, not news);
+        returns a remover."""
+        self._session_listeners.append(callback)
+        return lambda: self._session_listeners.remove(callback) if callback in self._session_listeners else None
+
+    def _tell_session(self, change: str, session: Session) -> None:
+        for callback in list(self._session_listeners):
+            try:
+                callback(change, session)
+            except Exception:
+                log.exception("authority session listener failed")
 
     def _notify_changed(self) -> None:
         for callback in list(self._changed_listeners):
@@ -256,6 +272,8 @@ class Authority:
         if transport_owned:
             self._transport_owned.add(sid)
         self._by_token_hash[_token_hash(session.token)] = session
+        if not transport_owned:
+            self._tell_session("created", session)
         return session
 
     def _apply_policy(
@@ -314,6 +332,7 @@ class Authority:
         """Remove a session (its token stops authenticating at once) and tell the removal
         listeners. Removing an unknown id does nothing and returns ``None``."""
         session = self._sessions.pop(session_id, None)
+        transport_owned = session_id in self._transport_owned
         self._transport_owned.discard(session_id)
         if session is None:
             return None
@@ -326,6 +345,8 @@ class Authority:
                 callback(session_id)
             except Exception:
                 log.exception("authority removal listener failed")
+        if not transport_owned:
+            self._tell_session("removed", session)
         return session
 
     def sessions(self) -> list[Session]:
@@ -529,6 +550,7 @@ class Authority:
     def resolve(self, session: Session, generation: Generation, kind: EntryKind, name: str) -> Resolved:
         """O(1): the entry a session may use under ``name``, or the error that says why not."""
         key = grant_key(kind, name)
+        session.last_active_at = time.time()
         granted = session.grants.get(key)
         entry = generation.routes[kind].get(name)
         if granted is None:

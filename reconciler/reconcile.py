@@ -32,6 +32,7 @@ from mcp_reconciler.reconciler.errors import (
     ReconnectThrottledError,
     SourceReadError,
 )
+from mcp_reconciler.reconciler.events import Trigger
 from mcp_reconciler.reconciler.health import HealthBoard
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState, SourceStatus
 from mcp_reconciler.reconciler.reader import SourceReader
@@ -122,7 +123,7 @@ class Reconciler:
             tg = await stack.enter_async_context(background_tasks())
             stack.push_async_callback(self._shielded_aclose)
             tg.start_soon(self._loop)
-            self.queue.add(ALL)
+            self.queue.add(ALL, "startup")
             self._exit = stack.pop_all()
         return self
 
@@ -263,7 +264,8 @@ class Reconciler:
                 config_error=desired.config_error,
             )
         with telemetry.tracer.start_as_current_span("reconciler.publish"):
-            result = self.runtime.publish(catalog)
+            trigger = Trigger(tuple(sorted(batch.reasons)), tuple(sorted(batch.keys)))
+            result = self.runtime.publish(catalog, trigger=trigger)
         for listener in list(self._desired_listeners):
             try:
                 listener(desired)
