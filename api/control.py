@@ -9,7 +9,7 @@ its runtime — and to the front door for session notifications. Handlers raise
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator, Principal
 from mcp_reconciler.api.errors import ApiError
+from mcp_reconciler.api.events import EventStream
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.authority import GrantPolicy, Session, principal_id
@@ -47,6 +48,10 @@ class Control:
     engine: Engine
     front: FrontDoor
     auth: Authenticator
+    events: EventStream = field(init=False)  # GET /v1/events (api/events.py); its bounds are attributes
+
+    def __post_init__(self) -> None:
+        self.events = EventStream(self.engine, self.auth)
 
     @property
     def holds(self) -> HoldRegistry:

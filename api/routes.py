@@ -26,6 +26,7 @@ from mcp_reconciler.reconciler.errors import ReconcilerError
 
 log = logging.getLogger("mcp_reconciler.control")
 
+EVENTS_PATH = "/v1/events"
 MAX_MESSAGE_CHARS = 512  # error messages may quote the request (names, field paths): bounded (I12)
 
 
@@ -135,6 +136,9 @@ def routes(control: Control) -> list[Route]:
     for spec in ROUTES:
         handler: Callable[[Request], Awaitable[Response]] = getattr(control, spec.handler)
         out.append(Route(spec.path, endpoint=_wrap(handler), methods=[spec.method]))
+    # The event stream is an ASGI endpoint of its own (api/events.py: bounded, streaming); the
+    # OpenAPI document describes it beside the table (api/openapi.py).
+    out.append(Route(EVENTS_PATH, endpoint=control.events, methods=["GET"]))
     # Last: anything else under /v1 answers a JSON error too (never Starlette's plain-text 404/405,
     # nor a slash redirect that would turn "DELETE /v1/sessions/" into a request on the collection).
     out.append(Route("/v1/{rest:path}", endpoint=_unmatched(list(out)), methods=_ANY_METHOD))

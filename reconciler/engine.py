@@ -166,6 +166,7 @@ class Engine:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._events.close()
         await self._exit.__aexit__(exc_type, exc, tb)
 
     # -- reading -----------------------------------------------------------------------------
@@ -317,6 +318,7 @@ class Engine:
         """Close the engine now (idempotent, concurrent-safe): no new cycles; running operations
         end with a retryable error; every connection closes exactly once (I14). The owner's
         ``async with`` exit still reaps the tasks."""
+        self._events.close()  # followers end their streams first: HTTP may then stop at once
         await self._rec.aclose()
 
     # -- background --------------------------------------------------------------------------

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from mcp_reconciler.reconciler import telemetry
+
 log = logging.getLogger("mcp_reconciler.events")
 
 EventType = Literal["publish", "retire", "source", "session", "hold"]
@@ -157,6 +159,8 @@ class EventLog:
     def __init__(self, *, replay: int = 256, wall_clock: Callable[[], float] = time.time) -> None:
         self._ring: deque[EngineEvent] = deque(maxlen=max(1, replay))
         self._subscribers: list[Subscriber] = []
+        self._closers: list[Callable[[], None]] = []
+        self._closed = False
         self._next = 1
         self._wall = wall_clock
 
@@ -170,6 +174,7 @@ class EventLog:
         on a subscriber's account."""
         event = EngineEvent(self._next, self._wall(), payload)
         self._next += 1
+        telemetry.events_emitted.add(1, {"type": payload.type})
         self._ring.append(event)
         for subscriber in list(self._subscribers):
             try:
@@ -177,11 +182,42 @@ class EventLog:
             except Exception:
                 log.exception("engine event subscriber failed")
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Deliver every later event to ``subscriber`` (synchronously; it must not block);
-        returns a remover (idempotent)."""
+    def subscribe(self, subscriber: Subscriber, on_close: Callable[[], None] | None = None) -> Callable[[], None]:
+        """Deliver every later event to ``subscriber`` (synchronously; it must not block), and
+        call ``on_close()`` when the log closes (at once if it already has); returns a remover
+        (idempotent)."""
         self._subscribers.append(subscriber)
-        return lambda: self._subscribers.remove(subscriber) if subscriber in self._subscribers else None
+        if on_close is not None:
+            if self._closed:
+                on_close()
+            else:
+                self._closers.append(on_close)
+
+        def remove() -> None:
+            if subscriber in self._subscribers:
+                self._subscribers.remove(subscriber)
+            if on_close is not None and on_close in self._closers:
+                self._closers.remove(on_close)
+
+        return remove
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran: the engine is stopping and no follower should wait on."""
+        return self._closed
+
+    def close(self) -> None:
+        """Tell every subscriber the engine is stopping (idempotent); later events are still
+        recorded and delivered, but followers are expected to end their streams."""
+        if self._closed:
+            return
+        self._closed = True
+        closers, self._closers = self._closers, []
+        for closer in closers:
+            try:
+                closer()
+            except Exception:
+                log.exception("engine event close callback failed")
 
     @property
     def subscribers(self) -> int:

@@ -167,13 +167,16 @@ class Reconciler:
         """Mark a key dirty: a source name, ``"config"`` or ``"all"``. Never blocks."""
         self.queue.add(key)
 
-    async def refresh(self, keys: Iterable[str] = (ALL,), *, timeout_s: float | None = None) -> CycleOutcome:
+    async def refresh(
+        self, keys: Iterable[str] = (ALL,), *, timeout_s: float | None = None, reason: str = "refresh"
+    ) -> CycleOutcome:
         """Reconcile ``keys`` and return the outcome of a cycle that started after this call (I7).
+        ``reason`` is recorded as the trigger (``events.TriggerReason``).
 
         Raises TimeoutError if no such cycle finished in ``timeout_s``; giving up cancels nothing."""
         if self._closing:
             raise ReconcilerClosedError()
-        ticket = self.queue.request(keys)
+        ticket = self.queue.request(keys, reason)
         if timeout_s is None:
             return await ticket.wait()
         with anyio.fail_after(timeout_s):

@@ -106,8 +106,9 @@ class TriggerQueue(Generic[T]):
         self._dirty.add(key)
         self._wake.set()
 
-    def request(self, keys: Iterable[str]) -> Ticket[T]:
-        """Mark ``keys`` dirty and return a ticket for the first batch that starts afterwards.
+    def request(self, keys: Iterable[str], reason: str = "refresh") -> Ticket[T]:
+        """Mark ``keys`` dirty (for ``reason``) and return a ticket for the first batch that
+        starts afterwards.
 
         With no keys, the ticket observes the next batch that starts for any reason."""
         if self._shutdown:
@@ -116,7 +117,7 @@ class TriggerQueue(Generic[T]):
         slot = self._slots.setdefault(seq, _Slot())
         ticket: Ticket[T] = Ticket(seq, slot)
         for key in keys:
-            self.add(key)
+            self.add(key, reason)
         return ticket
 
     # -- the consumer ------------------------------------------------------------------------
