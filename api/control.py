@@ -9,6 +9,7 @@ its runtime — and to the front door for session notifications. Handlers raise
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.events import EventStream
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.views import owner_view, status_out
-from mcp_reconciler.reconciler.authority import GrantPolicy, Session, principal_id
+from mcp_reconciler.reconciler.authority import DriftPolicy, GrantPolicy, Session, principal_id
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.errors import (
     GrantError,
@@ -33,6 +34,7 @@ from mcp_reconciler.reconciler.errors import (
     SessionLimitError,
 )
 from mcp_reconciler.reconciler.holds import HoldRegistry
+from mcp_reconciler.reconciler.model import EntryKind
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 from mcp_reconciler.reconciler.workqueue import ALL
 
@@ -116,8 +118,26 @@ class Control:
             if session.standing is not None and session.standing.sources is not None
             else None,
             declared=session.declared is not None,
+            quarantined=self.quarantined(session),
+            last_active_at=session.last_active_at,
             **extra,
         )
+
+    def quarantined(self, session: Session) -> list[str]:
+        """Granted names whose definition in the current generation differs from the one seen at
+        grant time, when the drift policy refuses them (I10); bounded like ``names``."""
+        live = self.engine.current
+        if live is None or self.engine.sessions.drift_policy is not DriftPolicy.QUARANTINE:
+            return []
+        out: list[str] = []
+        for key, seen in session.grants.items():
+            kind, _, name = key.partition(":")
+            entry = live.generation.routes[EntryKind(kind)].get(name)
+            if seen and entry is not None and entry.digest != seen:
+                out.append(name)
+                if len(out) >= 1000:
+                    break
+        return sorted(out)
 
     async def status_model(self, principal: Principal | None = None) -> wire.StatusOut:
         """Status as ``principal`` may read it: operators everything, everyone else the
@@ -160,12 +180,20 @@ class Control:
         return JSONResponse(wire.dump(out))
 
     async def get_generations(self, request: Request) -> Response:
-        self.principal(request)
+        principal = self.principal(request)
         engine = self.engine
         current = engine.current
         gens = []
+        holds = [
+            h for h in self.holds.list() if principal.role == "operator" or h.owner == principal.id
+        ]  # another owner's holds are not "found" (like DELETE /v1/holds/{id})
+        now, wall = anyio.current_time(), time.time()
         for live in engine.live():
             g = live.generation
+            deadline_at = None
+            if live is not current and live.drain_deadline is not None:
+                deadline = max(live.drain_deadline, live.hold_until + engine.bounds.drain_grace_s)
+                deadline_at = wall + (deadline - now)
             gens.append(
                 wire.GenerationOut(
                     revision=g.revision,
@@ -176,6 +204,15 @@ class Control:
                     pins=live.pins,
                     entries=g.catalog.entry_count,
                     stale_sources=list(g.catalog.stale_sources),
+                    trigger=wire.TriggerOut(reasons=list(g.trigger.reasons), keys=list(g.trigger.keys)),
+                    operations=live.operations,
+                    superseded_at=live.superseded_at,
+                    drain_deadline_at=deadline_at,
+                    holds=[
+                        wire.HoldRefOut(id=h.id, owner=h.owner, expires_at=h.expires_at)
+                        for h in holds
+                        if h.revision == g.revision
+                    ],
                 )
             )
         out = wire.GenerationsOut(

@@ -65,15 +65,6 @@ class _Event(BaseModel):
     at: float = Field(description="when the engine emitted it (wall clock, seconds)")
 
 
-class TriggerOut(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reasons: list[str] = Field(
-        description="why the keys were marked dirty: startup | config | watched_file | list_changed | reconnect | "
-        "refresh | poll | retry"
-    )
-    keys: list[str] = Field(description="what was marked: source names, config, all")
-
-
 class PublishEvent(_Event):
     """A revision became current."""
 
@@ -83,7 +74,7 @@ class PublishEvent(_Event):
     built_at: float
     published_at: float
     entries: int
-    trigger: TriggerOut
+    trigger: wire.TriggerOut
     previous: int | None = Field(description="the revision it superseded")
     previous_pins: int = Field(description="pins the superseded revision held at that moment (0: closed at once)")
     previous_drain_deadline_at: float | None = Field(

@@ -72,20 +72,24 @@ def status_out(st: EngineStatus) -> wire.StatusOut:
         holds=st.holds,
         sessions=st.sessions,
         conditions=[wire.ConditionOut(type=c.type, reason=c.reason, message=c.message) for c in st.conditions],
+        inputs=[
+            wire.InputOut(path=i.path, source=i.source, exists=i.exists, modified_at=i.modified_at) for i in st.inputs
+        ],
     )
 
 
 def owner_view(out: wire.StatusOut) -> wire.StatusOut:
     """What a principal that is not an operator may read of status (I12): everything but the
     operator's own inputs. ``config_error`` (file paths, line numbers) is withheld — the typed
-    ``config_invalid`` condition says the config is invalid — and ``warnings`` (which name
-    watched files and the config path) become one sentence with their count."""
+    ``config_invalid`` condition says the config is invalid — ``warnings`` (which name
+    watched files and the config path) become one sentence with their count, and the tracked
+    ``inputs`` (file paths) are withheld."""
     warnings = (
         [f"{len(out.warnings)} warning(s) about the gateway's inputs; an operator can read them in status"]
         if out.warnings
         else []
     )
-    return out.model_copy(update={"config_error": None, "warnings": warnings})
+    return out.model_copy(update={"config_error": None, "warnings": warnings, "inputs": []})
 
 
 def status_json(st: EngineStatus) -> dict[str, Any]:

@@ -65,6 +65,13 @@ class ConditionOut(_Model):
     message: str = Field(description="sanitized: revisions, counts and times only")
 
 
+class InputOut(_Model):
+    path: str
+    source: str | None = Field(description="the source whose watch globs match it; null: a config file")
+    exists: bool
+    modified_at: float | None = Field(description="mtime as of the newest load (wall clock)")
+
+
 class StatusOut(_Model):
     state: Literal["starting", "ready", "degraded", "error"]
     revision: int | None
@@ -96,6 +103,9 @@ class StatusOut(_Model):
         default_factory=list,
         description="why the gateway is degraded or in error while it serves (typed; e.g. publication deferred)",
     )
+    inputs: list[InputOut] = Field(
+        default_factory=list, description="tracked files as of the newest load (operators only; at most 200)"
+    )
 
 
 class RefreshIn(_Model):
@@ -118,6 +128,20 @@ class RefreshAccepted(_Model):
     revision: int | None
 
 
+class TriggerOut(_Model):
+    reasons: list[str] = Field(
+        description="why its keys were marked dirty: startup | config | watched_file | list_changed | reconnect | "
+        "refresh | poll | retry"
+    )
+    keys: list[str] = Field(description="what was marked: source names, config, all")
+
+
+class HoldRefOut(_Model):
+    id: str
+    owner: str
+    expires_at: float
+
+
 class GenerationOut(_Model):
     revision: int
     digest: str
@@ -127,6 +151,13 @@ class GenerationOut(_Model):
     pins: int
     entries: int
     stale_sources: list[str]
+    trigger: TriggerOut | None = Field(default=None, description="why this revision's catalog was built")
+    operations: int = 0
+    superseded_at: float | None = None
+    drain_deadline_at: float | None = Field(
+        default=None, description="retiring: closed at the latest then (wall clock; holds extend it)"
+    )
+    holds: list[HoldRefOut] = Field(default_factory=list, description="holds on it (owners: only their own)")
 
 
 class GenerationsOut(_Model):
@@ -177,6 +208,11 @@ class SessionOut(_Model):
     grant_policy: Literal["current", "none", "explicit", "follow"] = "current"
     sources: list[str] | None = Field(default=None, description="follow: the sources it follows (null: all)")
     declared: bool = Field(default=False, description="declared in the config (change it there)")
+    quarantined: list[str] = Field(
+        default_factory=list,
+        description="granted names whose definition changed since the grant, refused under drift_policy quarantine",
+    )
+    last_active_at: float | None = Field(default=None, description="newest call or read by the session")
 
 
 class SessionCreated(SessionOut):
