@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from mcp_reconciler.api import wire
 from mcp_reconciler.api.control import Control
 from mcp_reconciler.api.errors import ApiError
+from mcp_reconciler.api.ui import ui_routes
 from mcp_reconciler.reconciler.errors import ReconcilerError
 
 log = logging.getLogger("mcp_reconciler.control")
@@ -129,7 +130,7 @@ ROUTES: tuple[RouteSpec, ...] = (
 )
 
 
-def routes(control: Control) -> list[Route]:
+def routes(control: Control) -> list[BaseRoute]:
     """Starlette routes for every entry of :data:`ROUTES` on ``control``, then a catch-all that
     answers unknown ``/v1`` paths and methods with a JSON error."""
     out: list[Route] = []
@@ -142,7 +143,8 @@ def routes(control: Control) -> list[Route]:
     # Last: anything else under /v1 answers a JSON error too (never Starlette's plain-text 404/405,
     # nor a slash redirect that would turn "DELETE /v1/sessions/" into a request on the collection).
     out.append(Route("/v1/{rest:path}", endpoint=_unmatched(list(out)), methods=_ANY_METHOD))
-    return out
+    # The operator console (api/ui/): a static page over this API, served beside it.
+    return [*out, *ui_routes()]
 
 
 _ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]

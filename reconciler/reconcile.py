@@ -247,6 +247,7 @@ class Reconciler:
             raise CycleFailedError("the configuration declares a source name twice")
         base = self._base_states()
         to_read = [s for s in desired.specs if self._needs_read(s, base.get(s.name), desired, batch.keys)]
+        trigger = self._trigger(batch, to_read, base, desired)
         with telemetry.tracer.start_as_current_span("reconciler.build", attributes={"build.reads": len(to_read)}):
             fresh = await self._read_all(to_read, base, desired, completed)
             states: list[SourceState] = []
@@ -267,7 +268,6 @@ class Reconciler:
                 config_error=desired.config_error,
             )
         with telemetry.tracer.start_as_current_span("reconciler.publish"):
-            trigger = Trigger(tuple(sorted(batch.reasons)), tuple(sorted(batch.keys)))
             result = self.runtime.publish(catalog, trigger=trigger)
         for listener in list(self._desired_listeners):
             try:
@@ -294,6 +294,28 @@ class Reconciler:
         if catalog is None and self.runtime.current is not None:
             catalog = self.runtime.current.generation.catalog
         return {s.source: s for s in catalog.sources} if catalog is not None else {}
+
+    @staticmethod
+    def _trigger(
+        batch: Batch, to_read: Sequence[SourceSpec], base: dict[str, SourceState], desired: DesiredState
+    ) -> Trigger:
+        """Why this cycle's candidate was built: the batch's reasons and keys, plus every source
+        read although its key was not marked — its inputs or spec changed on disk before the
+        watcher's sweep marked it (a cycle loads the desired state afresh), or it was not ready."""
+        reasons, keys = set(batch.reasons), set(batch.keys)
+        if ALL not in batch.keys:
+            for spec in to_read:
+                if spec.name in batch.keys:
+                    continue
+                prev = base.get(spec.name)
+                if prev is None or prev.spec_digest != spec.digest:
+                    reasons.add("config")
+                elif prev.inputs_digest != desired.inputs_digest.get(spec.name, ""):
+                    reasons.add("watched_file")
+                else:
+                    reasons.add("retry")  # not ready: retried whenever a cycle runs
+                keys.add(spec.name)
+        return Trigger(tuple(sorted(reasons)), tuple(sorted(keys)))
 
     @staticmethod
     def _needs_read(spec: SourceSpec, prev: SourceState | None, desired: DesiredState, keys: frozenset[str]) -> bool:
