@@ -38,8 +38,7 @@ EventType = Literal["publish", "retire", "source", "session", "hold"]
 #: changed; ``watched_file``: a source's ``watch`` input changed; ``list_changed``: an upstream
 #: said its lists changed; ``reconnect``: an upstream connection ended or its reconnect came due;
 #: ``refresh``: someone asked (API, CLI, control tool); ``poll``: the source's ``poll_seconds``;
-#: ``retry``: a failed cycle's keys, tried again, or a source that is not ready, re-read by a cycle
-#: that ran for another reason.
+#: ``retry``: a failed cycle's keys, tried again.
 TriggerReason = Literal["startup", "config", "watched_file", "list_changed", "reconnect", "refresh", "poll", "retry"]
 
 

@@ -300,8 +300,9 @@ class Reconciler:
         batch: Batch, to_read: Sequence[SourceSpec], base: dict[str, SourceState], desired: DesiredState
     ) -> Trigger:
         """Why this cycle's candidate was built: the batch's reasons and keys, plus every source
-        read although its key was not marked — its inputs or spec changed on disk before the
-        watcher's sweep marked it (a cycle loads the desired state afresh), or it was not ready."""
+        read although its key was not marked because its spec or watched inputs changed on disk
+        before the watcher's sweep marked it (a cycle loads the desired state afresh). A source
+        re-read only because it is not ready is not a reason: it rides along on every cycle."""
         reasons, keys = set(batch.reasons), set(batch.keys)
         if ALL not in batch.keys:
             for spec in to_read:
@@ -313,7 +314,7 @@ class Reconciler:
                 elif prev.inputs_digest != desired.inputs_digest.get(spec.name, ""):
                     reasons.add("watched_file")
                 else:
-                    reasons.add("retry")  # not ready: retried whenever a cycle runs
+                    continue
                 keys.add(spec.name)
         return Trigger(tuple(sorted(reasons)), tuple(sorted(keys)))
 

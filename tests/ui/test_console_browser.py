@@ -32,6 +32,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from mcp_reconciler.reconciler.authority import GrantPolicy
 from tests.api.conftest import OPERATOR_TOKEN, backdate, served_gateway, write_config
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE
 
@@ -177,6 +178,16 @@ async def test_operator_console_in_a_headless_browser(tmp_path: Path, browser_bi
             # revision draining with a hold on it.
             second = engine.current_revision
             assert second is not None
+            live = engine.current
+            assert live is not None
+            session = engine.sessions.create("owner::nightly-eval", live.generation, policy=GrantPolicy.FOLLOW)
+            await step(
+                lambda: wait_for(
+                    driver,
+                    "the new session",
+                    lambda d: "follow" in text_of(d, f"#session-table tr[data-session='{session.id}']"),
+                )
+            )
             hold = engine.holds.create(second, 300, owner="owner::nightly-eval")
             tools_file.write_text(json.dumps(["search", "fetch", "summarize", "translate"]))
             backdate(tools_file)

@@ -75,7 +75,7 @@ const REASONS = {
   reconnect: "upstream reconnect",
   refresh: "refresh requested",
   poll: "periodic poll",
-  retry: "retry (failed cycle or source not ready)",
+  retry: "retry of a failed cycle",
 };
 
 const SHORT = { startup: "start", watched_file: "watched file", list_changed: "list_changed" };
@@ -434,7 +434,9 @@ function renderTimeline() {
       const notes = [g.pins + " pin(s) draining"];
       if (g.drain_deadline_at) notes.push("deadline " + clock(g.drain_deadline_at));
       for (const h of g.holds || []) notes.push("held by " + h.owner + " until " + clock(h.expires_at));
-      nodes.push(svg("text", { x: x1 + 6, y: y + 14 }, notes.join(" · ")));
+      // Beside the bar, or before it when the bar reaches the right part of the chart.
+      const after = x1 < left + (width - left - right) * 0.55;
+      nodes.push(svg("text", { x: after ? x1 + 6 : x0 - 6, y: y + 14, "text-anchor": after ? "start" : "end" }, notes.join(" · ")));
       if (g.drain_deadline_at) {
         const dx = x(g.drain_deadline_at);
         const line = svg("line", { class: "deadline", x1: dx, x2: dx, y1: y + 1, y2: y + rowH - 3 });
