@@ -35,6 +35,10 @@ class Principal:
 
 
 class Authenticator:
+    """Maps a bearer token to its :class:`Principal` (module docstring): operators are
+    ``operator1``, ``operator2``, … in the order given; owners by name. Immutable after
+    construction, so concurrent requests need no lock; empty tokens are ignored."""
+
     def __init__(
         self,
         operator_tokens: list[str] | tuple[str, ...] = (),
@@ -53,6 +57,8 @@ class Authenticator:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, insecure_no_auth: bool = False) -> Authenticator:
+        """An authenticator from ``MCP_RECONCILER_OPERATOR_TOKENS`` and ``MCP_RECONCILER_OWNER_TOKENS``
+        (``environ``, default ``os.environ``); malformed owner pairs and blank tokens are skipped."""
         env = os.environ if environ is None else environ
         operators = [t.strip() for t in env.get("MCP_RECONCILER_OPERATOR_TOKENS", "").split(",") if t.strip()]
         owners: dict[str, str] = {}
@@ -64,9 +70,13 @@ class Authenticator:
 
     @property
     def configured(self) -> bool:
+        """Whether any token is configured (without one, only ``insecure_no_auth`` lets anyone in)."""
         return bool(self._by_digest)
 
     def authenticate(self, authorization: str | None) -> Principal | None:
+        """The principal whose token the ``Authorization: Bearer`` header carries, compared in constant
+        time; None for a missing, malformed or unknown credential. Every request is an operator under
+        ``insecure_no_auth``."""
         if self.insecure_no_auth:
             return Principal("operator", "insecure-no-auth")
         if not authorization or not authorization.lower().startswith("bearer "):

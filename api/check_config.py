@@ -8,6 +8,8 @@ from mcp_reconciler.reconciler.config import ConfigError, load_config
 
 
 def run(path: str) -> int:
+    """Validate the config at ``path`` and print a one-line verdict: 0 if valid (stdout), 1 if invalid
+    or unreadable (every problem on stderr). Starts nothing."""
     try:
         loaded = load_config(path)
     except ConfigError as exc:

@@ -63,6 +63,7 @@ class Control:
     # -- plumbing ----------------------------------------------------------------------------
 
     def principal(self, request: Request) -> Principal:
+        """The authenticated caller; ApiError 401 without a valid bearer token."""
         principal = self.auth.authenticate(request.headers.get("authorization"))
         if principal is None:
             raise ApiError(401, "unauthenticated", "a valid bearer token is required (Authorization: Bearer …)")
@@ -70,10 +71,13 @@ class Control:
 
     @staticmethod
     def operator_only(principal: Principal) -> None:
+        """ApiError 403 unless ``principal`` is an operator."""
         if principal.role != "operator":
             raise ApiError(403, "forbidden", "this endpoint needs the operator role")
 
     async def body(self, request: Request, model: type[BaseModel], *, optional: bool = False) -> Any:
+        """``model`` parsed from the request body (at most ``MAX_BODY_BYTES``: else 413). An empty body is
+        ``model()`` when ``optional``, else 400; a body that does not validate is 422 naming the first error."""
         raw = await request.body()
         if len(raw) > MAX_BODY_BYTES:
             raise ApiError(413, "body_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
@@ -89,6 +93,8 @@ class Control:
             raise ApiError(422, "invalid_body", f"{where}: {first['msg']}") from None
 
     def session_for(self, principal: Principal, session_id: str) -> Session:
+        """The session ``session_id`` if ``principal`` may see it (operators: any; owners: their own);
+        otherwise ApiError 404, so another owner's session ids do not leak."""
         session = self.engine.sessions.get(session_id)
         # By role-qualified id: an owner named like an operator is still not that operator.
         if session is None or (principal.role != "operator" and session.owner != principal.id):
@@ -97,6 +103,7 @@ class Control:
 
     @staticmethod
     def int_param(request: Request, name: str) -> int:
+        """Path or query parameter ``name`` as an int: plain ASCII decimal of at most 18 digits, else ApiError 400."""
         raw = request.path_params.get(name) if name in request.path_params else request.query_params.get(name)
         # Plain ASCII decimal only: int() would also take "1_0", " 1", "+1" or non-ASCII digits.
         if not isinstance(raw, str) or _INT.fullmatch(raw) is None:
@@ -104,6 +111,8 @@ class Control:
         return int(raw)
 
     def session_out(self, session: Session, cls: type[wire.SessionOut] = wire.SessionOut, **extra: Any) -> Any:
+        """``session`` as ``cls`` (``SessionOut`` or a subclass, with ``extra`` fields), listing at most
+        1000 names; the token only if ``extra`` carries it."""
         names = sorted(k.partition(":")[2] for k in session.grants)
         return cls(
             id=session.id,
@@ -148,10 +157,14 @@ class Control:
     # -- handlers ----------------------------------------------------------------------------
 
     async def get_status(self, request: Request) -> Response:
+        """``GET /v1/status`` for any authenticated caller (owners get the owner view)."""
         principal = self.principal(request)
         return JSONResponse(wire.dump(await self.status_model(principal)))
 
     async def post_refresh(self, request: Request) -> Response:
+        """``POST /v1/refresh`` (operators): queue the sources (default: all); 202 with a ticket when not
+        waiting, else the outcome of the first cycle that starts afterwards (504 after ``timeout_s``).
+        404 for an unknown source."""
         self.operator_only(self.principal(request))
         body: wire.RefreshIn = await self.body(request, wire.RefreshIn, optional=True)
         keys = body.sources or [ALL]
@@ -180,6 +193,8 @@ class Control:
         return JSONResponse(wire.dump(out))
 
     async def get_generations(self, request: Request) -> Response:
+        """``GET /v1/generations``: every live revision (current first) with its pins, entry count,
+        trigger, drain deadline and holds (an owner sees only its own holds)."""
         principal = self.principal(request)
         engine = self.engine
         current = engine.current
@@ -223,6 +238,8 @@ class Control:
         return JSONResponse(wire.dump(out))
 
     async def get_catalog(self, request: Request) -> Response:
+        """``GET /v1/catalog[?revision=n]``: every entry of that live revision (404 if not live) or of the
+        current one (503 before the first publication)."""
         self.principal(request)
         live: LiveGeneration | None
         if "revision" in request.query_params:
@@ -245,10 +262,12 @@ class Control:
         return JSONResponse(wire.dump(wire.CatalogOut(revision=g.revision, digest=g.digest, entries=entries)))
 
     async def get_sources(self, request: Request) -> Response:
+        """``GET /v1/sources``: every source's live state, as the caller may read it."""
         status = await self.status_model(self.principal(request))
         return JSONResponse([wire.dump(s) for s in status.sources])
 
     async def get_source(self, request: Request) -> Response:
+        """``GET /v1/sources/{name}``: one source's live state; 404 if there is no such source."""
         principal = self.principal(request)
         name = request.path_params["name"]
         for s in (await self.status_model(principal)).sources:
@@ -257,6 +276,9 @@ class Control:
         raise ApiError(404, "unknown_source", "no such source")
 
     async def post_session(self, request: Request) -> Response:
+        """``POST /v1/sessions``: create a session for the caller (operators may name an owner and grant
+        the control tools) at the current or a given live revision (409 if not live). 201 with the
+        token, shown only here; 422 for an invalid policy or name, 429 at the session bound."""
         principal = self.principal(request)
         body: wire.SessionIn = await self.body(request, wire.SessionIn, optional=True)
         if principal.role != "operator":
@@ -293,6 +315,7 @@ class Control:
         return JSONResponse(wire.dump(out), status_code=201)
 
     async def get_sessions(self, request: Request) -> Response:
+        """``GET /v1/sessions``: the caller's sessions (every session for an operator)."""
         principal = self.principal(request)
         sessions = [
             s for s in self.engine.sessions.sessions() if principal.role == "operator" or s.owner == principal.id
@@ -300,10 +323,13 @@ class Control:
         return JSONResponse(wire.dump(wire.SessionsOut(sessions=[self.session_out(s) for s in sessions])))
 
     async def get_session(self, request: Request) -> Response:
+        """``GET /v1/sessions/{id}``: one session the caller may see, else 404."""
         session = self.session_for(self.principal(request), request.path_params["id"])
         return JSONResponse(wire.dump(self.session_out(session)))
 
     async def delete_session(self, request: Request) -> Response:
+        """``DELETE /v1/sessions/{id}``: 204, and the session's token stops working on ``/mcp`` at once;
+        409 for a session declared in the config, 404 if the caller may not see it."""
         session = self.session_for(self.principal(request), request.path_params["id"])
         if session.declared is not None:
             raise ApiError(
@@ -315,6 +341,8 @@ class Control:
         return Response(status_code=204)
 
     async def post_session_refresh(self, request: Request) -> Response:
+        """``POST /v1/sessions/{id}/refresh``: under the session's lock, run a cycle (504 after the cycle
+        timeout), then grant every name of the new current generation and notify the front door."""
         session = self.session_for(self.principal(request), request.path_params["id"])
         # Lock first, then reconcile: two refreshes of one session never interleave.
         async with session.lock:
@@ -332,6 +360,8 @@ class Control:
         return JSONResponse(wire.dump(out))
 
     async def post_grants(self, request: Request) -> Response:
+        """``POST /v1/sessions/{id}/grants``: under the session's lock, grant the names (all or nothing,
+        422 otherwise) from the current generation (503 before the first publication)."""
         session = self.session_for(self.principal(request), request.path_params["id"])
         body: wire.GrantsIn = await self.body(request, wire.GrantsIn)
         async with session.lock:
@@ -347,6 +377,8 @@ class Control:
         return JSONResponse(wire.dump(out))
 
     async def post_hold(self, request: Request) -> Response:
+        """``POST /v1/revisions/{n}/holds``: hold live revision ``n`` for the caller (201); 404 if not
+        live, 429 over the hold bounds (owners also per owner), 422 for a TTL out of range."""
         principal = self.principal(request)
         revision = self.int_param(request, "n")
         body: wire.HoldIn = await self.body(request, wire.HoldIn, optional=True)
@@ -366,6 +398,8 @@ class Control:
         return JSONResponse(wire.dump(out), status_code=201)
 
     async def delete_hold(self, request: Request) -> Response:
+        """``DELETE /v1/holds/{id}``: release the hold (204); 404 unless it exists and the caller is an
+        operator or its owner."""
         principal = self.principal(request)
         info = self.holds.get(request.path_params["id"])
         if info is None or (principal.role != "operator" and info.owner != principal.id):

@@ -59,6 +59,8 @@ def _describe(gen: Generation) -> str:
 
 
 async def run_demo(out: TextIO = sys.stdout) -> int:
+    """Run the demo on ``out`` (see the module docstring); returns 0. Every connection it opens is
+    closed before it returns; a closed ``out`` (``demo | head``) is ignored."""
     servers = {"notes": DemoServer("notes", ["search", "read"]), "tests": DemoServer("tests", ["slow_report"])}
     specs = [SourceSpec(name=n, transport={"kind": "in-process"}) for n in servers]
 
@@ -123,4 +125,5 @@ async def run_demo(out: TextIO = sys.stdout) -> int:
 
 
 def main() -> int:
+    """``mcp-reconciler demo``: :func:`run_demo` on stdout in a fresh event loop; the exit status."""
     return anyio.run(run_demo)

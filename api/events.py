@@ -232,6 +232,8 @@ class EventStream:
         self.dropped = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer one ``GET /v1/events``: 401 without a valid token, 429 at the stream bound, else
+        the stream until the follower leaves, is dropped, or the engine stops."""
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         principal = self.auth.authenticate(headers.get("authorization"))
         if principal is None:

@@ -65,6 +65,8 @@ class HostOriginCheck:
         return any(path == p or path.startswith(p + "/") for p in self.prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer 421 for a guarded request whose ``Host`` is missing or not allowed, 403 for one whose
+        ``Origin`` is present and not allowed; pass everything else to the app unchanged."""
         if scope["type"] != "http" or not self._guarded(scope.get("path", "")):
             await self.app(scope, receive, send)
             return

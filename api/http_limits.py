@@ -1,5 +1,9 @@
 """Bounds at the HTTP edge (I18): connections, descriptors, request heads and bodies.
 
+This module is over 400 lines because the four bounds share one refusal format (:func:`refuse`)
+and the connection guard and its uvicorn protocol are two halves of one state machine, which
+read best side by side.
+
 Every resource a client can make the gateway hold here has a bound and a clear refusal:
 
 * **Connections** (:class:`ConnectionGuard`). At most ``connections`` downstream connections are
@@ -117,6 +121,8 @@ class BodyLimit:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request to the app with its body replayed, or answer 413 (``Connection: close``) as
+        soon as the declared or counted body exceeds the path's limit; other paths and scopes pass as is."""
         limit = self.limit_for(str(scope.get("path", ""))) if scope["type"] == "http" else None
         if limit is None:
             await self.app(scope, receive, send)
@@ -215,6 +221,8 @@ class AcceptErrorLog:
         self.total = 0
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """Log an ``accept()`` failure at most once per ``interval_s`` with the count suppressed since;
+        hand any other context to the previous handler (or the loop's default)."""
         if context.get("message") != self.MESSAGE:
             if self._previous is not None:
                 self._previous(loop, context)
@@ -321,6 +329,8 @@ class ConnectionGuard:
     # -- called by the protocol -------------------------------------------------------------------
 
     def opened(self, proto: GuardedProtocol) -> None:
+        """Register a new connection as idle; over the bound, close the oldest idle other connection
+        (408 if it sent part of a head), or refuse this one with 503 if none is idle."""
         self._open.add(proto)
         self._idle[proto] = time.monotonic()
         if len(self._open) <= self.max_connections:
@@ -338,19 +348,23 @@ class ConnectionGuard:
         proto.drop(_REFUSE_503)
 
     def busy(self, proto: GuardedProtocol) -> None:
+        """A request head completed on ``proto``: it is no longer idle (no head timeout while it is served)."""
         self._idle.pop(proto, None)
 
     def waiting(self, proto: GuardedProtocol) -> None:
+        """``proto`` waits for its next keep-alive request head: idle again, newest in the eviction order."""
         if proto in self._open:
             self._idle[proto] = time.monotonic()
             self._idle.move_to_end(proto)
 
     def oversized_head(self, proto: GuardedProtocol) -> None:
+        """``proto``'s head passed ``header_bytes``: answer 431 and close it."""
         self.oversized += 1
         self._forget(proto)
         proto.drop(_REFUSE_431)
 
     def closed(self, proto: GuardedProtocol) -> None:
+        """``proto`` closed: forget it (idempotent)."""
         self._forget(proto)
 
     def _forget(self, proto: GuardedProtocol) -> None:
@@ -372,15 +386,19 @@ class GuardedProtocol(HttpToolsProtocol):
     _tail: bytes = b""  # the last bytes of the head so far: a terminator may span two reads
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Start the head phase and register with the guard, which may close this connection at once."""
         super().connection_made(transport)
         self._new_head()
         self.guard.opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Tell the guard the connection is gone, then let uvicorn clean up."""
         self.guard.closed(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        """Count head bytes before the parser sees them; past ``header_bytes`` the guard answers 431
+        and nothing more is parsed."""
         if self._in_head:
             seen = self._tail + data
             ends = [i + len(t) for t in (b"\r\n\r\n", b"\n\n") if (i := seen.find(t)) >= 0]
@@ -393,11 +411,14 @@ class GuardedProtocol(HttpToolsProtocol):
         super().data_received(data)
 
     def on_headers_complete(self) -> None:
+        """The head completed: the connection is busy until its response completes."""
         self._in_head = False
         self.guard.busy(self)
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        """After a response on a keep-alive connection with no pipelined request queued, wait for the next
+        head as an idle connection (the head timeout applies again)."""
         super().on_response_complete()
         transport, cycle = self.transport, self.cycle
         open_ = transport is not None and not transport.is_closing()

@@ -59,6 +59,8 @@ class DrainGate:
         self.closed = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Once closed, answer every new HTTP request 503 ``shutting_down`` (retryable, ``Connection:
+        close``); before that, and for non-HTTP scopes (lifespan), pass to the app."""
         if self.closed and scope["type"] == "http":
             await refuse(scope, send, 503, "shutting_down", SHUTTING_DOWN, rpc_code=-32017, retryable=True)
             return

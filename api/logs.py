@@ -66,6 +66,7 @@ class SourceFilter(logging.Filter):
     """Attach ``record.source`` from the logging task's context unless the call site set it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Set ``record.source`` from the logging task's context unless set; never drops a record."""
         if getattr(record, "source", None) is None:
             record.source = current_source.get()
         return True
@@ -88,6 +89,8 @@ class RateLimitFilter(logging.Filter):
         self.suppressed_total = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Whether the record passes the rate limit; a passing record carries the count suppressed before
+        it (``record.suppressed``). Thread-safe."""
         key = (getattr(record, "source", None), record.name, record.levelno, str(record.msg))
         now = time.monotonic()
         with self._lock:
@@ -124,6 +127,7 @@ class RedactingFilter(logging.Filter):
     """Render message, arguments and traceback, then mask secrets (see :func:`redact`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Render the record's message, arguments and traceback into redacted text in place; never drops it."""
         message = record.getMessage()
         redacted = redact(message)
         if record.exc_info and record.exc_info[1] is not None:
@@ -145,6 +149,7 @@ class JsonFormatter(logging.Formatter):
     ``source``, ``suppressed`` and ``exception``."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON (non-ASCII kept as is)."""
         out: dict[str, Any] = {
             "ts": round(record.created, 6),
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)),
@@ -170,6 +175,7 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s%(where)s %(message)s%(also)s")
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as text, with ``[source]`` and the suppressed count when present."""
         source = getattr(record, "source", None)
         record.where = f" [{source}]" if source is not None else ""
         record.also = _suffix(record)
@@ -206,6 +212,7 @@ class GatewayHandler(logging.StreamHandler[TextIO]):
                     return
 
     def close(self) -> None:
+        """Write the suppressed counts still pending, then close the stream handler."""
         self.report_suppressed()
         super().close()
 

@@ -105,7 +105,8 @@ class CredentialSource(Protocol):
     credentials (the guard then asks the next source); never raises for a bad token and never
     logs it."""
 
-    async def identify(self, token: str) -> McpIdentity | None: ...
+    async def identify(self, token: str) -> McpIdentity | None:
+        """The identity ``token`` stands for, or None if it is not one of this source's credentials."""
 
 
 class SessionTokens:
@@ -172,6 +173,9 @@ class McpGuard:
         self.resource_metadata_url = resource_metadata_url
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Admit an HTTP request with the identity of its bearer token (the first source that accepts it)
+        or, without a credential, as anonymous when that is on; otherwise answer 401 with a
+        ``WWW-Authenticate`` challenge and the app never sees it. Non-HTTP scopes pass as is."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

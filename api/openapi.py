@@ -35,6 +35,9 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
 
 
 def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the control API: every route of ``ROUTES`` plus ``/healthz``,
+    ``/readyz`` and the event stream, with the wire models as component schemas. Deterministic for
+    one code version."""
     models: set[type[BaseModel]] = {wire.ErrorOut, wire.HealthOut, wire.ReadyOut, *EVENT_MODELS.values()}
     for spec in ROUTES:
         if spec.request is not None:
@@ -158,6 +161,7 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def render() -> str:
+    """:func:`document` as JSON text with sorted keys, byte for byte what ``api/openapi.json`` holds."""
     return json.dumps(document(), indent=2, sort_keys=True) + "\n"
 
 

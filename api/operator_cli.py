@@ -54,6 +54,8 @@ def _ago(ts: float | None) -> str:
 
 
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    """``rows`` as a plain-text table under ``header`` and a dashed rule, columns padded to their widest
+    cell (None shows as ``-``). Every row must have as many cells as the header."""
     cells = [list(map(str, header))] + [["-" if c is None else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]

@@ -52,4 +52,7 @@ async def _run(path: str, once: bool) -> int:
 
 
 def run(path: str, once: bool = False) -> int:
+    """``mcp-reconciler reconcile``: run the engine on the config at ``path`` and print its
+    publications until SIGINT/SIGTERM (SIGHUP reloads); ``once`` stops after the first status.
+    Returns 0, or 1 for an invalid config."""
     return anyio.run(_run, path, once)

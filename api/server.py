@@ -1,6 +1,9 @@
 """Running the gateway: the engine on a config file plus the MCP front door over streamable
 HTTP (``serve``) or stdio (``stdio``). Everything started here is owned by one task group and
-stopped exactly once (I14); the process never restarts itself (I15)."""
+stopped exactly once (I14); the process never restarts itself (I15).
+
+This module is over 400 lines because it is the composition root of both modes: ``serve_http``
+starts every edge part in one place, so their start and stop order (I14) reads top to bottom."""
 
 from __future__ import annotations
 
@@ -62,6 +65,8 @@ class Served:
 
     @property
     def base_url(self) -> str:
+        """The gateway's base URL (``url`` without its ``/mcp`` path): where ``/v1``, ``/healthz`` and
+        ``/readyz`` answer."""
         return self.url.removesuffix("/mcp")
 
 

@@ -13,15 +13,21 @@ class _Model(BaseModel):
 
 
 class ErrorBody(_Model):
+    """The error of a failed request: a stable ``code`` and a sanitized ``message`` (never a token or secret)."""
+
     code: str
     message: str
 
 
 class ErrorOut(_Model):
+    """The body of every error answer (4xx and 5xx)."""
+
     error: ErrorBody
 
 
 class SourceOut(_Model):
+    """One source's live health and listing state (``/v1/sources``, ``/v1/status``)."""
+
     name: str
     state: str = Field(description="ready | stale | failed | connecting")
     entries: int
@@ -37,6 +43,8 @@ class SourceOut(_Model):
 
 
 class DiagnosticOut(_Model):
+    """Why an entry or source was rejected or changed when the current revision was built."""
+
     code: str
     source: str | None = None
     name: str | None = None
@@ -45,6 +53,8 @@ class DiagnosticOut(_Model):
 
 
 class RetiringOut(_Model):
+    """A superseded revision still open: it closes when its pins reach zero or at its drain deadline."""
+
     revision: int
     pins: int
     operations: int
@@ -53,6 +63,8 @@ class RetiringOut(_Model):
 
 
 class CycleOut(_Model):
+    """The outcome of the last finished reconcile cycle."""
+
     seq: int
     status: str
     finished_at: float
@@ -60,12 +72,16 @@ class CycleOut(_Model):
 
 
 class ConditionOut(_Model):
+    """A typed reason the gateway is degraded or in error while it keeps serving."""
+
     type: Literal["config_invalid", "publication_deferred"]
     reason: str = Field(description="stable code: last_good_config_serving | retiring_set_full")
     message: str = Field(description="sanitized: revisions, counts and times only")
 
 
 class InputOut(_Model):
+    """A tracked input file as of the newest load, and when it last changed (operators only)."""
+
     path: str
     source: str | None = Field(description="the source whose watch globs match it; null: a config file")
     exists: bool
@@ -73,6 +89,10 @@ class InputOut(_Model):
 
 
 class StatusOut(_Model):
+    """One consistent reading of the gateway (``GET /v1/status``). ``state``: ``starting`` before the
+    first publication, ``error`` while the newest config is invalid (the last good one serves),
+    ``degraded`` with stale sources or a deferred publication, else ``ready``."""
+
     state: Literal["starting", "ready", "degraded", "error"]
     revision: int | None
     digest: str | None
@@ -109,12 +129,17 @@ class StatusOut(_Model):
 
 
 class RefreshIn(_Model):
+    """``POST /v1/refresh``: re-list the named sources (default: all); with ``wait``, answer when the
+    first cycle that starts afterwards finished, within ``timeout_s``."""
+
     sources: list[str] | None = Field(default=None, max_length=128, description="default: every source")
     wait: bool = True
     timeout_s: float = Field(default=30.0, gt=0, le=300)
 
 
 class RefreshOut(_Model):
+    """The cycle that answered a waited refresh, and status right after it."""
+
     revision: int | None
     changed: bool
     cycle: int
@@ -124,11 +149,15 @@ class RefreshOut(_Model):
 
 
 class RefreshAccepted(_Model):
+    """A refresh that was not waited for (202): ``ticket`` is the cycle that will answer it."""
+
     ticket: int = Field(description="the cycle that will answer this request")
     revision: int | None
 
 
 class TriggerOut(_Model):
+    """Why a revision's catalog was built: the trigger reasons and the keys they marked dirty."""
+
     reasons: list[str] = Field(
         description="why its keys were marked dirty: startup | config | watched_file | list_changed | reconnect | "
         "refresh | poll | retry"
@@ -137,12 +166,16 @@ class TriggerOut(_Model):
 
 
 class HoldRefOut(_Model):
+    """A revision hold keeping a generation live: its id, owner principal and expiry."""
+
     id: str
     owner: str
     expires_at: float
 
 
 class GenerationOut(_Model):
+    """One live revision and the pins that keep it open."""
+
     revision: int
     digest: str
     built_at: float
@@ -161,12 +194,16 @@ class GenerationOut(_Model):
 
 
 class GenerationsOut(_Model):
+    """The live revisions (``GET /v1/generations``): current first, then the retiring ones, newest first."""
+
     current: int | None
     generations: list[GenerationOut]
     pending_publication: bool
 
 
 class EntryOut(_Model):
+    """One catalog entry: its exposed name, its upstream name and source, and its definition digest."""
+
     kind: Literal["tool", "resource", "resource_template", "prompt"]
     name: str
     upstream_name: str
@@ -175,12 +212,16 @@ class EntryOut(_Model):
 
 
 class CatalogOut(_Model):
+    """Every entry of one live revision (``GET /v1/catalog``)."""
+
     revision: int
     digest: str
     entries: list[EntryOut]
 
 
 class SessionIn(_Model):
+    """``POST /v1/sessions``: how the new session's grants start (and, for ``follow``, grow)."""
+
     owner: str | None = Field(
         default=None,
         max_length=128,
@@ -198,6 +239,9 @@ class SessionIn(_Model):
 
 
 class SessionOut(_Model):
+    """A session as its owner or an operator sees it (never its token); ``names`` lists at most 1000
+    of the ``granted`` names."""
+
     id: str
     owner: str = Field(description="role-qualified principal id, e.g. owner::alice, config::ci")
     created_at: float
@@ -216,32 +260,46 @@ class SessionOut(_Model):
 
 
 class SessionCreated(SessionOut):
+    """A session just created; the only answer that carries its ``token``."""
+
     token: str = Field(description="bearer token for this session's MCP requests; shown once")
 
 
 class SessionsOut(_Model):
+    """The sessions visible to the caller (``GET /v1/sessions``): their own, or all for an operator."""
+
     sessions: list[SessionOut]
 
 
 class SessionRefreshOut(_Model):
+    """What a session refresh granted: the names added or refreshed at ``revision``."""
+
     revision: int | None
     added: list[str]
 
 
 class GrantsIn(_Model):
+    """``POST /v1/sessions/{id}/grants``: exposed names to grant, all or nothing."""
+
     names: list[str] = Field(min_length=1, max_length=1024)
 
 
 class GrantsOut(_Model):
+    """What a grant added or refreshed, at the current ``revision``."""
+
     revision: int
     added: list[str]
 
 
 class HoldIn(_Model):
+    """``POST /v1/revisions/{n}/holds``: how long to keep the revision live (at most an hour)."""
+
     ttl_s: float = Field(default=600.0, gt=0, le=3600)
 
 
 class HoldOut(_Model):
+    """A revision hold: the revision stays live until ``expires_at`` (wall clock) or release."""
+
     id: str
     revision: int
     owner: str
@@ -250,10 +308,15 @@ class HoldOut(_Model):
 
 
 class HealthOut(_Model):
+    """``GET /healthz``: the process answers (``status`` is ``ok``)."""
+
     status: str
 
 
 class ReadyOut(_Model):
+    """``GET /readyz``: ready (200) once a generation is published and the gateway is not shutting
+    down; ``reason`` says why not (503); ``conditions`` degrade a ready gateway without stopping it."""
+
     ready: bool
     revision: int | None
     reason: str | None = None
@@ -263,4 +326,5 @@ class ReadyOut(_Model):
 
 
 def dump(model: BaseModel) -> dict[str, Any]:
+    """``model`` as JSON-ready data (the wire encoding every answer uses)."""
     return model.model_dump(mode="json")

@@ -94,12 +94,17 @@ class StandingGrant:
 
 
 class DriftPolicy(enum.StrEnum):
+    """What a lookup does with a granted name whose definition changed since the grant (I10):
+    ``allow`` serves it silently, ``flag`` serves it marked drifted, ``quarantine`` refuses it
+    (QuarantinedNameError) until the owner re-grants it."""
+
     ALLOW = "allow"
     FLAG = "flag"
     QUARANTINE = "quarantine"
 
 
 def grant_key(kind: EntryKind, name: str) -> str:
+    """The key a session's grants use for one name: ``"<kind>:<name>"``; unique across kinds."""
     return f"{kind.value}:{name}"
 
 
@@ -133,11 +138,15 @@ class Session:
     last_active_at: float | None = None  # wall clock of the newest name resolved for it (console)
 
     def granted(self, kind: EntryKind, name: str) -> bool:
+        """Whether ``name`` of ``kind`` is granted, whether or not the catalog has it now (O(1))."""
         return grant_key(kind, name) in self.grants
 
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
+    """A lookup that succeeded: the entry to use, and whether its definition drifted since the grant
+    (always False under ``DriftPolicy.ALLOW``)."""
+
     entry: CatalogEntry
     drifted: bool
 
@@ -152,6 +161,8 @@ class View:
     digests: Mapping[EntryKind, str]  # per kind: which list_changed a change calls for
 
     def changed_kinds(self, other: View | None) -> set[EntryKind]:
+        """The kinds whose visible list differs from ``other``'s (every kind when ``other`` is None): the
+        ``list_changed`` notifications a session is owed."""
         if other is None:
             return set(EntryKind)
         return {k for k in EntryKind if self.digests[k] != other.digests[k]}
@@ -169,6 +180,7 @@ class DeclareOutcome:
 
     @property
     def changed(self) -> bool:
+        """True when a declared session was added, updated, rotated or removed (failures alone are not a change)."""
         return bool(self.added or self.updated or self.rotated or self.removed)
 
 

@@ -78,13 +78,17 @@ class Catalog:
 
     @property
     def stale_sources(self) -> tuple[str, ...]:
+        """Names of the sources not ``ready`` (stale, failed or connecting), in source order."""
         return tuple(s.source for s in self.sources if s.status is not SourceStatus.READY)
 
     @property
     def entry_count(self) -> int:
+        """The number of exposed names over all kinds."""
         return sum(len(table) for table in self.routes.values())
 
     def connections(self) -> list[Any]:
+        """The connections the candidate's sources reference, one per source that has one (the runtime
+        reference-counts them once published, I14)."""
         return [s.connection for s in self.sources if s.connection is not None]
 
 

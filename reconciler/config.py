@@ -151,6 +151,7 @@ class InterpolatedStr(str):
     values: tuple[str, ...]
 
     def __new__(cls, value: str, template: str, values: tuple[str, ...] = ()) -> InterpolatedStr:
+        """The string ``value`` that reprs as ``template``; ``values`` are the substituted secrets."""
         obj = super().__new__(cls, value)
         obj.template = template
         obj.values = values
@@ -500,6 +501,7 @@ class BudgetsConfig(_Frozen):
     schema_: int = Field(default=Budgets().schema, ge=MIN_BUDGET, le=1_000_000, alias="schema")
 
     def budgets(self) -> Budgets:
+        """The engine's validated :class:`~reconciler.projection.Budgets` for these settings."""
         return Budgets(title=self.title, description=self.description, schema=self.schema_)
 
 

@@ -114,6 +114,7 @@ class ConfigDesiredState:
 
     @property
     def settings(self) -> GatewaySettings | None:
+        """The gateway settings of the newest valid config, or None if none has been loaded yet."""
         return None if self._good is None else self._good.settings
 
     @property

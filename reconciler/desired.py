@@ -41,6 +41,7 @@ class DesiredState:
     inputs: tuple[TrackedInput, ...] = ()
 
     def spec(self, name: str) -> SourceSpec | None:
+        """The spec of source ``name``, or None if this state has no such source (O(sources))."""
         for s in self.specs:
             if s.name == name:
                 return s
@@ -50,7 +51,10 @@ class DesiredState:
 class DesiredStateSource(Protocol):
     """Produces the desired state for one reconcile cycle (re-reading inputs as needed)."""
 
-    async def load(self) -> DesiredState: ...
+    async def load(self) -> DesiredState:
+        """One consistent reading of the inputs. An invalid newer config is reported in
+        ``config_error`` next to the last good specs (I11); an exception fails the cycle, which the
+        trigger queue retries with backoff."""
 
 
 class StaticDesiredState:
@@ -60,7 +64,9 @@ class StaticDesiredState:
         self._state = DesiredState(specs=tuple(specs))
 
     def set(self, state: DesiredState | tuple[SourceSpec, ...] | list[SourceSpec]) -> None:
+        """Replace the state the next :meth:`load` returns (a bare spec sequence means just those specs)."""
         self._state = state if isinstance(state, DesiredState) else DesiredState(specs=tuple(state))
 
     async def load(self) -> DesiredState:
+        """The state last given to :meth:`set` (or the constructor); never raises."""
         return self._state

@@ -44,10 +44,13 @@ def canonical_json(value: object) -> bytes:
 
 
 def digest_bytes(data: bytes) -> str:
+    """Lowercase hex sha256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
 
 
 def digest_json(value: object) -> str:
+    """Lowercase hex sha256 of :func:`canonical_json` of ``value``: equal for equal JSON data, whatever
+    the key order or mapping/tuple types. TypeError for values that are not JSON-like."""
     return digest_bytes(canonical_json(value))
 
 

@@ -142,10 +142,12 @@ class EngineEvent:
 
     @property
     def type(self) -> EventType:
+        """The event's type (``publish`` | ``retire`` | ``source`` | ``session`` | ``hold``)."""
         return self.payload.type
 
     @property
     def owner(self) -> str | None:
+        """The principal the event concerns (``None``: the gateway as a whole)."""
         return self.payload.owner
 
 
@@ -221,6 +223,7 @@ class EventLog:
 
     @property
     def subscribers(self) -> int:
+        """How many subscribers are registered now."""
         return len(self._subscribers)
 
     def since(self, last_id: int) -> tuple[EngineEvent, ...] | None:

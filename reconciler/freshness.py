@@ -188,6 +188,7 @@ class Fingerprint:
 
     @property
     def paths(self) -> tuple[str, ...]:
+        """Every tracked path of this sweep (explicit paths and glob matches), sorted, each once."""
         return tuple(stamp.path for stamp in self.files)
 
     def changed_paths(self, other: Fingerprint) -> tuple[str, ...]:

@@ -24,26 +24,32 @@ class Generation:
 
     @property
     def digest(self) -> str:
+        """The catalog's content digest; equal digests mean equal catalogs (I3)."""
         return self.catalog.digest
 
     @property
     def built_at(self) -> float:
+        """Wall-clock time the catalog was assembled (not when it was published)."""
         return self.catalog.built_at
 
     @property
     def sources(self) -> tuple[SourceState, ...]:
+        """The per-source states the catalog was merged from."""
         return self.catalog.sources
 
     @property
     def routes(self) -> Mapping[EntryKind, Mapping[str, CatalogEntry]]:
+        """Every exposed name by kind: the read-only routing table lookups use (O(1) per name)."""
         return self.catalog.routes
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """Why entries or sources were left out or changed when the catalog was built."""
         return self.catalog.diagnostics
 
     @property
     def tools(self) -> Mapping[str, CatalogEntry]:
+        """The tool routes: exposed tool name -> entry."""
         return self.catalog.routes[EntryKind.TOOL]
 
     def lookup(self, kind: EntryKind, name: str) -> CatalogEntry | None:

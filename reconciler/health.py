@@ -51,6 +51,7 @@ class HealthBoard:
                 log.exception("source health listener failed")
 
     def get(self, source: str) -> SourceHealth:
+        """The source's latest health; a fresh ``connecting`` record if nothing was recorded for it."""
         return self._by_source.get(source) or SourceHealth(source)
 
     def ok(self, source: str, at: float, *, entries: int) -> None:
@@ -98,4 +99,5 @@ class HealthBoard:
         )
 
     def snapshot(self) -> dict[str, SourceHealth]:
+        """A snapshot by source name; values are immutable, the dict is the caller's."""
         return dict(self._by_source)

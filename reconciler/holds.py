@@ -35,6 +35,8 @@ log = logging.getLogger("mcp_reconciler.holds")
 
 @dataclass(frozen=True, slots=True)
 class HoldInfo:
+    """A hold as reported to its owner: immutable, with wall-clock creation and expiry times."""
+
     id: str
     revision: int
     owner: str
@@ -55,6 +57,11 @@ _ids = itertools.count(1)
 
 
 class HoldRegistry:
+    """The bounded set of revision holds over one runtime (see the module docstring). Single event
+    loop; :meth:`run` must run in the owner's task group to expire holds and release them all when
+    it ends. Bounds default to the runtime's ``Bounds`` (``holds``, ``hold_ttl_max_s``,
+    ``holds_per_owner``)."""
+
     def __init__(
         self,
         runtime: Runtime,
@@ -139,7 +146,7 @@ class HoldRegistry:
         return info
 
     def release(self, hold_id: str, *, _why: str = "released") -> HoldInfo | None:
-        """Release hold ``hold_id`` (its pin too); ``None`` if there is no such hold."""
+        """Release ``hold_id``'s pin and forget it; its info, or None if no such hold exists (idempotent)."""
         hold = self._holds.pop(hold_id, None)
         if hold is None:
             return None
@@ -149,13 +156,16 @@ class HoldRegistry:
         return hold.info
 
     def get(self, hold_id: str) -> HoldInfo | None:
+        """The hold ``hold_id``, or None if it does not exist (expired or released)."""
         hold = self._holds.get(hold_id)
         return hold.info if hold is not None else None
 
     def list(self) -> list[HoldInfo]:
+        """A snapshot of every hold not yet released or expired."""
         return [h.info for h in self._holds.values()]
 
     def release_all(self) -> None:
+        """Release every hold (teardown); afterwards the registry is empty."""
         for hold_id in list(self._holds):
             self.release(hold_id, _why="")
 

@@ -75,6 +75,9 @@ SendRequest = Callable[[Any, type[_RawPage]], Awaitable[_RawPage]]
 
 @dataclass(frozen=True, slots=True)
 class Listing:
+    """One complete listing of a source: the admitted entries, why anything was rejected or changed,
+    and how many pages were fetched."""
+
     entries: tuple[CatalogEntry, ...]
     diagnostics: tuple[Diagnostic, ...]
     pages: int

@@ -17,6 +17,8 @@ from mcp_reconciler.reconciler.projection import MetadataPolicy, Trust
 
 
 class EntryKind(enum.StrEnum):
+    """The four kinds of catalog entry; each kind has its own namespace of exposed names."""
+
     TOOL = "tool"
     RESOURCE = "resource"
     RESOURCE_TEMPLATE = "resource_template"
@@ -24,6 +26,9 @@ class EntryKind(enum.StrEnum):
 
 
 class SourceStatus(enum.StrEnum):
+    """A source's state in a catalog: ``ready`` (listed), ``stale`` (serving its last-known-good
+    entries, I2), ``failed`` (never listed, contributes nothing), ``connecting`` (no listing finished yet)."""
+
     READY = "ready"
     STALE = "stale"  # last listing failed; serving the last-known-good state (I2)
     FAILED = "failed"  # never listed successfully; contributes nothing
@@ -76,6 +81,7 @@ class SourceSpec:
 
     @property
     def effective_prefix(self) -> str:
+        """The prefix exposed names get: ``prefix`` if configured (may be empty), else ``"<name>__"``."""
         return f"{self.name}__" if self.prefix is None else self.prefix
 
     @property
@@ -185,9 +191,12 @@ class Connection(Protocol):
     references the connection can start or run an operation on it (I4)."""
 
     @property
-    def connection_id(self) -> str: ...
+    def connection_id(self) -> str:
+        """An id unique within the process, stable for the connection's life (logs, status, ref counts)."""
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Close the connection and release its transport. The runtime calls it exactly once (I14),
+        bounded by ``CONNECTION_CLOSE_TIMEOUT_S``, and logs what it raises."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,9 +33,11 @@ class Pin:
 
     @property
     def live(self) -> LiveGeneration:
+        """The live generation this pin keeps open."""
         return self._live
 
     def release(self) -> None:
+        """Release the pin: idempotent, O(1), no I/O; the last pin on a retiring generation closes it (I4)."""
         if not self._released:
             self._released = True
             self._live._unpin()
@@ -67,10 +69,12 @@ class Operation:
 
     @property
     def live(self) -> LiveGeneration:
+        """The live generation this operation runs on."""
         return self._live
 
     @property
     def revision(self) -> int:
+        """The revision this operation runs on."""
         return self._live.revision
 
     def _force_cancel(self, *, closing: bool = False) -> None:

@@ -112,11 +112,16 @@ MIN_BUDGET = 64  # a budget must leave room for the truncation mark
 
 
 class Trust(enum.StrEnum):
+    """Whether a source's metadata is served verbatim (``trusted``) or projected first (``untrusted``, I20)."""
+
     TRUSTED = "trusted"  # served verbatim (operator overrides still apply)
     UNTRUSTED = "untrusted"  # projected
 
 
 class FindingsPolicy(enum.StrEnum):
+    """What happens to an untrusted entry with findings: ``flag`` serves it projected and reports them,
+    ``quarantine`` withholds it from the catalog."""
+
     FLAG = "flag"  # serve the projected entry, report the findings
     QUARANTINE = "quarantine"  # withhold an entry with findings from the catalog
 
@@ -195,6 +200,7 @@ class Change:
     truncated: tuple[int, int] | None = None
 
     def describe(self) -> str:
+        """One line for operators: the path, the invisible characters removed by category, any truncation."""
         parts = []
         if self.removed:
             total = sum(self.removed.values())
@@ -205,6 +211,7 @@ class Change:
         return f"{self.path}: " + "; ".join(parts)
 
     def as_json(self) -> dict[str, Any]:
+        """The change as plain JSON data (``path``, and ``removed``/``truncated`` only when present)."""
         out: dict[str, Any] = {"path": self.path}
         if self.removed:
             out["removed"] = dict(self.removed)
@@ -225,6 +232,7 @@ class Finding:
     excerpt: str
 
     def describe(self) -> str:
+        """One line for operators: rule, path and the sanitized excerpt (never for the wire toward a model)."""
         return f"{self.rule} at {self.path}: {self.excerpt!r}"
 
 
@@ -243,6 +251,7 @@ class Projection:
 
     @property
     def changed(self) -> bool:
+        """Whether the projected definition differs from the upstream's (any text removed or truncated)."""
         return bool(self.changes)
 
 

@@ -302,6 +302,10 @@ def identifier_like(name: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class TextResult:
+    """One projected text field: the cleaned and possibly truncated ``text``, removed characters by
+    category, (before, after) lengths if truncated, ``(rule, excerpt)`` findings and the
+    identifier-like mentions (bounded). ``clean`` means nothing was removed, truncated or found."""
+
     text: str
     removed: Mapping[str, int]
     truncated: tuple[int, int] | None
@@ -329,12 +333,14 @@ def bounded_put(memo: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -
 
 
 def memo_put(memo: OrderedDict[Any, Any], key: Any, value: Any, limit: int = MEMO_MAX) -> None:
+    """Insert into a first-in first-out memo table, evicting the oldest entry at ``limit`` entries."""
     if len(memo) >= limit:
         memo.popitem(last=False)
     memo[key] = value
 
 
 def project_text(text: str, budget: int) -> TextResult:
+    """:func:`compute_text`, memoized for texts up to ``MEMO_TEXT_MAX`` code points (bounded table)."""
     key = (text, budget)
     hit = _TEXT_MEMO.get(key)
     if hit is not None:
@@ -346,6 +352,9 @@ def project_text(text: str, budget: int) -> TextResult:
 
 
 def compute_text(text: str, budget: int) -> TextResult:
+    """Project one text field within ``budget`` code points: remove invisible and control characters,
+    truncate with a mark, scan for instruction-like content (including hidden smuggled text).
+    Pure; the result's text is at most ``budget`` code points."""
     c = _clean(text)
     out = c.text
     truncated = None

@@ -21,4 +21,5 @@ class SourceReader(Protocol):
       before returning; a returned state's new connection is owned by the caller.
     """
 
-    async def read(self, spec: SourceSpec, previous: SourceState | None, *, inputs_digest: str) -> SourceState: ...
+    async def read(self, spec: SourceSpec, previous: SourceState | None, *, inputs_digest: str) -> SourceState:
+        """List ``spec`` completely (see the class contract); raise SourceReadError on failure."""

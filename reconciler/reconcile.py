@@ -61,6 +61,7 @@ class CycleOutcome:
 
     @property
     def changed(self) -> bool:
+        """True when the cycle published a new revision."""
         return self.status == "published"
 
 
@@ -155,10 +156,12 @@ class Reconciler:
 
     @property
     def closed(self) -> bool:
+        """True from the moment teardown starts (``aclose`` called)."""
         return self._closing
 
     @property
     def reconciling(self) -> bool:
+        """True while a cycle is running (between taking a batch and answering its waiters)."""
         return self._cycle_running
 
     # -- triggers ----------------------------------------------------------------------------

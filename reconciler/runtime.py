@@ -42,6 +42,9 @@ CONNECTION_CLOSE_TIMEOUT_S = 10.0
 
 
 class LiveState(enum.Enum):
+    """Where a live generation is in its life: CURRENT, then RETIRING once superseded, then CLOSED
+    (final; a closed generation can no longer be pinned)."""
+
     CURRENT = "current"
     RETIRING = "retiring"
     CLOSED = "closed"
@@ -84,18 +87,22 @@ class LiveGeneration:
 
     @property
     def pins(self) -> int:
+        """Pins held right now; a retiring generation closes when this reaches zero (I4)."""
         return self._pins
 
     @property
     def state(self) -> LiveState:
+        """The lifecycle state; changes only CURRENT -> RETIRING -> CLOSED."""
         return self._state
 
     @property
     def is_closed(self) -> bool:
+        """True once the generation closed: :meth:`pin` then raises RevisionUnavailableError."""
         return self._state is LiveState.CLOSED
 
     @property
     def operations(self) -> int:
+        """The number of operations running on this generation now."""
         return len(self._operations)
 
     def pin(self) -> Pin:
@@ -246,24 +253,30 @@ class Runtime:
 
     @property
     def closed(self) -> bool:
+        """True from the moment teardown starts (``aclose`` called), not only once it finished."""
         return self._closing
 
     # -- reading -----------------------------------------------------------------------------
 
     @property
     def current(self) -> LiveGeneration | None:
+        """The generation new requests pin, or None before the first publication and after teardown."""
         return self._current
 
     @property
     def current_revision(self) -> int | None:
+        """The current generation's revision, or None when nothing is published."""
         return self._current.revision if self._current is not None else None
 
     @property
     def retiring(self) -> tuple[LiveGeneration, ...]:
+        """A snapshot of the superseded generations still draining, oldest first (at most ``retiring_max``)."""
         return tuple(self._retiring)
 
     @property
     def pending(self) -> Catalog | None:
+        """The candidate deferred because the retiring set was full (I5), or None; it is retried once when
+        a slot frees."""
         return self._pending
 
     def live(self) -> list[LiveGeneration]:
@@ -292,6 +305,7 @@ class Runtime:
         return lambda: self._retire_listeners.remove(listener) if listener in self._retire_listeners else None
 
     def connection_refs(self) -> dict[int, int]:
+        """A snapshot: ``id(connection)`` -> how many live or pending generations reference it (I14)."""
         return dict(self._refs)
 
     def close_unreferenced(self, conns: Iterable[Connection]) -> None:

@@ -31,7 +31,8 @@ _NAME_BYTES = 160
 class ReconnectSchedule(Protocol):
     """Knows when a throttled source may reconnect next (the upstream reader does, I8)."""
 
-    def next_attempt_at(self, source: str) -> float | None: ...
+    def next_attempt_at(self, source: str) -> float | None:
+        """Wall-clock time the throttled ``source`` may reconnect next, or None if it is not throttled."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,9 +70,11 @@ class PinSource(Protocol):
     """What the pin gauges read: a runtime's live generations and its cumulative pin count."""
 
     @property
-    def pins_total(self) -> int: ...
+    def pins_total(self) -> int:
+        """Pins taken since the runtime started (cumulative, never decreases)."""
 
-    def live(self) -> Sequence[_LivePins]: ...
+    def live(self) -> Sequence[_LivePins]:
+        """The live generations, each with its revision and current pin count."""
 
 
 class PinGauges:

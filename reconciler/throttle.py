@@ -61,10 +61,12 @@ class Backoff:
         return max(0.0, st.next_allowed - self._clock())
 
     def failures(self, key: str) -> int:
+        """Consecutive failures recorded for ``key`` since its last reset (0 if unknown)."""
         st = self._keys.get(key)
         return 0 if st is None else st.failures
 
     def attempts(self, key: str) -> int:
+        """Attempts recorded for ``key`` so far (0 if unknown)."""
         st = self._keys.get(key)
         return 0 if st is None else st.attempts
 
@@ -91,5 +93,7 @@ class Backoff:
             self.failure(key)
 
     def reset(self, key: str) -> None:
+        """Forget ``key``'s failures: the next failure starts the backoff from ``base_s`` again. An
+        attempt already scheduled keeps its earliest allowed time."""
         st = self._state(key)
         st.failures = 0

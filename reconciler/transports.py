@@ -44,6 +44,7 @@ class ObservedReadStream:
 
     @property
     def last_context(self) -> Any:
+        """The inner stream's ``last_context`` (the HTTP transports expose one), or None."""
         return getattr(self._inner, "last_context", None)
 
     def _end(self) -> None:
@@ -52,6 +53,7 @@ class ObservedReadStream:
             self._on_end()
 
     async def receive(self) -> Any:
+        """The next message; when the stream ends or breaks, ``on_end`` runs (once) and the error propagates."""
         try:
             return await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -59,6 +61,7 @@ class ObservedReadStream:
             raise
 
     async def aclose(self) -> None:
+        """Close the inner stream (does not call ``on_end``)."""
         await self._inner.aclose()
 
     def __aiter__(self) -> ObservedReadStream:

@@ -61,6 +61,7 @@ TargetFactory = Callable[[SourceSpec, Callable[[], None]], Any]
 
 
 def default_targets(spec: SourceSpec, on_end: Callable[[], None]) -> Any:
+    """The default :data:`TargetFactory`: the stdio, HTTP or SSE transport ``spec.transport`` names."""
     return transport_for(spec, on_end)
 
 
@@ -119,14 +120,17 @@ class UpstreamConnection:
 
     @property
     def connection_id(self) -> str:
+        """``"<source>#<n>"``: unique within the process, stable for the connection's life."""
         return self._id
 
     @property
     def alive(self) -> bool:
+        """True while the session is open and neither dead nor closing; once dead or closing, never again."""
         return self._client is not None and not self.dead and not self._closing
 
     @property
     def client(self) -> Client:
+        """The open MCP client session; UpstreamUnavailableError if the connection is not :attr:`alive`."""
         if self._client is None or self.dead or self._closing:
             raise UpstreamUnavailableError(f"connection {self._id} is not open")
         return self._client
@@ -455,9 +459,11 @@ class UpstreamReader:
         return self._on_dirty
 
     def current(self, source: str) -> UpstreamConnection | None:
+        """The connection last listed for ``source`` (its notifications are the ones that count), or None."""
         return self._current.get(source)
 
     def open_connections(self) -> int:
+        """Connections whose task is running in this reader's task group (opened and not yet ended)."""
         return len(self._open)
 
     def next_attempt_at(self, source: str) -> float | None:
@@ -466,6 +472,10 @@ class UpstreamReader:
         return time.time() + wait if wait > 0 else None
 
     async def read(self, spec: SourceSpec, previous: SourceState | None, *, inputs_digest: str) -> SourceState:
+        """List ``spec`` (``SourceReader.read``): reuse ``previous``'s connection while it is alive and its
+        spec and inputs digests match, otherwise open one (throttled, I8). A failed listing closes a
+        connection it opened, schedules a retry, and raises SourceReadError, UpstreamUnavailableError or
+        ReconnectThrottledError; tools needing tasks the connection cannot run are left out."""
         conn: UpstreamConnection | None = None
         prev_conn = previous.connection if previous is not None else None
         if (

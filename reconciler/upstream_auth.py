@@ -168,6 +168,8 @@ class ClientCredentialsAuth(httpx2.Auth):
             return await self._fetch_token()
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        """Send ``request`` with a bearer token; on a 401, renew the token once and replay the request if
+        the renewed token differs. UpstreamAuthError when the token endpoint fails."""
         token = await self.token()
         request.headers["Authorization"] = f"Bearer {token}"
         response = yield request
@@ -181,6 +183,7 @@ class ClientCredentialsAuth(httpx2.Auth):
         yield request
 
     def sync_auth_flow(self, request: httpx2.Request) -> Any:
+        """Always RuntimeError: this auth is for ``httpx2.AsyncClient`` only."""
         raise RuntimeError("ClientCredentialsAuth is for httpx2.AsyncClient only")
 
 

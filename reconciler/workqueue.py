@@ -64,6 +64,10 @@ class Ticket(Generic[T]):
 
 
 class TriggerQueue(Generic[T]):
+    """The coalescing trigger queue (see the module docstring): producers call :meth:`add` or
+    :meth:`request`, one consumer loops :meth:`get` / :meth:`done`. Single event loop, not thread-safe;
+    ``cooldown_s`` spaces batch starts and ``retry_max_s`` caps the backoff after failed batches."""
+
     def __init__(
         self,
         *,
@@ -124,18 +128,22 @@ class TriggerQueue(Generic[T]):
 
     @property
     def dirty(self) -> frozenset[str]:
+        """A snapshot of the keys waiting for the next batch."""
         return frozenset(self._dirty)
 
     @property
     def processing(self) -> frozenset[str] | None:
+        """The keys of the batch being processed, or None between ``done`` and the next ``get``."""
         return self._processing
 
     @property
     def started(self) -> int:
+        """How many batches have started; the latest batch's ``seq``."""
         return self._started
 
     @property
     def next_start_not_before(self) -> float:
+        """The earliest time (queue clock) the next batch may start: cooldown or failure backoff."""
         return self._not_before
 
     async def get(self) -> Batch:
@@ -200,6 +208,7 @@ class TriggerQueue(Generic[T]):
         self._wake = anyio.Event()
 
     def pending_waiter_slots(self) -> int:
+        """Waiter slots held: one per batch requested and not yet done (dropped when it ends)."""
         return len(self._slots)
 
 

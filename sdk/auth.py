@@ -62,6 +62,9 @@ class BearerAuth(httpx2.Auth):
         self.provider = provider
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        """Send ``request`` with the provider's token; on a 401, call the provider's ``invalidate()`` (if
+        any) and replay once with a fresh token if it differs, else the 401 stands. TokenProviderError
+        if the provider returns no token."""
         token = await resolve_token(self.provider)
         request.headers["Authorization"] = f"Bearer {token}"
         response = yield request
@@ -77,6 +80,7 @@ class BearerAuth(httpx2.Auth):
         yield request
 
     def sync_auth_flow(self, request: httpx2.Request) -> Any:
+        """Always RuntimeError: this auth is for ``httpx2.AsyncClient`` only."""
         raise RuntimeError("BearerAuth is for httpx2.AsyncClient only")
 
 
@@ -132,6 +136,8 @@ class CommandTokenProvider:
         self._token = None
 
     async def __call__(self) -> str:
+        """The cached token while it is fresh, else the command's output (one run for all concurrent
+        callers). TokenProviderError on a failing, slow or garbled command; never includes its output."""
         if self._token is not None and self._clock() < self._until:
             return self._token
         if self._lock is None:

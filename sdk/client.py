@@ -80,6 +80,7 @@ class ReconcilerClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the HTTP client; the client cannot make requests afterwards."""
         await self._http.aclose()
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -133,11 +134,15 @@ class ReconcilerClient:
         return wire.ReadyOut.model_validate(response.json())
 
     async def status(self) -> wire.StatusOut:
+        """``GET /v1/status`` as the caller may read it (owners see no config paths). Retried like every GET."""
         return await self._get("/v1/status", wire.StatusOut)
 
     async def refresh(
         self, sources: Sequence[str] | None = None, *, wait: bool = True, timeout_s: float = 30.0
     ) -> wire.RefreshOut | wire.RefreshAccepted:
+        """``POST /v1/refresh`` (operators only; never retried). With ``wait``, the outcome of the first
+        cycle that starts afterwards, or RefreshTimeout after ``timeout_s``; without, a 202 ticket.
+        NotFound names an unknown source."""
         body = {"sources": list(sources) if sources else None, "wait": wait, "timeout_s": timeout_s}
         response = await self._request("POST", "/v1/refresh", json=body, request_timeout_s=timeout_s + 10)
         if response.status_code == 202:
@@ -145,16 +150,21 @@ class ReconcilerClient:
         return wire.RefreshOut.model_validate(response.json())
 
     async def generations(self) -> wire.GenerationsOut:
+        """``GET /v1/generations``: the current and retiring revisions with their pins."""
         return await self._get("/v1/generations", wire.GenerationsOut)
 
     async def catalog(self, revision: int | None = None) -> wire.CatalogOut:
+        """``GET /v1/catalog``: every entry of ``revision`` (default: current). NotFound if that revision
+        is not live; Unavailable before the first publication."""
         return await self._get("/v1/catalog", wire.CatalogOut, revision=revision)
 
     async def sources(self) -> list[wire.SourceOut]:
+        """``GET /v1/sources``: every source's live state."""
         response = await self._request("GET", "/v1/sources")
         return [wire.SourceOut.model_validate(s) for s in response.json()]
 
     async def source(self, name: str) -> wire.SourceOut:
+        """``GET /v1/sources/{name}``; NotFound if there is no such source."""
         return await self._get(f"/v1/sources/{_seg(name)}", wire.SourceOut)
 
     async def create_session(
@@ -184,27 +194,40 @@ class ReconcilerClient:
         return wire.SessionCreated.model_validate(response.json())
 
     async def sessions(self) -> list[wire.SessionOut]:
+        """``GET /v1/sessions``: the caller's sessions (every session for an operator)."""
         return (await self._get("/v1/sessions", wire.SessionsOut)).sessions
 
     async def session(self, session_id: str) -> wire.SessionOut:
+        """``GET /v1/sessions/{id}``; NotFound if it does not exist or belongs to another owner."""
         return await self._get(f"/v1/sessions/{_seg(session_id)}", wire.SessionOut)
 
     async def delete_session(self, session_id: str) -> None:
+        """``DELETE /v1/sessions/{id}``: its token stops working on ``/mcp`` at once. NotFound as for
+        :meth:`session`; Conflict for a session declared in the config."""
         await self._request("DELETE", f"/v1/sessions/{_seg(session_id)}")
 
     async def refresh_session(self, session_id: str) -> wire.SessionRefreshOut:
+        """``POST /v1/sessions/{id}/refresh``: run a reconcile cycle, then grant the session every name
+        of the new current generation; returns the names added or refreshed. RefreshTimeout if no
+        cycle finished in time. Never retried."""
         response = await self._request("POST", f"/v1/sessions/{_seg(session_id)}/refresh", request_timeout_s=60)
         return wire.SessionRefreshOut.model_validate(response.json())
 
     async def grant(self, session_id: str, names: Sequence[str]) -> wire.GrantsOut:
+        """``POST /v1/sessions/{id}/grants``: grant ``names`` from the current generation, all or
+        nothing (re-granting a drifted name accepts its new definition); returns the names added or
+        refreshed. InvalidRequest if a name is not in the catalog or the batch is over the bound."""
         response = await self._request("POST", f"/v1/sessions/{_seg(session_id)}/grants", json={"names": list(names)})
         return wire.GrantsOut.model_validate(response.json())
 
     async def hold(self, revision: int, *, ttl_s: float = 600.0) -> wire.HoldOut:
+        """``POST /v1/revisions/{revision}/holds``: keep ``revision`` live for ``ttl_s`` seconds. NotFound if
+        it is not live, TooManyRequests over the hold bounds, InvalidRequest for a TTL out of range."""
         response = await self._request("POST", f"/v1/revisions/{revision}/holds", json={"ttl_s": ttl_s})
         return wire.HoldOut.model_validate(response.json())
 
     async def release_hold(self, hold_id: str) -> None:
+        """``DELETE /v1/holds/{id}``; NotFound if no such hold is visible to the caller."""
         await self._request("DELETE", f"/v1/holds/{_seg(hold_id)}")
 
     # -- revision-pinned MCP runs --------------------------------------------------------------

@@ -13,6 +13,7 @@ class ReconcilerAPIError(Exception):
 
     @property
     def retryable(self) -> bool:
+        """Whether retrying the same request may succeed: unreachable (0), 429, 503 or 504."""
         return self.status in (0, 429, 503, 504)
 
 
@@ -21,39 +22,41 @@ class Unreachable(ReconcilerAPIError):
 
 
 class Unauthenticated(ReconcilerAPIError):
-    pass
+    """401: no bearer token, or one the gateway does not accept."""
 
 
 class Forbidden(ReconcilerAPIError):
-    pass
+    """403: authenticated, but the role may not do this (e.g. an owner calling an operator endpoint)."""
 
 
 class NotFound(ReconcilerAPIError):
-    pass
+    """404: no such thing, or one the caller may not see (another owner's session or hold)."""
 
 
 class Conflict(ReconcilerAPIError):
-    pass
+    """409: the request conflicts with the gateway's state (a revision no longer live, deleting a
+    config-declared session, a non-retryable engine error)."""
 
 
 class InvalidRequest(ReconcilerAPIError):
-    pass
+    """400, 413 or 422: the request itself is invalid; retrying it unchanged fails the same way."""
 
 
 class TooManyRequests(ReconcilerAPIError):
-    pass
+    """429: over a bound (sessions, holds); retryable once one is released or expires."""
 
 
 class Unavailable(ReconcilerAPIError):
-    pass
+    """503: the gateway cannot serve this now (nothing published yet, shutting down, every connection
+    slot busy, a retryable engine error); retryable."""
 
 
 class RefreshTimeout(ReconcilerAPIError):
-    pass
+    """504: no reconcile cycle finished within the requested timeout; retryable."""
 
 
 class ServerError(ReconcilerAPIError):
-    pass
+    """Any other 5xx answer."""
 
 
 BY_STATUS: dict[int, type[ReconcilerAPIError]] = {
@@ -71,5 +74,7 @@ BY_STATUS: dict[int, type[ReconcilerAPIError]] = {
 
 
 def error_for(status: int, code: str, message: str) -> ReconcilerAPIError:
+    """The :class:`ReconcilerAPIError` subclass for ``status`` (:data:`BY_STATUS`; other 5xx ->
+    ServerError, anything else the base class), built with ``code`` and ``message``."""
     cls = BY_STATUS.get(status, ServerError if status >= 500 else ReconcilerAPIError)
     return cls(status, code, message)

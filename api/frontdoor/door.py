@@ -31,9 +31,9 @@ from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
-from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.frontdoor.subscriptions import ResourceSubscriptions
 from mcp_reconciler.api.frontdoor.tasks import Tasks
+from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.version import __version__
 from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.engine import Engine

@@ -92,9 +92,11 @@ class Exchange:
 
     @property
     def token(self) -> str:
+        """The ``requestState`` a client echoes to resume this held call (the held-call prefix plus its id)."""
         return HELD_PREFIX + self.id
 
     def signal(self) -> None:
+        """Wake the request waiting on this exchange (a new upstream request or the outcome arrived)."""
         self.changed.set()
 
     def cancel(self) -> None:
@@ -109,6 +111,8 @@ class Exchange:
             )
 
     def finish(self, ok: bool, value: Any) -> None:
+        """Record the held call's outcome (``ok``: result, else the exception) and wake the waiter; only
+        the first outcome counts."""
         if self.outcome is None:
             self.outcome = (ok, value)
             self.signal()

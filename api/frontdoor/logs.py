@@ -96,6 +96,7 @@ class Bucket:
     at: float = field(default=-1.0)
 
     def take(self) -> bool:
+        """Spend one token if one is available (refilled at ``rate`` per second up to ``burst``); O(1)."""
         now = self.clock()
         if self.at >= 0:
             self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)

@@ -133,6 +133,7 @@ class Call:
 
     @property
     def scopes(self) -> set[anyio.CancelScope]:
+        """The cancel scopes of this call's relayed requests still waiting on the client (created lazily)."""
         if self._scopes is None:
             self._scopes = set()
         return self._scopes
@@ -142,6 +143,7 @@ class Call:
         self.deliveries += 1
 
     def end_delivery(self) -> None:
+        """One relay begun with :meth:`begin_delivery` finished; the last one wakes :meth:`settle`."""
         self.deliveries -= 1
         if self.deliveries == 0 and self.settled is not None:
             self.settled.set()

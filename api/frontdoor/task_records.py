@@ -178,6 +178,7 @@ class TaskTable:
         return record
 
     def of_session(self, session_id: str) -> list[TaskRecord]:
+        """A snapshot of the live task records of ``session_id`` (empty if it has none)."""
         return list(self._by_session.get(session_id, {}).values())
 
     def count(self, session_id: str | None = None) -> int:
@@ -197,6 +198,7 @@ class TaskTable:
             self.keeps.release(record.revision, record.id)
 
     def drop(self, record: TaskRecord) -> None:
+        """Settle ``record`` (releasing its revision keep) and forget it; idempotent."""
         self.settle(record)
         self._records.pop(record.id, None)
         mine = self._by_session.get(record.session_id)

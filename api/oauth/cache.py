@@ -53,4 +53,5 @@ class TokenCache:
             self._entries.popitem(last=False)
 
     def clear(self) -> None:
+        """Forget every cached identity: each token is authenticated afresh on its next use."""
         self._entries.clear()

@@ -69,6 +69,9 @@ class BearerGuard:
         self.bind_sdk_sessions = bind_sdk_sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass an HTTP request on with its :class:`Identity` in the scope (and the SDK's user when
+        ``bind_sdk_sessions``), or answer the auth failure with its challenge headers; the app never
+        sees an unauthorized request. Non-HTTP scopes pass as is."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -70,10 +70,12 @@ class Identity:
 
     @property
     def is_operator(self) -> bool:
+        """Whether the identity holds the ``operator`` role (everything under ``/v1``)."""
         return "operator" in self.roles
 
     @property
     def subject(self) -> str:
+        """The principal's subject (its name within its namespace and issuer)."""
         return self.principal.subject
 
     @property

@@ -206,6 +206,7 @@ class IssuerKeys:
 
     @property
     def current(self) -> KeySet | None:
+        """The key set last fetched successfully, or None before the first success (a failed refetch keeps it)."""
         return self._keys
 
     def _may_attempt(self, now: float) -> bool:

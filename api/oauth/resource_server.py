@@ -111,6 +111,7 @@ class ResourceServer:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the HTTP client if this server created it (one given to it stays the caller's)."""
         if self._owns_http and self._http is not None:
             await self._http.aclose()
 

@@ -163,7 +163,7 @@ async def test_check_config(tmp_path: Path) -> None:
 
 
 async def _serve_output(cfg: Path) -> str:
-    """What ``serve`` prints at startup (up to its "Ctrl-C stops" line); the process is stopped
+    """What ``serve`` prints at startup (up to its "SIGHUP reloads the config" line); the process is stopped
     with SIGINT afterwards, like an operator would."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
     lines: list[str] = []
@@ -178,7 +178,7 @@ async def _serve_output(cfg: Path) -> str:
             with anyio.fail_after(CLI_TIMEOUT_S):
                 async for chunk in proc.stdout:
                     buffer += chunk
-                    if b"Ctrl-C stops" in buffer:
+                    if b"SIGHUP reloads the config" in buffer:
                         break
             lines = buffer.decode().splitlines()
         finally:

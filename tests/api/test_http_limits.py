@@ -114,7 +114,8 @@ async def test_connections_all_busy_refuse_the_next_with_503(tmp_path: Path) -> 
         busy = []
         for _ in range(CONNECTIONS):  # N requests whose bodies never arrive: heads complete, busy
             stream = await connect(served)
-            head = f"POST /v1/refresh HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPERATOR_TOKEN}\r\n"
+            head = f"POST /v1/refresh HTTP/1.1\r\nhost: 127.0.0.1:{served.port}\r\n"
+            head += f"authorization: Bearer {OPERATOR_TOKEN}\r\n"
             await stream.send((head + "content-type: application/json\r\ncontent-length: 10\r\n\r\n").encode())
             busy.append(stream)
         guard = served.connections
@@ -247,7 +248,7 @@ async def test_a_1_gib_chunked_body_is_refused_after_the_limit_not_at_the_end(tm
     arrives while the client is still sending, after about the limit."""
     async with limited(tmp_path) as served:
         stream = await connect(served)
-        head = "POST /v1/refresh HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        head = f"POST /v1/refresh HTTP/1.1\r\nhost: 127.0.0.1:{served.port}\r\ncontent-type: application/json\r\n"
         await stream.send(
             (head + f"authorization: Bearer {OPERATOR_TOKEN}\r\ntransfer-encoding: chunked\r\n\r\n").encode()
         )
