@@ -23,8 +23,8 @@ from mcp_reconciler.api.auth import Authenticator, Principal
 from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.events import EventStream
 from mcp_reconciler.api.frontdoor import FrontDoor
-from mcp_reconciler.api.views import owner_view, status_out
-from mcp_reconciler.reconciler.authority import DriftPolicy, GrantPolicy, Session, principal_id
+from mcp_reconciler.api.views import owner_view, quarantined_names, status_out
+from mcp_reconciler.reconciler.authority import GrantPolicy, Session, principal_id
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.errors import (
     GrantError,
@@ -34,7 +34,6 @@ from mcp_reconciler.reconciler.errors import (
     SessionLimitError,
 )
 from mcp_reconciler.reconciler.holds import HoldRegistry
-from mcp_reconciler.reconciler.model import EntryKind
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 from mcp_reconciler.reconciler.workqueue import ALL
 
@@ -127,26 +126,10 @@ class Control:
             if session.standing is not None and session.standing.sources is not None
             else None,
             declared=session.declared is not None,
-            quarantined=self.quarantined(session),
+            quarantined=quarantined_names(session, self.engine),
             last_active_at=session.last_active_at,
             **extra,
         )
-
-    def quarantined(self, session: Session) -> list[str]:
-        """Granted names whose definition in the current generation differs from the one seen at
-        grant time, when the drift policy refuses them (I10); bounded like ``names``."""
-        live = self.engine.current
-        if live is None or self.engine.sessions.drift_policy is not DriftPolicy.QUARANTINE:
-            return []
-        out: list[str] = []
-        for key, seen in session.grants.items():
-            kind, _, name = key.partition(":")
-            entry = live.generation.routes[EntryKind(kind)].get(name)
-            if seen and entry is not None and entry.digest != seen:
-                out.append(name)
-                if len(out) >= 1000:
-                    break
-        return sorted(out)
 
     async def status_model(self, principal: Principal | None = None) -> wire.StatusOut:
         """Status as ``principal`` may read it: operators everything, everyone else the

@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_reconciler.api import wire
+from mcp_reconciler.reconciler.authority import DriftPolicy, Session
+from mcp_reconciler.reconciler.engine import Engine
+from mcp_reconciler.reconciler.model import EntryKind
 from mcp_reconciler.reconciler.status import EngineStatus
 
 
@@ -95,3 +98,20 @@ def owner_view(out: wire.StatusOut) -> wire.StatusOut:
 def status_json(st: EngineStatus) -> dict[str, Any]:
     """``st`` as JSON-ready data (the ``/v1/status`` body)."""
     return wire.dump(status_out(st))
+
+
+def quarantined_names(session: Session, engine: Engine, limit: int = 1000) -> list[str]:
+    """``session``'s granted names whose definition in the current generation differs from the
+    one seen at grant time, when the drift policy refuses them (I10); sorted, at most ``limit``."""
+    live = engine.current
+    if live is None or engine.sessions.drift_policy is not DriftPolicy.QUARANTINE:
+        return []
+    out: list[str] = []
+    for key, seen in session.grants.items():
+        kind, _, name = key.partition(":")
+        entry = live.generation.routes[EntryKind(kind)].get(name)
+        if seen and entry is not None and entry.digest != seen:
+            out.append(name)
+            if len(out) >= limit:
+                break
+    return sorted(out)
