@@ -31,6 +31,7 @@ import anyio
 from mcp_reconciler.reconciler.authority import Authority, DriftPolicy, Session
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.desired import DesiredState, DesiredStateSource
+from mcp_reconciler.reconciler.errors import RevisionUnavailableError
 from mcp_reconciler.reconciler.events import EventLog, Published, SessionChanged, SourceChanged
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.health import SourceHealth
@@ -112,7 +113,10 @@ class Engine:
     def _on_published(self, new: Generation, previous: Generation | None) -> None:
         pins, deadline_at = 0, None
         if previous is not None:
-            live = self._runtime._by_revision.get(previous.revision)
+            try:
+                live: LiveGeneration | None = self._runtime.get(previous.revision)
+            except RevisionUnavailableError:
+                live = None  # closed at once: it held no pins
             if live is not None and live.state is LiveState.RETIRING:
                 pins = live.pins
                 if live.drain_deadline is not None:
