@@ -14,7 +14,8 @@ changes (sanitized reasons only) and the gateway-wide ``grants`` notice — plus
 sessions and holds; another principal's session and hold events are not sent to them.
 
 Bounds (an outsider must not grow memory or tasks):
-- at most ``max_clients`` streams at once; the next request answers 429 ``too_many_streams``;
+- at most ``max_clients`` streams at once, and ``max_per_principal`` for one principal (so one
+  owner cannot take every slot); the next request answers 429 ``too_many_streams``;
 - each stream has a buffer of ``buffer`` events, filled synchronously by the engine's event log
   and emptied by the stream's writer. When an event arrives and the buffer is full the follower
   is *dropped*: it stops receiving, gets ``dropped`` (with the id it last received, to resume
@@ -50,6 +51,7 @@ from mcp_reconciler.reconciler.events import EngineEvent
 log = logging.getLogger("mcp_reconciler.events")
 
 MAX_CLIENTS = 32
+MAX_PER_PRINCIPAL = 8  # so one principal (an owner's runaway script) cannot take every slot
 BUFFER = 256
 WRITE_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15.0
@@ -218,6 +220,7 @@ class EventStream:
         auth: Authenticator,
         *,
         max_clients: int = MAX_CLIENTS,
+        max_per_principal: int = MAX_PER_PRINCIPAL,
         buffer: int = BUFFER,
         write_timeout_s: float = WRITE_TIMEOUT_S,
         keepalive_s: float = KEEPALIVE_S,
@@ -225,6 +228,8 @@ class EventStream:
         self.engine = engine
         self.auth = auth
         self.max_clients = max_clients
+        self.max_per_principal = max_per_principal
+        self._per_principal: dict[str, int] = {}
         self.buffer = buffer
         self.write_timeout_s = write_timeout_s
         self.keepalive_s = keepalive_s
@@ -240,16 +245,28 @@ class EventStream:
             await _error(send, 401, "unauthenticated", "a valid bearer token is required (Authorization: Bearer …)")
             return
         last_id = _last_event_id(headers.get("last-event-id"))
-        if self.clients >= self.max_clients:
+        mine = self._per_principal.get(principal.id, 0)
+        if self.clients >= self.max_clients or mine >= self.max_per_principal:
             telemetry.event_stream_refused.add(1)
-            await _error(send, 429, "too_many_streams", f"at most {self.max_clients} event streams may be open")
+            limit = (
+                f"{self.max_clients} event streams"
+                if mine < self.max_per_principal
+                else (f"{self.max_per_principal} event streams per principal")
+            )
+            await _error(send, 429, "too_many_streams", f"at most {limit} may be open")
             return
         self.clients += 1
+        self._per_principal[principal.id] = mine + 1
         telemetry.event_stream_clients.add(1)
         try:
             await self._stream(principal, last_id, receive, send)
         finally:
             self.clients -= 1
+            left = self._per_principal[principal.id] - 1
+            if left:
+                self._per_principal[principal.id] = left
+            else:
+                del self._per_principal[principal.id]  # bounded by the streams open, not by who ever came
             telemetry.event_stream_clients.add(-1)
 
     async def _stream(self, principal: Principal, last_id: int | None, receive: Receive, send: Send) -> None:

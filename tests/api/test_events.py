@@ -206,6 +206,18 @@ async def test_concurrent_streams_are_bounded_at_n(tmp_path: Path) -> None:
             assert served.control.events.clients == 1
 
 
+async def test_streams_per_principal_are_bounded_at_n(tmp_path: Path) -> None:
+    async with served_gateway(write_config(tmp_path)) as served:
+        assert served.control is not None
+        served.control.events.max_per_principal = 2
+        async with follow(served, ALICE), follow(served, ALICE):
+            async with httpx2.AsyncClient(base_url=served.base_url, timeout=WAIT) as http:
+                r = await http.get("/v1/events", headers={"Authorization": f"Bearer {ALICE}"})
+                assert r.status_code == 429 and "per principal" in r.json()["error"]["message"]
+            async with follow(served, BOB), follow(served, OPERATOR_TOKEN):  # others still get theirs
+                assert served.control.events.clients == 4
+
+
 async def test_a_slow_follower_is_dropped_at_n_plus_one_and_resumes_without_loss(tmp_path: Path) -> None:
     async with served_gateway(write_config(tmp_path)) as served:
         assert served.control is not None
