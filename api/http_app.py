@@ -1,6 +1,7 @@
 """The HTTP surface: ``/mcp`` (streamable HTTP, both protocol eras), ``/healthz``, ``/readyz``.
 
-DNS-rebinding protection is on for ``/mcp`` and ``/v1`` alike (``api/host_check.py``): only
+DNS-rebinding protection is on for ``/mcp``, ``/v1`` and the console at ``/ui`` alike
+(``api/host_check.py``): only
 loopback Host/Origin values are accepted unless the operator lists more. ``/mcp`` needs a valid
 credential unless the config opens anonymous access (``api/mcp_auth.py``, I16); both checks run
 before the SDK sees the request. ``json_response`` stays off, or progress and new-era
