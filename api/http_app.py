@@ -1,11 +1,10 @@
 """The HTTP surface: ``/mcp`` (streamable HTTP, both protocol eras), ``/healthz``, ``/readyz``.
 
 DNS-rebinding protection is on for ``/mcp``, ``/v1`` and the console at ``/ui`` alike
-(``api/host_check.py``): only
-loopback Host/Origin values are accepted unless the operator lists more. ``/mcp`` needs a valid
-credential unless the config opens anonymous access (``api/mcp_auth.py``, I16); both checks run
-before the SDK sees the request. ``json_response`` stays off, or progress and new-era
-cancellation would be lost (SDK behaviour).
+(``api/host_check.py``): only loopback Host/Origin values are accepted unless the operator lists
+more. ``/mcp`` needs a valid credential unless the config opens anonymous access
+(``api/mcp_auth.py``, I16); both checks run before the SDK sees the request. ``json_response``
+stays off, or progress and new-era cancellation would be lost (SDK behaviour).
 
 ``/readyz`` means "can serve": 200 while a generation is published, naming degraded conditions
 (an invalid config edit while the last good config serves, a deferred publication) in
