@@ -13,7 +13,8 @@ the handlers by resource would scatter the one authentication and validation pat
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -24,8 +25,9 @@ from starlette.responses import JSONResponse, Response
 from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import PRINCIPAL_KEY, Authenticator, Principal
 from mcp_reconciler.api.errors import ApiError
+from mcp_reconciler.api.events import EventStream
 from mcp_reconciler.api.frontdoor import FrontDoor
-from mcp_reconciler.api.views import owner_view, status_out
+from mcp_reconciler.api.views import owner_view, quarantined_names, status_out
 from mcp_reconciler.reconciler.authority import GrantPolicy, Session, principal_id
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.errors import (
@@ -53,6 +55,10 @@ class Control:
     engine: Engine
     front: FrontDoor
     auth: Authenticator
+    events: EventStream = field(init=False)  # GET /v1/events (api/events.py); its bounds are attributes
+
+    def __post_init__(self) -> None:
+        self.events = EventStream(self.engine, self.auth)
 
     @property
     def holds(self) -> HoldRegistry:
@@ -130,6 +136,8 @@ class Control:
             if session.standing is not None and session.standing.sources is not None
             else None,
             declared=session.declared is not None,
+            quarantined=quarantined_names(session, self.engine),
+            last_active_at=session.last_active_at,
             **extra,
         )
 
@@ -230,13 +238,22 @@ class Control:
         return JSONResponse(wire.dump(out))
 
     async def get_generations(self, request: Request) -> Response:
-        """``GET /v1/generations``: every live revision (current first) with its pins and entry count."""
-        self.principal(request)
+        """``GET /v1/generations``: every live revision (current first) with its pins, entry count,
+        trigger, drain deadline and holds (an owner sees only its own holds)."""
+        principal = self.principal(request)
         engine = self.engine
         current = engine.current
         gens = []
+        holds = [
+            h for h in self.holds.list() if principal.role == "operator" or h.owner == principal.id
+        ]  # another owner's holds are not "found" (like DELETE /v1/holds/{id})
+        now, wall = anyio.current_time(), time.time()
         for live in engine.live():
             g = live.generation
+            deadline_at = None
+            if live is not current and live.drain_deadline is not None:
+                deadline = max(live.drain_deadline, live.hold_until + engine.bounds.drain_grace_s)
+                deadline_at = wall + (deadline - now)
             gens.append(
                 wire.GenerationOut(
                     revision=g.revision,
@@ -247,6 +264,15 @@ class Control:
                     pins=live.pins,
                     entries=g.catalog.entry_count,
                     stale_sources=list(g.catalog.stale_sources),
+                    trigger=wire.TriggerOut(reasons=list(g.trigger.reasons), keys=list(g.trigger.keys)),
+                    operations=live.operations,
+                    superseded_at=live.superseded_at,
+                    drain_deadline_at=deadline_at,
+                    holds=[
+                        wire.HoldRefOut(id=h.id, owner=h.owner, expires_at=h.expires_at)
+                        for h in holds
+                        if h.revision == g.revision
+                    ],
                 )
             )
         out = wire.GenerationsOut(

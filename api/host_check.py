@@ -1,4 +1,5 @@
-"""DNS-rebinding protection for every endpoint that acts: ``/mcp`` and the ``/v1`` control API.
+"""DNS-rebinding protection for every endpoint that acts: ``/mcp``, the ``/v1`` control API and
+the operator console at ``/ui`` (a page that drives ``/v1``).
 
 A browser page on another origin can reach a gateway on loopback through a DNS name it controls
 (DNS rebinding): the request then carries that name in ``Host`` and the page's origin in
@@ -53,7 +54,7 @@ class HostOriginCheck:
         *,
         allowed_hosts: Sequence[str],
         allowed_origins: Sequence[str],
-        prefixes: Sequence[str] = ("/mcp", "/v1"),
+        prefixes: Sequence[str] = ("/mcp", "/v1", "/ui"),
     ) -> None:
         self.app = app
         self.hosts = tuple(allowed_hosts)
@@ -88,7 +89,7 @@ class HostOriginCheck:
 
     @staticmethod
     async def _refuse(send: Send, scope: Scope, status: int, code: str, message: str) -> None:
-        if str(scope.get("path", "")).startswith("/v1"):
+        if str(scope.get("path", "")).startswith(("/v1", "/ui")):
             payload: object = {"error": {"code": code, "message": message}}
         else:
             payload = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}

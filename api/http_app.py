@@ -1,11 +1,12 @@
 """The HTTP surface: ``/mcp`` (streamable HTTP, both protocol eras), ``/healthz``, ``/readyz``.
 
-DNS-rebinding protection is on for ``/mcp`` and ``/v1`` alike (``api/host_check.py``): only
-loopback Host/Origin values are accepted unless the operator lists more. ``/mcp`` needs a valid
-credential unless the config opens anonymous access (``api/mcp_auth.py``, I16); both checks run
-before the SDK sees the request. With an ``oauth:`` section (``api/oauth/edge.py``) access tokens
-are accepted on ``/mcp`` beside the session tokens and on ``/v1`` beside the static tokens, and the
-RFC 9728 metadata is served at ``/.well-known/oauth-protected-resource[/mcp]``.
+DNS-rebinding protection is on for ``/mcp``, ``/v1`` and the console at ``/ui`` alike
+(``api/host_check.py``): only loopback Host/Origin values are accepted unless the operator lists
+more. ``/mcp`` needs a valid credential unless the config opens anonymous access
+(``api/mcp_auth.py``, I16); both checks run before the SDK sees the request. With an ``oauth:``
+section (``api/oauth/edge.py``) access tokens are accepted on ``/mcp`` beside the session tokens
+and on ``/v1`` beside the static tokens, and the RFC 9728 metadata is served at
+``/.well-known/oauth-protected-resource[/mcp]``.
 ``json_response`` stays off, or progress and new-era cancellation would be lost (SDK behaviour).
 
 ``/readyz`` means "can serve": 200 while a generation is published, naming degraded conditions

@@ -13,7 +13,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from mcp_reconciler.api import wire
-from mcp_reconciler.api.routes import ROUTES
+from mcp_reconciler.api.events import EVENT_MODELS
+from mcp_reconciler.api.routes import EVENTS_PATH, ROUTES
 from mcp_reconciler.api.version import __version__ as VERSION
 
 _ERRORS = {
@@ -34,9 +35,10 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
 
 
 def document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of the control API: every route of ``ROUTES`` plus ``/healthz`` and
-    ``/readyz``, with the wire models as component schemas. Deterministic for one code version."""
-    models: set[type[BaseModel]] = {wire.ErrorOut, wire.HealthOut, wire.ReadyOut}
+    """The OpenAPI 3.1 document of the control API: every route of ``ROUTES`` plus ``/healthz``,
+    ``/readyz`` and the event stream, with the wire models as component schemas. Deterministic for
+    one code version."""
+    models: set[type[BaseModel]] = {wire.ErrorOut, wire.HealthOut, wire.ReadyOut, *EVENT_MODELS.values()}
     for spec in ROUTES:
         if spec.request is not None:
             models.add(spec.request)
@@ -97,6 +99,7 @@ def document() -> dict[str, Any]:
         responses["default"] = {"description": _DEFAULT_ERROR, "content": _json(_ref(wire.ErrorOut))}
         op["responses"] = responses
         paths.setdefault(spec.path, {})[spec.method.lower()] = op
+    paths[EVENTS_PATH] = {"get": _events_operation()}
     return {
         "openapi": "3.1.0",
         "info": {"title": "mcp-reconciler control API", "version": VERSION},
@@ -105,6 +108,50 @@ def document() -> dict[str, Any]:
         "components": {
             "schemas": schemas.get("$defs", {}),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _events_operation() -> dict[str, Any]:
+    """``GET /v1/events``: a server-sent event stream (``api/events.py``), so its 200 answer is
+    ``text/event-stream`` whose messages' ``data`` lines are the event models by ``event`` name."""
+    kinds = ", ".join(f"`{name}` ({model.__name__})" for name, model in EVENT_MODELS.items())
+    return {
+        "summary": "Follow engine events: a server-sent event stream (publish, retire, source, session, hold)",
+        "operationId": "get_events",
+        "description": (
+            "Each SSE message has `event: <type>`, one `data:` line of JSON and, for engine events, an "
+            f"`id:` (strictly increasing). Types and their data: {kinds}. `hello` opens every stream; "
+            "`reset` answers a `Last-Event-ID` older than the kept events (re-read state); `dropped` ends the "
+            "stream of a follower whose buffer overflowed (resume with `Last-Event-ID`). Operators see every "
+            "event; owners see gateway-wide events and their own sessions' and holds'. Bounded: concurrent "
+            "streams (429 `too_many_streams`), a per-stream buffer, a write timeout."
+        ),
+        "parameters": [
+            {
+                "name": "Last-Event-ID",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "integer"},
+                "description": "resume after this event id (kept events are replayed first)",
+            }
+        ],
+        "responses": {
+            "200": {
+                "description": "the event stream",
+                "content": {
+                    "text/event-stream": {
+                        "schema": {
+                            "type": "string",
+                            "description": "SSE messages; each `data` line is one of the event models",
+                        },
+                        "x-event-schemas": {name: _ref(model) for name, model in EVENT_MODELS.items()},
+                    }
+                },
+            },
+            "401": {"description": "unauthenticated", "content": _json(_ref(wire.ErrorOut))},
+            "429": {"description": "too many event streams open", "content": _json(_ref(wire.ErrorOut))},
+            "default": {"description": _DEFAULT_ERROR, "content": _json(_ref(wire.ErrorOut))},
         },
     }
 

@@ -17,15 +17,17 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from mcp_reconciler.api import wire
 from mcp_reconciler.api.control import Control
 from mcp_reconciler.api.errors import ApiError
+from mcp_reconciler.api.ui import ui_routes
 from mcp_reconciler.reconciler.errors import ReconcilerError
 
 log = logging.getLogger("mcp_reconciler.control")
 
+EVENTS_PATH = "/v1/events"
 MAX_MESSAGE_CHARS = 512  # error messages may quote the request (names, field paths): bounded (I12)
 
 
@@ -128,17 +130,21 @@ ROUTES: tuple[RouteSpec, ...] = (
 )
 
 
-def routes(control: Control) -> list[Route]:
+def routes(control: Control) -> list[BaseRoute]:
     """Starlette routes for every entry of :data:`ROUTES` on ``control``, then a catch-all that
     answers unknown ``/v1`` paths and methods with a JSON error."""
     out: list[Route] = []
     for spec in ROUTES:
         handler: Callable[[Request], Awaitable[Response]] = getattr(control, spec.handler)
         out.append(Route(spec.path, endpoint=_wrap(handler), methods=[spec.method]))
+    # The event stream is an ASGI endpoint of its own (api/events.py: bounded, streaming); the
+    # OpenAPI document describes it beside the table (api/openapi.py).
+    out.append(Route(EVENTS_PATH, endpoint=control.events, methods=["GET"]))
     # Last: anything else under /v1 answers a JSON error too (never Starlette's plain-text 404/405,
     # nor a slash redirect that would turn "DELETE /v1/sessions/" into a request on the collection).
     out.append(Route("/v1/{rest:path}", endpoint=_unmatched(list(out)), methods=_ANY_METHOD))
-    return out
+    # The operator console (api/ui/): a static page over this API, served beside it.
+    return [*out, *ui_routes()]
 
 
 _ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]

@@ -351,6 +351,7 @@ async def _serve_until_stopped(
                         console.say(describe(demo))
                     console.say(f"  MCP endpoint: {served.url}   (both protocol eras)")
                     console.say(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz")
+                    console.say(f"  operator console: {served.base_url}/ui/   (log in with an operator token)")
                     if insecure_no_auth:
                         console.say("  WARNING: --insecure-no-auth: the control API accepts every request as operator")
                     grants = anonymous_grants(settings)

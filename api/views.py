@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_reconciler.api import wire
+from mcp_reconciler.reconciler.authority import DriftPolicy, Session
+from mcp_reconciler.reconciler.engine import Engine
+from mcp_reconciler.reconciler.model import EntryKind
 from mcp_reconciler.reconciler.status import EngineStatus
 
 
@@ -72,22 +75,43 @@ def status_out(st: EngineStatus) -> wire.StatusOut:
         holds=st.holds,
         sessions=st.sessions,
         conditions=[wire.ConditionOut(type=c.type, reason=c.reason, message=c.message) for c in st.conditions],
+        inputs=[
+            wire.InputOut(path=i.path, source=i.source, exists=i.exists, modified_at=i.modified_at) for i in st.inputs
+        ],
     )
 
 
 def owner_view(out: wire.StatusOut) -> wire.StatusOut:
     """What a principal that is not an operator may read of status (I12): everything but the
     operator's own inputs. ``config_error`` (file paths, line numbers) is withheld — the typed
-    ``config_invalid`` condition says the config is invalid — and ``warnings`` (which name
-    watched files and the config path) become one sentence with their count."""
+    ``config_invalid`` condition says the config is invalid — ``warnings`` (which name
+    watched files and the config path) become one sentence with their count, and the tracked
+    ``inputs`` (file paths) are withheld."""
     warnings = (
         [f"{len(out.warnings)} warning(s) about the gateway's inputs; an operator can read them in status"]
         if out.warnings
         else []
     )
-    return out.model_copy(update={"config_error": None, "warnings": warnings})
+    return out.model_copy(update={"config_error": None, "warnings": warnings, "inputs": []})
 
 
 def status_json(st: EngineStatus) -> dict[str, Any]:
     """``st`` as JSON-ready data (the ``/v1/status`` body)."""
     return wire.dump(status_out(st))
+
+
+def quarantined_names(session: Session, engine: Engine, limit: int = 1000) -> list[str]:
+    """``session``'s granted names whose definition in the current generation differs from the
+    one seen at grant time, when the drift policy refuses them (I10); sorted, at most ``limit``."""
+    live = engine.current
+    if live is None or engine.sessions.drift_policy is not DriftPolicy.QUARANTINE:
+        return []
+    out: list[str] = []
+    for key, seen in session.grants.items():
+        kind, _, name = key.partition(":")
+        entry = live.generation.routes[EntryKind(kind)].get(name)
+        if seen and entry is not None and entry.digest != seen:
+            out.append(name)
+            if len(out) >= limit:
+                break
+    return sorted(out)

@@ -92,6 +92,15 @@ class ClusterOut(_Model):
     last_error: str | None = None
 
 
+class InputOut(_Model):
+    """A tracked input file as of the newest load, and when it last changed (operators only)."""
+
+    path: str
+    source: str | None = Field(description="the source whose watch globs match it; null: a config file")
+    exists: bool
+    modified_at: float | None = Field(description="mtime as of the newest load (wall clock)")
+
+
 class StatusOut(_Model):
     """One consistent reading of the gateway (``GET /v1/status``). ``state``: ``starting`` before the
     first publication, ``error`` while the newest config is invalid (the last good one serves),
@@ -128,6 +137,9 @@ class StatusOut(_Model):
         description="why the gateway is degraded or in error while it serves (typed; e.g. publication deferred)",
     )
     cluster: ClusterOut | None = Field(default=None, description="many replicas: this replica's view (ADR 0020)")
+    inputs: list[InputOut] = Field(
+        default_factory=list, description="tracked files as of the newest load (operators only; at most 200)"
+    )
 
 
 class RefreshIn(_Model):
@@ -163,6 +175,24 @@ class RefreshAccepted(_Model):
     revision: int | None
 
 
+class TriggerOut(_Model):
+    """Why a revision's catalog was built: the trigger reasons and the keys they marked dirty."""
+
+    reasons: list[str] = Field(
+        description="why its keys were marked dirty: startup | config | watched_file | list_changed | reconnect | "
+        "refresh | poll | retry"
+    )
+    keys: list[str] = Field(description="what was marked: source names, config, all")
+
+
+class HoldRefOut(_Model):
+    """A revision hold keeping a generation live: its id, owner principal and expiry."""
+
+    id: str
+    owner: str
+    expires_at: float
+
+
 class GenerationOut(_Model):
     """One live revision and the pins that keep it open."""
 
@@ -174,6 +204,13 @@ class GenerationOut(_Model):
     pins: int
     entries: int
     stale_sources: list[str]
+    trigger: TriggerOut | None = Field(default=None, description="why this revision's catalog was built")
+    operations: int = 0
+    superseded_at: float | None = None
+    drain_deadline_at: float | None = Field(
+        default=None, description="retiring: closed at the latest then (wall clock; holds extend it)"
+    )
+    holds: list[HoldRefOut] = Field(default_factory=list, description="holds on it (owners: only their own)")
 
 
 class GenerationsOut(_Model):
@@ -235,6 +272,11 @@ class SessionOut(_Model):
     grant_policy: Literal["current", "none", "explicit", "follow"] = "current"
     sources: list[str] | None = Field(default=None, description="follow: the sources it follows (null: all)")
     declared: bool = Field(default=False, description="declared in the config (change it there)")
+    quarantined: list[str] = Field(
+        default_factory=list,
+        description="granted names whose definition changed since the grant, refused under drift_policy quarantine",
+    )
+    last_active_at: float | None = Field(default=None, description="newest call or read by the session")
 
 
 class SessionCreated(SessionOut):

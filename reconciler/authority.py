@@ -155,6 +155,8 @@ class Session:
         if self.token and not self.token_hash:
             self.token_hash = _token_hash(self.token)
 
+    last_active_at: float | None = None  # wall clock of the newest name resolved for it (console)
+
     def granted(self, kind: EntryKind, name: str) -> bool:
         """Whether ``name`` of ``kind`` is granted, whether or not the catalog has it now (O(1))."""
         return grant_key(kind, name) in self.grants
@@ -229,6 +231,7 @@ class Authority:
         #: call of a shared session, so a call can never pass in the moment between the bound
         #: running out (readiness already false) and the sync's monitor setting ``unconfirmed``.
         self.store_confirmed: Callable[[], bool] | None = None
+        self._session_listeners: list[Callable[[str, Session], None]] = []
 
     # -- listeners ---------------------------------------------------------------------------
 
@@ -282,6 +285,20 @@ class Authority:
                 callback(session.id, removed)
             except Exception:
                 log.exception("authority shared-change listener failed")
+
+    def on_session(self, callback: Callable[[str, Session], None]) -> Callable[[], None]:
+        """Call ``callback(change, session)`` (``created`` | ``removed``) synchronously for every
+        session but transport-owned ones (one per downstream connection: churn, not news);
+        returns a remover."""
+        self._session_listeners.append(callback)
+        return lambda: self._session_listeners.remove(callback) if callback in self._session_listeners else None
+
+    def _tell_session(self, change: str, session: Session) -> None:
+        for callback in list(self._session_listeners):
+            try:
+                callback(change, session)
+            except Exception:
+                log.exception("authority session listener failed")
 
     def _notify_changed(self) -> None:
         for callback in list(self._changed_listeners):
@@ -338,6 +355,8 @@ class Authority:
             self._transport_owned.add(sid)
         self._by_token_hash[session.token_hash] = session
         self.mark_shared(session)
+        if not transport_owned:
+            self._tell_session("created", session)
         return session
 
     def _apply_policy(
@@ -399,6 +418,7 @@ class Authority:
         listeners. Removing an unknown id does nothing and returns ``None``. ``announce=False``:
         the removal came from the cluster store (not reported back to it)."""
         session = self._sessions.pop(session_id, None)
+        transport_owned = session_id in self._transport_owned
         self._transport_owned.discard(session_id)
         if session is None:
             return None
@@ -413,6 +433,8 @@ class Authority:
                 callback(session_id)
             except Exception:
                 log.exception("authority removal listener failed")
+        if not transport_owned:
+            self._tell_session("removed", session)
         return session
 
     def sessions(self) -> list[Session]:
@@ -672,6 +694,7 @@ class Authority:
         if session.shared and (self.unconfirmed or (self.store_confirmed is not None and not self.store_confirmed())):
             raise ClusterUnavailableError()
         key = grant_key(kind, name)
+        session.last_active_at = time.time()
         granted = session.grants.get(key)
         entry = generation.routes[kind].get(name)
         if granted is None:

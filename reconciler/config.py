@@ -494,6 +494,8 @@ class SessionConfig(_Frozen):
         if self.sources and self.grant_policy != "follow":
             raise PydanticCustomError("sources_need_follow", "sources scope the follow policy only")
         return self
+
+
 class BudgetsConfig(_Frozen):
     """Length budgets (code points) for an untrusted source's text, per field kind."""
 
@@ -578,6 +580,7 @@ class GatewaySettings(_Frozen):
     @classmethod
     def _null_metadata(cls, value: Any) -> Any:
         return {} if value is None else value
+
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     #: On SIGTERM/SIGINT, operations in flight get this long to finish before they are ended
     #: with a retryable "shutting down" error.
@@ -611,9 +614,7 @@ class ClusterConfig(_Frozen):
     @classmethod
     def _known_store(cls, value: str) -> str:
         if value != "memory" and "${" not in value and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
-            raise PydanticCustomError(
-                "cluster_store", "store must be memory or a redis://, rediss:// or unix:// URL"
-            )
+            raise PydanticCustomError("cluster_store", "store must be memory or a redis://, rediss:// or unix:// URL")
         return value
 
 

@@ -34,7 +34,7 @@ import anyio
 import anyio.to_thread
 
 from mcp_reconciler.reconciler.config import ConfigError, GatewaySettings, LoadedConfig, load_config
-from mcp_reconciler.reconciler.desired import DesiredState
+from mcp_reconciler.reconciler.desired import DesiredState, TrackedInput
 from mcp_reconciler.reconciler.errors import CycleFailedError
 from mcp_reconciler.reconciler.freshness import (
     CONFIG_KEY,
@@ -62,6 +62,22 @@ class _Outcome:
     tracker: Tracker
     loaded: LoadedConfig | None
     error: ConfigError | None
+
+
+#: At most this many tracked files are listed in status (the count, ``tracked_files``, is exact).
+MAX_LISTED_INPUTS = 200
+
+
+def tracked_inputs(tracker: Tracker) -> tuple[TrackedInput, ...]:
+    """``tracker``'s files as of its sweep: config files first, then each source's watched files
+    (at most :data:`MAX_LISTED_INPUTS`)."""
+    out = [
+        TrackedInput(f.path, None, f.exists, f.mtime_ns / 1e9 if f.exists else None)
+        for f in tracker.config_fingerprint.files
+    ]
+    for name, fp in tracker.source_fingerprints.items():
+        out.extend(TrackedInput(f.path, name, f.exists, f.mtime_ns / 1e9 if f.exists else None) for f in fp.files)
+    return tuple(out[:MAX_LISTED_INPUTS])
 
 
 class ConfigDesiredState:
@@ -140,6 +156,7 @@ class ConfigDesiredState:
                     inputs_digest=tracker.per_source_digest(),
                     config_error=None,
                     sessions=outcome.loaded.sessions,
+                    inputs=tracked_inputs(tracker),
                 )
             assert outcome.error is not None
             rendered = str(outcome.error)
@@ -164,6 +181,7 @@ class ConfigDesiredState:
                 inputs_digest=tracker.per_source_digest(),
                 config_error=rendered,
                 sessions=self._good.sessions,
+                inputs=tracked_inputs(tracker),
             )
 
     async def poll(self) -> set[str]:

@@ -10,6 +10,17 @@ from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 
 
 @dataclass(frozen=True, slots=True)
+class TrackedInput:
+    """A tracked input file as of the newest load: the ``source`` whose ``watch`` it matches
+    (``None``: a config file or drop-in), whether it existed, and its mtime (wall clock)."""
+
+    path: str
+    source: str | None
+    exists: bool
+    modified_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class DesiredState:
     """One consistent reading of the configuration.
 
@@ -17,7 +28,8 @@ class DesiredState:
     inputs: when it changes, the source is re-read on a new connection (respawned).
     ``config_error`` is set when the newest config on disk is invalid and ``specs`` are the
     last good ones (I11: reported, never silently served as current). ``sessions`` are the
-    sessions the config declares (from the same good config as ``specs``)."""
+    sessions the config declares (from the same good config as ``specs``). ``inputs`` lists
+    tracked files (config first, then per source; bounded by the loader) for status."""
 
     specs: tuple[SourceSpec, ...]
     reload_mode: str = "manual"
@@ -26,6 +38,7 @@ class DesiredState:
     inputs_digest: dict[str, str] = field(default_factory=dict)
     config_error: str | None = None
     sessions: tuple[SessionSpec, ...] = ()
+    inputs: tuple[TrackedInput, ...] = ()
 
     def spec(self, name: str) -> SourceSpec | None:
         """The spec of source ``name``, or None if this state has no such source (O(sources))."""

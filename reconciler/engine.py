@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -33,20 +34,23 @@ from types import TracebackType
 
 import anyio
 
-from mcp_reconciler.reconciler.authority import Authority, DriftPolicy
+from mcp_reconciler.reconciler.authority import Authority, DriftPolicy, Session
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.cluster import ClusterOptions
 from mcp_reconciler.reconciler.cluster.sync import ClusterStatus, ClusterSync, RefreshAll
 from mcp_reconciler.reconciler.desired import DesiredState, DesiredStateSource
 from mcp_reconciler.reconciler.errors import RevisionNotHereError, RevisionUnavailableError
+from mcp_reconciler.reconciler.events import EventLog, Published, SessionChanged, SourceChanged
+from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.health import SourceHealth
 from mcp_reconciler.reconciler.holds import HoldInfo, HoldRegistry
 from mcp_reconciler.reconciler.peer import PeerSwitch, UpstreamPeer
 from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler, new_trigger_queue
-from mcp_reconciler.reconciler.runtime import Listener, LiveGeneration
+from mcp_reconciler.reconciler.runtime import Listener, LiveGeneration, LiveState
 from mcp_reconciler.reconciler.status import EngineStatus, ReconnectSchedule, build_status
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.upstream import TargetFactory, UpstreamReader, default_targets
-from mcp_reconciler.reconciler.workqueue import ALL, Ticket
+from mcp_reconciler.reconciler.workqueue import ALL, CONFIG, Ticket
 
 log = logging.getLogger("mcp_reconciler.engine")
 
@@ -116,6 +120,56 @@ class Engine:
         # changes sessions publishes nothing).
         self._runtime.add_listener(self._sessions.follow)
         reconciler.add_desired_listener(self._declare_sessions)
+        # Engine events (reconciler/events.py): every hook is synchronous, so ids follow the
+        # order the engine did things in. Registered after ``follow``: a publish event is
+        # emitted once standing grants are applied.
+        self._events = EventLog()
+        self._runtime.add_listener(self._on_published)
+        self._runtime.add_retire_listener(self._events.emit)
+        reconciler.health.add_listener(self._on_source)
+        self._sessions.on_session(self._on_session)
+        self._sessions.on_changed(lambda: self._events.emit(SessionChanged("grants")))
+        self._holds.add_listener(self._events.emit)
+
+    def _on_published(self, new: Generation, previous: Generation | None) -> None:
+        pins, deadline_at = 0, None
+        if previous is not None:
+            try:
+                live: LiveGeneration | None = self._runtime.get(previous.revision)
+            except RevisionUnavailableError:
+                live = None  # closed at once: it held no pins
+            if live is not None and live.state is LiveState.RETIRING:
+                pins = live.pins
+                if live.drain_deadline is not None:
+                    deadline = max(live.drain_deadline, live.hold_until + self.bounds.drain_grace_s)
+                    deadline_at = time.time() + (deadline - anyio.current_time())
+        self._events.emit(
+            Published(
+                revision=new.revision,
+                digest=new.digest,
+                built_at=new.built_at,
+                published_at=new.published_at,
+                entries=new.catalog.entry_count,
+                trigger=new.trigger,
+                previous=previous.revision if previous is not None else None,
+                previous_pins=pins,
+                previous_drain_deadline_at=deadline_at,
+            )
+        )
+
+    def _on_source(self, new: SourceHealth, previous: SourceHealth | None) -> None:
+        self._events.emit(
+            SourceChanged(
+                source=new.source,
+                state=new.status,
+                previous_state=previous.status if previous is not None else None,
+                last_error=new.last_error,
+                consecutive_failures=new.consecutive_failures,
+            )
+        )
+
+    def _on_session(self, change: str, session: Session) -> None:
+        self._events.emit(SessionChanged(change, session.id, session.owner))  # type: ignore[arg-type]
 
     def _declare_sessions(self, desired: DesiredState) -> None:
         live = self._runtime.current
@@ -139,6 +193,7 @@ class Engine:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._events.close()
         await self._exit.__aexit__(exc_type, exc, tb)
 
     # -- reading -----------------------------------------------------------------------------
@@ -201,6 +256,12 @@ class Engine:
         return frozenset(s.name for s in desired.specs) if desired is not None else frozenset()
 
     @property
+    def events(self) -> EventLog:
+        """Engine events — publish, retire, source, session, hold — numbered and ordered
+        (``reconciler/events.py``); subscribers are called synchronously and must not block."""
+        return self._events
+
+    @property
     def sessions(self) -> Authority:
         """Downstream sessions and their grants (I9, I10)."""
         return self._sessions
@@ -238,9 +299,7 @@ class Engine:
         if self._cluster is not None:
             await self._cluster.commit(session_id)
 
-    async def create_hold(
-        self, revision: int, ttl_s: float, *, owner: str, per_owner_limit: bool = False
-    ) -> HoldInfo:
+    async def create_hold(self, revision: int, ttl_s: float, *, owner: str, per_owner_limit: bool = False) -> HoldInfo:
         """Hold ``revision`` (cluster-wide when clustered); errors as :meth:`HoldRegistry.create`."""
         if self._cluster is not None:
             return await self._cluster.create_hold(revision, ttl_s, owner=owner, per_owner_limit=per_owner_limit)
@@ -311,7 +370,7 @@ class Engine:
             return frozenset()
         keys = frozenset(await self._inputs())
         for key in keys:
-            self._trigger(key)
+            self._trigger(key, "config" if key == CONFIG else "watched_file")
         return keys
 
     async def submit(self, keys: Iterable[str] = (ALL,)) -> Ticket[CycleOutcome]:
@@ -348,6 +407,7 @@ class Engine:
         """Close the engine now (idempotent, concurrent-safe): no new cycles; running operations
         end with a retryable error; every connection closes exactly once (I14). The owner's
         ``async with`` exit still reaps the tasks."""
+        self._events.close()  # followers end their streams first: HTTP may then stop at once
         await self._rec.aclose()
 
     # -- background --------------------------------------------------------------------------
@@ -377,7 +437,7 @@ class Engine:
                 if nxt is None:
                     due[spec.name] = now + spec.poll_seconds * (0.8 + 0.4 * random.random())
                 elif now >= nxt:
-                    self._trigger(spec.name)
+                    self._trigger(spec.name, "poll")
                     due[spec.name] = now + spec.poll_seconds * (0.8 + 0.4 * random.random())
 
 

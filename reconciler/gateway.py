@@ -95,7 +95,9 @@ class Gateway:
             )
             self._engine = await stack.enter_async_context(engine)
             # The first cycle, without an input check first (the config was loaded just now).
-            await self._rec.refresh([ALL], timeout_s=self._initial_timeout_s or bounds.cycle_timeout_s + 5)
+            await self._rec.refresh(
+                [ALL], timeout_s=self._initial_timeout_s or bounds.cycle_timeout_s + 5, reason="startup"
+            )
             self._exit = stack.pop_all()
         return self
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mcp_reconciler.reconciler.catalog import Catalog
+from mcp_reconciler.reconciler.events import Trigger
 from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceState
 
 
@@ -13,11 +14,13 @@ from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind,
 class Generation:
     """Immutable once constructed (I1): readers share it without locks.
 
-    ``revision`` is assigned at publication and strictly increases (I3)."""
+    ``revision`` is assigned at publication and strictly increases (I3). ``trigger`` says why
+    its catalog was built (provenance only: not part of the digest)."""
 
     revision: int
     catalog: Catalog
     published_at: float
+    trigger: Trigger = field(default_factory=Trigger)
 
     @property
     def digest(self) -> str:

@@ -3,7 +3,11 @@ present, while generations describe what was published."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+
+log = logging.getLogger("mcp_reconciler.health")
 
 #: The cause recorded when a ready source's connection ended and its reconnect is held back.
 CONNECTION_LOST = "upstream connection lost; reconnect pending"
@@ -27,6 +31,24 @@ class HealthBoard:
 
     def __init__(self) -> None:
         self._by_source: dict[str, SourceHealth] = {}
+        self._listeners: list[Callable[[SourceHealth, SourceHealth | None], None]] = []
+
+    def add_listener(self, listener: Callable[[SourceHealth, SourceHealth | None], None]) -> Callable[[], None]:
+        """Call ``listener(new, previous)`` synchronously when a source's status or last error
+        changes (not on every read: a ready source read again is no news); returns a remover."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def _set(self, new: SourceHealth) -> None:
+        previous = self._by_source.get(new.source)
+        self._by_source[new.source] = new
+        if previous is not None and (previous.status, previous.last_error) == (new.status, new.last_error):
+            return
+        for listener in list(self._listeners):
+            try:
+                listener(new, previous)
+            except Exception:
+                log.exception("source health listener failed")
 
     def get(self, source: str) -> SourceHealth:
         """The source's latest health; a fresh ``connecting`` record if nothing was recorded for it."""
@@ -34,14 +56,16 @@ class HealthBoard:
 
     def ok(self, source: str, at: float, *, entries: int) -> None:
         """The source listed completely: ready, and the error it had is resolved (cleared)."""
-        self._by_source[source] = replace(
-            self.get(source),
-            status="ready",
-            last_ok_at=at,
-            last_error=None,
-            last_error_at=None,
-            consecutive_failures=0,
-            entries=entries,
+        self._set(
+            replace(
+                self.get(source),
+                status="ready",
+                last_ok_at=at,
+                last_error=None,
+                last_error_at=None,
+                consecutive_failures=0,
+                entries=entries,
+            )
         )
 
     def throttled(self, source: str, at: float) -> None:
@@ -52,22 +76,26 @@ class HealthBoard:
         cause."""
         h = self.get(source)
         if h.status in ("ready", "connecting"):
-            self._by_source[source] = replace(
-                h,
-                status="stale" if h.last_ok_at is not None else "failed",
-                last_error=h.last_error or CONNECTION_LOST,
-                last_error_at=h.last_error_at if h.last_error else at,
+            self._set(
+                replace(
+                    h,
+                    status="stale" if h.last_ok_at is not None else "failed",
+                    last_error=h.last_error or CONNECTION_LOST,
+                    last_error_at=h.last_error_at if h.last_error else at,
+                )
             )
 
     def failed(self, source: str, at: float, reason: str) -> None:
         """A read failed for ``reason`` (sanitized): the source's new last error."""
         h = self.get(source)
-        self._by_source[source] = replace(
-            h,
-            status="stale" if h.last_ok_at is not None else "failed",
-            last_error=reason,
-            last_error_at=at,
-            consecutive_failures=h.consecutive_failures + 1,
+        self._set(
+            replace(
+                h,
+                status="stale" if h.last_ok_at is not None else "failed",
+                last_error=reason,
+                last_error_at=at,
+                consecutive_failures=h.consecutive_failures + 1,
+            )
         )
 
     def snapshot(self) -> dict[str, SourceHealth]:

@@ -17,16 +17,21 @@ deadline — can fill. Any number of holds may share a revision already held."""
 from __future__ import annotations
 
 import itertools
+import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
 
 from mcp_reconciler.reconciler.errors import HoldError, HoldLimitError, HoldSlotsError
+from mcp_reconciler.reconciler.events import HoldChanged
 from mcp_reconciler.reconciler.pins import Pin
 from mcp_reconciler.reconciler.runtime import Runtime
+
+log = logging.getLogger("mcp_reconciler.holds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +108,21 @@ class HoldRegistry:
         self.max_per_owner = max_per_owner if max_per_owner is not None else b.holds_per_owner
         self._holds: dict[str, _Hold] = {}
         self._wake = anyio.Event()
+        self._listeners: list[Callable[[HoldChanged], None]] = []
+
+    def add_listener(self, listener: Callable[[HoldChanged], None]) -> Callable[[], None]:
+        """Call ``listener(change)`` synchronously when a hold is added, released or expires
+        (not for the holds teardown releases); returns a remover. A listener that raises is logged."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def _tell(self, change: str, info: HoldInfo) -> None:
+        event = HoldChanged(change, info.id, info.revision, info.owner, info.expires_at)  # type: ignore[arg-type]
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("hold listener failed")
 
     @property
     def max_held_revisions(self) -> int:
@@ -152,6 +172,7 @@ class HoldRegistry:
         self._holds[info.id] = _Hold(info, pin, now + ttl_s)
         live.hold_until = max(live.hold_until, now + ttl_s)
         self._wake.set()
+        self._tell("added", info)
         return info
 
     def adopt(self, record: HoldRecordLike) -> HoldInfo:
@@ -172,13 +193,16 @@ class HoldRegistry:
         self._holds[info.id] = _Hold(info, pin, deadline)
         live.hold_until = max(live.hold_until, deadline)
         self._wake.set()
+        self._tell("added", info)
         return info
 
-    def release(self, hold_id: str) -> HoldInfo | None:
+    def release(self, hold_id: str, *, _why: str = "released") -> HoldInfo | None:
         """Release ``hold_id``'s pin and forget it; its info, or None if no such hold exists (idempotent)."""
         hold = self._holds.pop(hold_id, None)
         if hold is None:
             return None
+        if _why:  # before the pin goes: a retirement it causes is the later event
+            self._tell(_why, hold.info)
         hold.pin.release()
         return hold.info
 
@@ -194,7 +218,7 @@ class HoldRegistry:
     def release_all(self) -> None:
         """Release every hold (teardown); afterwards the registry is empty."""
         for hold_id in list(self._holds):
-            self.release(hold_id)
+            self.release(hold_id, _why="")
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Expire holds at their deadlines. Run in the owner's task group."""
@@ -204,7 +228,7 @@ class HoldRegistry:
                 now = anyio.current_time()
                 for hold_id, hold in list(self._holds.items()):
                     if hold.deadline <= now:
-                        self.release(hold_id)
+                        self.release(hold_id, _why="expired")
                 nxt = min((h.deadline for h in self._holds.values()), default=float("inf"))
                 with anyio.move_on_after(max(0.0, nxt - anyio.current_time())):
                     await self._wake.wait()

@@ -32,6 +32,7 @@ from mcp_reconciler.reconciler.errors import (
     ReconnectThrottledError,
     SourceReadError,
 )
+from mcp_reconciler.reconciler.events import Trigger
 from mcp_reconciler.reconciler.health import HealthBoard
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState, SourceStatus
 from mcp_reconciler.reconciler.reader import SourceReader
@@ -130,7 +131,7 @@ class Reconciler:
             tg = await stack.enter_async_context(background_tasks())
             stack.push_async_callback(self._shielded_aclose)
             tg.start_soon(self._loop)
-            self.queue.add(ALL)
+            self.queue.add(ALL, "startup")
             self._exit = stack.pop_all()
         return self
 
@@ -176,13 +177,16 @@ class Reconciler:
         """Mark a key dirty: a source name, ``"config"`` or ``"all"``. Never blocks."""
         self.queue.add(key)
 
-    async def refresh(self, keys: Iterable[str] = (ALL,), *, timeout_s: float | None = None) -> CycleOutcome:
+    async def refresh(
+        self, keys: Iterable[str] = (ALL,), *, timeout_s: float | None = None, reason: str = "refresh"
+    ) -> CycleOutcome:
         """Reconcile ``keys`` and return the outcome of a cycle that started after this call (I7).
+        ``reason`` is recorded as the trigger (``events.TriggerReason``).
 
         Raises TimeoutError if no such cycle finished in ``timeout_s``; giving up cancels nothing."""
         if self._closing:
             raise ReconcilerClosedError()
-        ticket = self.queue.request(keys)
+        ticket = self.queue.request(keys, reason)
         if timeout_s is None:
             return await ticket.wait()
         with anyio.fail_after(timeout_s):
@@ -253,6 +257,7 @@ class Reconciler:
             raise CycleFailedError("the configuration declares a source name twice")
         base = self._base_states()
         to_read = [s for s in desired.specs if self._needs_read(s, base.get(s.name), desired, batch.keys)]
+        trigger = self._trigger(batch, to_read, base, desired)
         with telemetry.tracer.start_as_current_span("reconciler.build", attributes={"build.reads": len(to_read)}):
             fresh = await self._read_all(to_read, base, desired, completed)
             states: list[SourceState] = []
@@ -279,7 +284,7 @@ class Reconciler:
                 # Many replicas: the cluster's ledger numbers content, so revision N is the same
                 # catalog on every replica (I3 cluster-wide). None: unreachable, number locally.
                 revision = await self._ledger(catalog, self.runtime.last_assigned_revision)
-            result = self.runtime.publish(catalog, revision=revision)
+            result = self.runtime.publish(catalog, revision=revision, trigger=trigger)
         for listener in list(self._desired_listeners):
             try:
                 listener(desired)
@@ -305,6 +310,29 @@ class Reconciler:
         if catalog is None and self.runtime.current is not None:
             catalog = self.runtime.current.generation.catalog
         return {s.source: s for s in catalog.sources} if catalog is not None else {}
+
+    @staticmethod
+    def _trigger(
+        batch: Batch, to_read: Sequence[SourceSpec], base: dict[str, SourceState], desired: DesiredState
+    ) -> Trigger:
+        """Why this cycle's candidate was built: the batch's reasons and keys, plus every source
+        read although its key was not marked because its spec or watched inputs changed on disk
+        before the watcher's sweep marked it (a cycle loads the desired state afresh). A source
+        re-read only because it is not ready is not a reason: it rides along on every cycle."""
+        reasons, keys = set(batch.reasons), set(batch.keys)
+        if ALL not in batch.keys:
+            for spec in to_read:
+                if spec.name in batch.keys:
+                    continue
+                prev = base.get(spec.name)
+                if prev is None or prev.spec_digest != spec.digest:
+                    reasons.add("config")
+                elif prev.inputs_digest != desired.inputs_digest.get(spec.name, ""):
+                    reasons.add("watched_file")
+                else:
+                    continue
+                keys.add(spec.name)
+        return Trigger(tuple(sorted(reasons)), tuple(sorted(keys)))
 
     @staticmethod
     def _needs_read(spec: SourceSpec, prev: SourceState | None, desired: DesiredState, keys: frozenset[str]) -> bool:

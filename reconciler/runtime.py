@@ -30,6 +30,7 @@ from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.catalog import Catalog
 from mcp_reconciler.reconciler.errors import ReconcilerClosedError, RevisionUnavailableError
+from mcp_reconciler.reconciler.events import Retired, Trigger
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import Connection
 from mcp_reconciler.reconciler.pins import Operation, Pin
@@ -63,6 +64,7 @@ class LiveGeneration:
         "_runtime",
         "_state",
         "drain_deadline",
+        "forced_with",
         "generation",
         "hold_until",
         "revision",
@@ -81,6 +83,7 @@ class LiveGeneration:
         self.drain_deadline: float | None = None  # anyio clock
         self.hold_until: float = float("-inf")  # anyio clock: revision holds extend the drain deadline
         self.superseded_at: float | None = None  # wall clock
+        self.forced_with: tuple[int, int] | None = None  # (pins, operations) when its deadline forced it
 
     @property
     def pins(self) -> int:
@@ -149,6 +152,7 @@ class PublishResult:
 
 
 Listener = Callable[[Generation, Generation | None], None]
+RetireListener = Callable[[Retired], None]
 
 
 class Runtime:
@@ -165,6 +169,12 @@ class Runtime:
         self._by_revision: dict[int, LiveGeneration] = {}
         self._pending: Catalog | None = None
         self._pending_revision: int | None = None
+        self._pending_trigger = Trigger()
+        self._retire_listeners: list[RetireListener] = []
+        # Retirements that happen inside a publication (a superseded generation with no pins
+        # closes at once) are told after the publication listeners: publish, then retire.
+        self._installing = False
+        self._retired_backlog: list[Retired] = []
         self._next_revision = 1
         self._refs: dict[int, int] = {}
         self._conns: dict[int, Connection] = {}
@@ -288,6 +298,13 @@ class Runtime:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
+    def add_retire_listener(self, listener: RetireListener) -> Callable[[], None]:
+        """Call ``listener(retired)`` synchronously when a superseded generation closes (drained,
+        closed at once with no pins, or forced at its drain deadline); returns a remover. Not
+        called at teardown. A listener that raises is logged."""
+        self._retire_listeners.append(listener)
+        return lambda: self._retire_listeners.remove(listener) if listener in self._retire_listeners else None
+
     def connection_refs(self) -> dict[int, int]:
         """A snapshot: ``id(connection)`` -> how many live or pending generations reference it (I14)."""
         return dict(self._refs)
@@ -309,11 +326,16 @@ class Runtime:
         """The highest revision number this runtime ever published (0: none)."""
         return self._next_revision - 1
 
-    def publish(self, catalog: Catalog, *, revision: int | None = None) -> PublishResult:
+    def publish(
+        self, catalog: Catalog, *, revision: int | None = None, trigger: Trigger | None = None
+    ) -> PublishResult:
         """Publish ``catalog`` as the next revision, discard it if equal to the current one (I3),
         or defer it if the retiring set is full (I5). Synchronous: one reference swap.
         ``revision``: the number the cluster's ledger gave this content; used when it is above
-        every number published here (revisions only grow), else the next local one."""
+        every number published here (revisions only grow), else the next local one.
+        ``trigger`` (why it was built) is recorded on the generation; a deferred candidate
+        replaced by a newer one passes its trigger on to it."""
+        trigger = trigger or Trigger()
         if self._closing:
             if self._tg_active:
                 self._close_orphans(catalog)
@@ -323,10 +345,12 @@ class Runtime:
         self._ref(catalog)
         if self._pending is not None:
             previous_pending, self._pending = self._pending, None
+            trigger = self._pending_trigger.merged(trigger)
+            self._pending_trigger = Trigger()
             self._close_later(self._release_refs(previous_pending))
-        return self._install(catalog, revision)
+        return self._install(catalog, trigger, revision)
 
-    def _install(self, catalog: Catalog, assigned: int | None = None) -> PublishResult:
+    def _install(self, catalog: Catalog, trigger: Trigger, assigned: int | None = None) -> PublishResult:
         """``catalog``'s connections are already referenced by the caller."""
         cur = self._current
         if cur is not None and catalog.digest == cur.generation.digest:
@@ -336,6 +360,7 @@ class Runtime:
         if cur is not None and cur.pins > 0 and len(self._retiring) >= self.bounds.retiring_max:
             self._pending = catalog
             self._pending_revision = assigned
+            self._pending_trigger = trigger
             self.deferred_publications += 1
             telemetry.publications_deferred.add(1)
             log.info(
@@ -346,12 +371,16 @@ class Runtime:
             return PublishResult("deferred", cur.revision)
         revision = assigned if assigned is not None and assigned >= self._next_revision else self._next_revision
         self._next_revision = revision + 1
-        generation = Generation(revision=revision, catalog=catalog, published_at=self._wall())
+        generation = Generation(revision=revision, catalog=catalog, published_at=self._wall(), trigger=trigger)
         live = LiveGeneration(self, generation)
         self._by_revision[revision] = live
         self._current = live
-        if cur is not None:
-            self._supersede(cur)
+        self._installing = True
+        try:
+            if cur is not None:
+                self._supersede(cur)
+        finally:
+            self._installing = False
         telemetry.publishes.add(1)
         log.info("published revision %d (%d entries)", revision, catalog.entry_count)
         previous = cur.generation if cur is not None else None
@@ -360,6 +389,9 @@ class Runtime:
                 listener(generation, previous)
             except Exception:  # a listener must not break publication
                 log.exception("publication listener failed")
+        backlog, self._retired_backlog = self._retired_backlog, []
+        for retired in backlog:
+            self._tell_retired(retired)
         return PublishResult("published", revision)
 
     def _supersede(self, live: LiveGeneration) -> None:
@@ -398,6 +430,7 @@ class Runtime:
                 live.pins,
                 len(live._operations),
             )
+            live.forced_with = (live.pins, len(live._operations))
             for op in list(live._operations):
                 op._force_cancel()
             with anyio.move_on_after(self.bounds.drain_grace_s):
@@ -418,10 +451,33 @@ class Runtime:
             self._retiring.remove(live)
         self._by_revision.pop(live.revision, None)
         self._close_later(self._release_refs(live.generation.catalog))
+        if not self._closing and live.superseded_at is not None:
+            forced = live.forced_with
+            retired = Retired(
+                revision=live.revision,
+                published_at=live.generation.published_at,
+                superseded_at=live.superseded_at,
+                closed_at=self._wall(),
+                forced=forced is not None,
+                pins_left=forced[0] if forced is not None else 0,
+                operations_cancelled=forced[1] if forced is not None else 0,
+            )
+            if self._installing:
+                self._retired_backlog.append(retired)
+            else:
+                self._tell_retired(retired)
         if was_retiring and self._pending is not None and not self._closing:
             pending, self._pending = self._pending, None
             assigned, self._pending_revision = self._pending_revision, None
-            self._install(pending, assigned)  # the one retry; refs were taken when it was deferred
+            trigger, self._pending_trigger = self._pending_trigger, Trigger()
+            self._install(pending, trigger, assigned)  # the one retry; refs were taken when it was deferred
+
+    def _tell_retired(self, retired: Retired) -> None:
+        for listener in list(self._retire_listeners):
+            try:
+                listener(retired)
+            except Exception:  # a listener must not break retirement
+                log.exception("retirement listener failed")
 
     # -- connection reference counting ---------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 import anyio
 
 from mcp_reconciler.reconciler.catalog import bounded
+from mcp_reconciler.reconciler.desired import TrackedInput
 from mcp_reconciler.reconciler.model import Diagnostic
 from mcp_reconciler.reconciler.reconcile import Reconciler
 
@@ -131,6 +132,7 @@ class EngineStatus:
     holds: int = 0
     sessions: int = 0
     conditions: tuple[Condition, ...] = ()
+    inputs: tuple[TrackedInput, ...] = ()  # tracked files as of the newest load (paths: operators only)
 
 
 def build_status(
@@ -237,6 +239,7 @@ def build_status(
         holds=holds,
         sessions=sessions,
         conditions=tuple(conditions),
+        inputs=desired.inputs if desired is not None else (),
     )
 
 

@@ -44,6 +44,19 @@ metadata_entries = meter.create_counter(
     description="Untrusted definitions admitted with a change or a finding, by outcome (projected|flagged|quarantined)",
 )
 
+# The engine-event stream's edge (api/events.py, GET /v1/events): followers connected, refused at
+# the stream bound, and dropped (slow_reader: its buffer overflowed; write_timeout: it stopped reading).
+event_stream_clients = meter.create_up_down_counter(
+    "gateway.events.clients", description="Event-stream followers connected (GET /v1/events)"
+)
+event_stream_refused = meter.create_counter(
+    "gateway.events.refused", description="Event-stream requests refused at the concurrent-stream bound"
+)
+event_stream_dropped = meter.create_counter(
+    "gateway.events.dropped", description="Event-stream followers dropped, by reason (slow_reader|write_timeout)"
+)
+events_emitted = meter.create_counter("reconciler.events", description="Engine events emitted, by type")
+
 
 class _LivePins(Protocol):
     @property

@@ -438,11 +438,12 @@ class UpstreamReader:
     them already — closing is idempotent) and stops the timers.
 
     ``on_dirty`` is the trigger sink, fixed at construction (the engine hands it the trigger
-    queue's ``add``): it receives a source name whenever that source should be re-listed — a
-    ``list_changed`` from its current connection, that connection's death, or a throttled
-    reconnect becoming allowed. It must not block. Without a sink the reader still lists, but
-    reports nothing. ``peer`` is the switch every connection hands its server-initiated traffic
-    to (without one, each connection refuses requests and drops logs).
+    queue's ``add``): it receives a source name and a reason (``list_changed`` or ``reconnect``)
+    whenever that source should be re-listed — a ``list_changed`` from its current connection,
+    that connection's death, or a throttled reconnect becoming allowed. It must not block.
+    Without a sink the reader still lists, but reports nothing. ``peer`` is the switch every
+    connection hands its server-initiated traffic to (without one, each connection refuses
+    requests and drops logs).
 
     Reconnects are throttled per source (I8, :class:`~reconciler.throttle.Backoff`): a read that
     needs a new connection before its source's next allowed attempt fails fast with "reconnect
@@ -454,7 +455,7 @@ class UpstreamReader:
         target_factory: TargetFactory = default_targets,
         *,
         bounds: Bounds | None = None,
-        on_dirty: Callable[[str], None] | None = None,
+        on_dirty: Callable[[str, str], None] | None = None,
         mode: str = "auto",
         backoff: Backoff | None = None,
         health_interval_s: float | None = 30.0,
@@ -498,7 +499,7 @@ class UpstreamReader:
                 await conn.aclose()
 
     @property
-    def on_dirty(self) -> Callable[[str], None] | None:
+    def on_dirty(self) -> Callable[[str, str], None] | None:
         """The trigger sink given at construction (read-only: wiring flows one way)."""
         return self._on_dirty
 
@@ -617,7 +618,7 @@ class UpstreamReader:
             finally:
                 self._timers.discard(source)
             if self._on_dirty is not None:
-                self._on_dirty(source)
+                self._on_dirty(source, "reconnect")
 
         self._tg.start_soon(timer)
 
@@ -627,4 +628,5 @@ class UpstreamReader:
         if what == "dead" and conn.connected_at is not None:
             self.backoff.ended(conn.source, anyio.current_time() - conn.connected_at)
         if self._on_dirty is not None:
-            self._on_dirty(conn.source)
+            # The reason is provenance for the published revision (events.TriggerReason).
+            self._on_dirty(conn.source, "reconnect" if what == "dead" else "list_changed")

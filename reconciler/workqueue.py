@@ -35,6 +35,7 @@ class Batch:
     seq: int
     keys: frozenset[str]
     started_at: float
+    reasons: frozenset[str] = frozenset()  # why the keys were marked (events.TriggerReason)
 
 
 class _Slot(Generic[T]):
@@ -80,6 +81,7 @@ class TriggerQueue(Generic[T]):
         self._clock = clock
         self._jitter = jitter
         self._dirty: set[str] = set()
+        self._reasons: set[str] = set()  # why the dirty keys were marked (provenance, never a key)
         self._processing: frozenset[str] | None = None
         self._started = 0
         self._not_before = float("-inf")
@@ -93,11 +95,13 @@ class TriggerQueue(Generic[T]):
 
     # -- producers ---------------------------------------------------------------------------
 
-    def add(self, key: str) -> None:
-        """Mark ``key`` dirty. O(1), never blocks, never lost while the queue is open (I6)."""
+    def add(self, key: str, reason: str = "refresh") -> None:
+        """Mark ``key`` dirty for ``reason`` (``events.TriggerReason``: recorded in the batch,
+        for provenance only). O(1), never blocks, never lost while the queue is open (I6)."""
         if self._shutdown:
             return
         self.triggers += 1
+        self._reasons.add(reason)
         telemetry.triggers_received.add(1, {"key_kind": _key_kind(key)})
         if key in self._dirty:
             self.coalesced += 1
@@ -106,8 +110,9 @@ class TriggerQueue(Generic[T]):
         self._dirty.add(key)
         self._wake.set()
 
-    def request(self, keys: Iterable[str]) -> Ticket[T]:
-        """Mark ``keys`` dirty and return a ticket for the first batch that starts afterwards.
+    def request(self, keys: Iterable[str], reason: str = "refresh") -> Ticket[T]:
+        """Mark ``keys`` dirty (for ``reason``) and return a ticket for the first batch that
+        starts afterwards.
 
         With no keys, the ticket observes the next batch that starts for any reason."""
         if self._shutdown:
@@ -116,7 +121,7 @@ class TriggerQueue(Generic[T]):
         slot = self._slots.setdefault(seq, _Slot())
         ticket: Ticket[T] = Ticket(seq, slot)
         for key in keys:
-            self.add(key)
+            self.add(key, reason)
         return ticket
 
     # -- the consumer ------------------------------------------------------------------------
@@ -157,12 +162,14 @@ class TriggerQueue(Generic[T]):
                 continue
             await self._wait_wake()
         keys = frozenset(self._dirty)
+        reasons = frozenset(self._reasons)
         self._dirty.clear()
+        self._reasons.clear()
         self._started += 1
         now = self._clock()
         self._processing = keys
         self._not_before = now + self.cooldown_s
-        return Batch(seq=self._started, keys=keys, started_at=now)
+        return Batch(seq=self._started, keys=keys, started_at=now, reasons=reasons)
 
     def done(self, batch: Batch, outcome: T, *, ok: bool) -> None:
         """Finish ``batch``: answer its waiters; on failure keep its keys and back off (I6)."""
@@ -175,6 +182,7 @@ class TriggerQueue(Generic[T]):
         else:
             self._failures += 1
             self._dirty |= batch.keys
+            self._reasons |= {*batch.reasons, "retry"}
             # Equal jitter: between half and all of min(retry_max, cooldown * 2**failures).
             backoff = exponential_delay(
                 self._failures + 1, base_s=self.cooldown_s, cap_s=self.retry_max_s, spread=0.5, rand=self._jitter()

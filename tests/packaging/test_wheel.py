@@ -137,6 +137,9 @@ async def test_wheel_in_a_fresh_venv_outside_the_clone(tmp_path_factory: pytest.
             assert status.status_code == 200, status.text
             assert status.json()["state"] == "ready"
             assert {s["name"] for s in status.json()["sources"]} == {"notes", "clock"}
+            for path in ("/ui/", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"):  # the console ships as package data
+                page = await http.get(path)
+                assert page.status_code == 200 and page.content, path
 
         cli = venv / "bin" / "mcp-reconciler"
         operator = _clean_env(MCP_RECONCILER_URL=gw.base_url, MCP_RECONCILER_TOKEN=DEMO_TOKEN)

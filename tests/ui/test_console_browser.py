@@ -1,0 +1,241 @@
+"""The operator console in a real headless browser (chromium + chromedriver via selenium),
+against a real gateway on 127.0.0.1 with real upstream processes.
+
+One scenario, as an operator would live it: log in with the token; see the current revision;
+a hold keeps that revision open while a watched file changes; without a reload the page shows
+the new revision (published because a watched file changed) and the old one draining its pin
+with the hold's owner; releasing the hold closes it; the refresh action answers with the cycle
+and the failed source's reason; the failed source's reason shows in Sources. Throughout: no
+console errors (CSP violations included), and the token never appears in a URL the browser
+requested, in its location, or in the page. A screenshot goes to ``build/console.png`` (and to
+``docs/console.png`` with ``UPDATE_CONSOLE_SCREENSHOT=1``).
+
+Selenium blocks, the gateway runs on this test's event loop: every browser step runs in a
+worker thread (``anyio.to_thread``), every wait in the browser is bounded (WebDriverWait)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from mcp_reconciler.reconciler.authority import GrantPolicy
+from tests.api.conftest import OPERATOR_TOKEN, backdate, served_gateway, write_config
+from tests.integration.conftest import REPO_ROOT, SERVER_MODULE
+
+pytestmark = pytest.mark.anyio
+
+WAIT_S = 20.0
+T = TypeVar("T")
+
+
+@contextmanager
+def chromium(binaries: tuple[str, str]) -> Iterator[WebDriver]:
+    binary, driver_path = binaries
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1250",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
+        options.add_argument(arg)
+    # browser: the console (errors, CSP violations); performance: DevTools network events, so
+    # every URL the browser requested is seen, the never-ending event stream included.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    try:
+        driver.set_page_load_timeout(WAIT_S)
+        yield driver
+    finally:
+        driver.quit()
+
+
+async def step(fn: Callable[[], T]) -> T:
+    """Run one blocking browser step off the event loop (the gateway keeps serving)."""
+    return await anyio.to_thread.run_sync(fn)
+
+
+def wait_for(driver: WebDriver, what: str, predicate: Callable[[WebDriver], Any]) -> Any:
+    try:
+        return WebDriverWait(
+            driver, WAIT_S, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
+        ).until(predicate)
+    except Exception as exc:
+        raise AssertionError(f"the page never showed {what}:\n{driver.find_element(By.TAG_NAME, 'body').text}") from exc
+
+
+def text_of(driver: WebDriver, css: str) -> str:
+    """The visible text of every element matching ``css``, read in one script call: the page
+    re-renders every second, so element handles would go stale between finding and reading."""
+    script = "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.innerText).join(' ')"
+    return str(driver.execute_script(script, css))
+
+
+def tools_source(tools_file: Path) -> dict[str, Any]:
+    return {
+        "name": "files",
+        "stdio": {
+            "command": "python",
+            "args": ["-m", SERVER_MODULE, "--tools-file", str(tools_file), "--bad-tools", "1"],
+            "cwd": str(REPO_ROOT),
+        },
+        "watch": [str(tools_file)],
+    }
+
+
+async def test_operator_console_in_a_headless_browser(tmp_path: Path, browser_binaries: tuple[str, str]) -> None:
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps(["search", "fetch"]))
+    backdate(tools_file)
+    broken = {"name": "broken", "stdio": {"command": str(tmp_path / "missing-upstream")}}
+    cfg = write_config(tmp_path, sources=[tools_source(tools_file), broken])
+    async with served_gateway(cfg) as served:
+        engine = served.gateway.engine
+        first = engine.current_revision
+        assert first is not None
+        with chromium(browser_binaries) as driver:
+            ui = served.base_url + "/ui/"
+
+            def log_in() -> None:
+                driver.get(ui)
+                wait_for(driver, "the login form", lambda d: d.find_element(By.ID, "token").is_displayed())
+                driver.find_element(By.ID, "token").send_keys(OPERATOR_TOKEN)
+                driver.find_element(By.ID, "login-button").click()
+                wait_for(driver, "the live pill", lambda d: text_of(d, "#live") == "live")
+                wait_for(driver, f"revision {first}", lambda d: text_of(d, "#now-revision") == str(first))
+
+            await step(log_in)
+            assert await step(lambda: driver.find_element(By.ID, "token").get_attribute("value")) == ""
+
+            # A run holds the current revision; then a watched file changes.
+            hold = engine.holds.create(first, 120, owner="owner::nightly-eval")
+            tools_file.write_text(json.dumps(["search", "fetch", "summarize"]))
+            backdate(tools_file)
+
+            def sees_new_revision_and_old_draining() -> None:
+                wait_for(driver, f"revision {first + 1}", lambda d: text_of(d, "#now-revision") == str(first + 1))
+                row = f"#gen-table tr[data-revision='{first}']"
+                wait_for(driver, "the old revision retiring", lambda d: "retiring" in text_of(d, row))
+                old = text_of(driver, row)
+                assert "1" in text_of(driver, row + " td.pins"), old
+                assert "nightly-eval" in old, old
+                new = text_of(driver, f"#gen-table tr[data-revision='{first + 1}']")
+                # Why: the watched file (a reconnect of the broken source may share the cycle).
+                assert "watched file changed" in new and "files" in new, new
+                count = "return document.querySelectorAll(arguments[0]).length"
+                assert driver.execute_script(count, f"#timeline rect.bar.retiring[data-revision='{first}']") == 1
+                assert driver.execute_script(count, "#timeline path.hold") >= 1
+                assert f"revision {first + 1} published" in text_of(driver, "#event-log")
+
+            await step(sees_new_revision_and_old_draining)
+            await step(lambda: driver.save_screenshot(str(tmp_path / "draining.png")))
+
+            engine.holds.release(hold.id)
+            await step(
+                lambda: wait_for(
+                    driver,
+                    "the old revision closed",
+                    lambda d: "closed" in text_of(d, f"#gen-table tr[data-revision='{first}']"),
+                )
+            )
+
+            def refresh_and_read_reasons() -> None:
+                driver.find_element(By.ID, "refresh-all").click()
+                wait_for(driver, "the refresh answer", lambda d: "cycle #" in text_of(d, "#action-answer"))
+                answer = text_of(driver, "#action-answer")
+                assert "source broken is failed:" in answer, answer
+                broken_row = text_of(driver, "#source-table tr[data-source='broken']")
+                assert "failed" in broken_row and "never" in broken_row, broken_row
+                reason = text_of(driver, "#source-table tr[data-source='broken'] td.last-error")
+                assert reason and reason != "—", broken_row
+                assert "missing-upstream" not in reason  # sanitized (I12)
+                files_row = text_of(driver, "#source-table tr[data-source='files']")
+                assert "tools.json" in files_row, files_row  # its tracked file
+                assert "tool rejected: name must match" in files_row, files_row  # a rejected entry, with its reason
+                assert "source broken is failed" in text_of(driver, "#conditions")
+
+            await step(refresh_and_read_reasons)
+
+            # Take the picture for the README at the state an operator would want to see: a
+            # revision draining with a hold on it.
+            second = engine.current_revision
+            assert second is not None
+            live = engine.current
+            assert live is not None
+            session = engine.sessions.create("owner::nightly-eval", live.generation, policy=GrantPolicy.FOLLOW)
+            await step(
+                lambda: wait_for(
+                    driver,
+                    "the new session",
+                    lambda d: "follow" in text_of(d, f"#session-table tr[data-session='{session.id}']"),
+                )
+            )
+            hold = engine.holds.create(second, 300, owner="owner::nightly-eval")
+            tools_file.write_text(json.dumps(["search", "fetch", "summarize", "translate"]))
+            backdate(tools_file)
+            await step(
+                lambda: wait_for(driver, "the next revision", lambda d: text_of(d, "#now-revision") == str(second + 1))
+            )
+            await step(
+                lambda: wait_for(
+                    driver,
+                    "it draining",
+                    lambda d: "retiring" in text_of(d, f"#gen-table tr[data-revision='{second}']"),
+                )
+            )
+
+            def screenshot() -> None:
+                height = driver.execute_script("return document.documentElement.scrollHeight")
+                driver.set_window_size(1400, min(int(height) + 40, 2400))
+                out = REPO_ROOT / "build" / "console.png"
+                out.parent.mkdir(exist_ok=True)
+                driver.save_screenshot(str(out))
+                if os.environ.get("UPDATE_CONSOLE_SCREENSHOT") == "1":
+                    shutil.copyfile(out, REPO_ROOT / "docs" / "console.png")
+
+            await step(screenshot)
+            engine.holds.release(hold.id)
+
+            def no_errors_and_no_token_in_urls() -> None:
+                entries = driver.get_log("browser")
+                errors = [e for e in entries if e["level"] == "SEVERE"]
+                assert not errors, errors
+                urls = [driver.current_url]
+                for entry in driver.get_log("performance"):
+                    message = json.loads(entry["message"])["message"]
+                    if message["method"] == "Network.requestWillBeSent":
+                        urls.append(message["params"]["request"]["url"])
+                        urls.append(message["params"].get("documentURL", ""))
+                assert any("/v1/events" in u for u in urls), urls
+                assert not [u for u in urls if OPERATOR_TOKEN in u], urls
+                assert OPERATOR_TOKEN not in driver.page_source
+                assert driver.execute_script("return history.length") >= 1
+                assert OPERATOR_TOKEN not in driver.execute_script("return location.href + document.cookie")
+
+            await step(no_errors_and_no_token_in_urls)
+
+            def logs_out() -> None:
+                driver.find_element(By.ID, "logout").click()
+                wait_for(driver, "the login form again", lambda d: d.find_element(By.ID, "login").is_displayed())
+                stored = driver.execute_script("return sessionStorage.length + document.cookie.length")
+                assert stored == 0, stored
+
+            await step(logs_out)
