@@ -328,13 +328,14 @@ class Engine:
         """Ready iff a generation is published and the engine is not closing ("can serve");
         degraded conditions (an invalid config edit, a deferred publication) are named, not
         unready. Clustered: also not ready while the store is not confirmed within its
-        staleness bound (``cluster_unconfirmed``)."""
+        staleness bound, or while shared sessions still fail closed after it came back (their
+        reload from the store is pending): ``cluster_unconfirmed``."""
         revision = self._runtime.current_revision
         if self._runtime.closed:
             return Readiness(False, revision, "closed")
         if revision is None:
             return Readiness(False, None, "no_generation_published")
-        if self._cluster is not None and not self._cluster.healthy:
+        if self._cluster is not None and (not self._cluster.healthy or self._sessions.unconfirmed):
             return Readiness(False, revision, "cluster_unconfirmed")
         desired = self._rec.last_desired
         conditions: list[str] = []

@@ -187,11 +187,21 @@ class RedisStore:
         except ResponseError as exc:
             raise StoreUnavailableError(f"the Redis store refused a command: {type(exc).__name__}") from None
         except (RedisError, OSError) as exc:
+            await self._drop_idle_connections()
             raise StoreUnavailableError(f"the Redis store is unreachable: {type(exc).__name__}") from None
+
+    async def _drop_idle_connections(self) -> None:
+        # One connection failed: the server may have restarted, and then every idle pooled
+        # connection is dead too. Drop them all now, so the commands after the store comes back
+        # open fresh connections instead of each failing once on a stale one.
+        if self._redis is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+                await self._redis.connection_pool.disconnect(inuse_connections=False)
 
     async def connect(self) -> None:
         """As :meth:`ClusterStore.connect`."""
-        # No client-side retries: a failure must surface within the command bound, not later.
+        # No client-side retries: a failure must surface within the command bound, not later
+        # (stale pooled connections are dropped by _call instead).
         self._redis = aioredis.Redis.from_url(
             self._url,
             socket_connect_timeout=self._timeout,

@@ -82,7 +82,8 @@ async def test_store_outage_fails_closed_visibly_and_recovers(
         # Nothing lost: the session still works on both replicas, and it can be revoked now.
         await _call_works(a, token)
         await _call_works(b, token)
-        assert (await b.delete(f"/v1/sessions/{sid}")).status_code == 204
+        deleted = await b.delete(f"/v1/sessions/{sid}")
+        assert deleted.status_code == 204, deleted.text
         await a.until(f"/v1/sessions/{sid}", 404)
         for r in (a, b):
             assert "Traceback" not in r.stderr(), r.stderr()[-3000:]
