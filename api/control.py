@@ -451,8 +451,14 @@ class Control:
             raise ApiError(429, exc.code, str(exc)) from None
         except HoldError as exc:
             raise ApiError(422, exc.code, str(exc)) from None
+        digest = self.engine.get(info.revision).content_digest  # held: it is live
         out = wire.HoldOut(
-            id=info.id, revision=info.revision, owner=info.owner, created_at=info.created_at, expires_at=info.expires_at
+            id=info.id,
+            revision=info.revision,
+            owner=info.owner,
+            created_at=info.created_at,
+            expires_at=info.expires_at,
+            digest=digest,
         )
         return JSONResponse(wire.dump(out), status_code=201)
 

@@ -325,6 +325,11 @@ class HoldOut(_Model):
     owner: str
     created_at: float
     expires_at: float
+    digest: str | None = Field(
+        default=None,
+        description="the held revision's replica-independent content digest: send it with the revision "
+        "(MCP-Reconciler-Digest header or io.mcp-reconciler/digest _meta) to be served exactly that catalog",
+    )
 
 
 class HealthOut(_Model):

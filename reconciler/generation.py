@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mcp_reconciler.reconciler.catalog import Catalog
+from mcp_reconciler.reconciler.digest import digest_parts
 from mcp_reconciler.reconciler.events import Trigger
 from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceState
 
@@ -59,3 +60,16 @@ class Generation:
     def source_state(self, name: str) -> SourceState | None:
         """O(1): the state of source ``name`` in this generation."""
         return self.catalog.by_source.get(name)
+
+
+def content_digest(catalog: Catalog) -> str:
+    """A replica-independent digest of what a catalog serves: per source its name, spec digest,
+    status and every entry's definition digest — not the connection serving it, nor the watched
+    inputs' fingerprint (mtimes). Two replicas with the same config and upstreams agree on it, so
+    a client pinned to revision N can say which catalog it means (ADR 0020)."""
+    return digest_parts(
+        digest_parts(
+            [s.source, s.spec_digest, s.status.value] + [f"{e.kind}:{e.exposed_name}:{e.digest}" for e in s.entries]
+        )
+        for s in catalog.sources
+    )

@@ -31,7 +31,7 @@ from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.catalog import Catalog
 from mcp_reconciler.reconciler.errors import ReconcilerClosedError, RevisionUnavailableError
 from mcp_reconciler.reconciler.events import Retired, Trigger
-from mcp_reconciler.reconciler.generation import Generation
+from mcp_reconciler.reconciler.generation import Generation, content_digest
 from mcp_reconciler.reconciler.model import Connection
 from mcp_reconciler.reconciler.pins import Operation, Pin
 from mcp_reconciler.reconciler.tasks import background_tasks
@@ -58,6 +58,7 @@ class LiveGeneration:
     __slots__ = (
         "__weakref__",
         "_closed_event",
+        "_content_digest",
         "_idle_waiter",
         "_operations",
         "_pins",
@@ -75,6 +76,7 @@ class LiveGeneration:
         self.generation = generation
         self.revision = generation.revision
         self._runtime = runtime
+        self._content_digest: str | None = None
         self._pins = 0
         self._state = LiveState.CURRENT
         self._operations: set[Operation] = set()
@@ -84,6 +86,14 @@ class LiveGeneration:
         self.hold_until: float = float("-inf")  # anyio clock: revision holds extend the drain deadline
         self.superseded_at: float | None = None  # wall clock
         self.forced_with: tuple[int, int] | None = None  # (pins, operations) when its deadline forced it
+
+    @property
+    def content_digest(self) -> str:
+        """The replica-independent digest of this generation's catalog (computed once, on first
+        use: only pinned requests that name a digest ask for it)."""
+        if self._content_digest is None:
+            self._content_digest = content_digest(self.generation.catalog)
+        return self._content_digest
 
     @property
     def pins(self) -> int:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the MCP client is imported when a pinned run starts: the CL
 M = TypeVar("M", bound=BaseModel)
 
 REVISION_HEADER = "MCP-Reconciler-Revision"
+DIGEST_HEADER = "MCP-Reconciler-Digest"
 RETRY_BASE_S = 0.4  # the first retry's delay; each further retry doubles it
 REVISION_META = "io.mcp-reconciler/revision"
 
@@ -278,6 +279,8 @@ class ReconcilerClient:
                 created = await self.create_session(grant_policy="current", revision=revision)
                 session_id, session_token = created.id, created.token
             headers = {REVISION_HEADER: str(revision)}
+            if hold.digest:  # the catalog itself, not only its number: exact across replicas
+                headers[DIGEST_HEADER] = hold.digest
             if isinstance(session_token, str) and session_token:
                 headers["Authorization"] = f"Bearer {session_token}"
             auth = BearerAuth(session_token) if callable(session_token) else None

@@ -10,7 +10,14 @@ A revision value is a plain non-negative integer, nothing that merely converts t
 (:func:`parse_revision`): in ``_meta`` a JSON integer (not ``true``, not ``1.9``, not a
 string), in the header ASCII digits only (not ``+1``, `` 1``, ``1_0``, non-ASCII digits). Anything else
 is -32602 ``invalid_revision`` — a client that asked for a revision it did not mean must not be
-served some other one."""
+served some other one.
+
+A request that names a revision may also name the catalog it expects under that number: the
+replica-independent content digest (``io.mcp-reconciler/digest`` in ``_meta``, or the
+``MCP-Reconciler-Digest`` header; a hold's answer carries it, and the SDK's ``pinned()`` sends it).
+Across replicas (ADR 0020) revision numbers come from one ledger, but a replica may serve a
+revision of its own numbering (it could not reach the ledger); if the named revision's digest
+differs, the answer is a retryable ``revision_unavailable``, never the other catalog."""
 
 from __future__ import annotations
 
@@ -21,10 +28,10 @@ from typing import Any
 from mcp import MCPError
 from mcp.server import ServerRequestContext
 
-from mcp_reconciler.api.errors import to_mcp_error
+from mcp_reconciler.api.errors import CODES, to_mcp_error
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.reconciler.authority import Session
-from mcp_reconciler.reconciler.errors import ReconcilerClosedError
+from mcp_reconciler.reconciler.errors import ReconcilerClosedError, RevisionUnavailableError
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 
@@ -32,6 +39,9 @@ REVISION_META = "io.mcp-reconciler/revision"
 _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII only; fullmatch, so no sign, space, "_" or newline
 DRIFT_META = "io.mcp-reconciler/drifted"
 REVISION_HEADER = "mcp-reconciler-revision"
+DIGEST_META = "io.mcp-reconciler/digest"
+DIGEST_HEADER = "mcp-reconciler-digest"
+_DIGEST = re.compile(r"[0-9a-f]{16,128}")
 
 
 def header_revision(ctx: ServerRequestContext[Any]) -> str | None:
@@ -50,6 +60,23 @@ def parse_revision(value: object, *, text: bool) -> int:
     raise MCPError(
         -32602,
         "the requested revision must be a plain non-negative integer (digits only)",
+        {"code": "invalid_revision", "retryable": False},
+    )
+
+
+def _expected_digest(ctx: ServerRequestContext[Any], meta: Mapping[str, Any] | None) -> str | None:
+    """The content digest a request names (``_meta`` first, then the header), or ``None``.
+    Raises ``invalid_revision`` for a value that is not a lowercase hex digest."""
+    value: Any = (meta or {}).get(DIGEST_META)
+    if value is None and ctx.request is not None:
+        value = ctx.request.headers.get(DIGEST_HEADER)
+    if value is None:
+        return None
+    if isinstance(value, str) and _DIGEST.fullmatch(value) is not None:
+        return value
+    raise MCPError(
+        -32602,
+        "the requested catalog digest must be the lowercase hex digest a hold answered with",
         {"code": "invalid_revision", "retryable": False},
     )
 
@@ -78,9 +105,18 @@ def choose_generation(
         revision = session.pinned_revision
     if revision is not None:
         try:
-            return catalog.get(revision)
+            named = catalog.get(revision)
         except Exception as exc:
             raise to_mcp_error(exc) from None
+        expected = _expected_digest(ctx, meta)
+        if expected is not None and expected != named.content_digest:
+            raise MCPError(
+                CODES[RevisionUnavailableError.code],
+                f"revision {revision} here is a different catalog than the one the request names (digest "
+                "mismatch: another replica numbered it); retry, or hold a revision again",
+                {"code": "revision_unavailable", "retryable": True, "revision": revision},
+            )
+        return named
     if prefer is not None and not catalog.closed:
         try:
             return catalog.get(prefer)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from mcp_reconciler.reconciler.catalog import Catalog
 from mcp_reconciler.reconciler.cluster.store import ClusterStore, MemoryStore, StoreUnavailableError
-from mcp_reconciler.reconciler.digest import digest_parts
+from mcp_reconciler.reconciler.generation import content_digest
 
 log = logging.getLogger("mcp_reconciler.cluster")
 
@@ -30,18 +30,6 @@ __all__ = [
     "default_replica_id",
     "open_store",
 ]
-
-
-def content_digest(catalog: Catalog) -> str:
-    """A replica-independent digest of what a catalog serves: per source its name, spec digest,
-    status and every entry's definition digest — not the connection serving it, nor the watched
-    inputs' fingerprint (mtimes). Two replicas with the same config and upstreams agree on it."""
-    return digest_parts(
-        digest_parts(
-            [s.source, s.spec_digest, s.status.value] + [f"{e.kind}:{e.exposed_name}:{e.digest}" for e in s.entries]
-        )
-        for s in catalog.sources
-    )
 
 
 def default_replica_id() -> str:

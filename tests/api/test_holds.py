@@ -5,6 +5,7 @@ pinned to it afterwards is refused with -32012 naming the current revision."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -120,6 +121,8 @@ async def test_pinned_run_sees_one_revision(mode: str, tmp_path: Path) -> None:
             n = pubs.revision
             async with rc.pinned(mode=mode) as run:
                 assert run.revision == n and run.hold.revision == n
+                # The hold names the catalog itself (replica-independent digest); the run sends it.
+                assert run.hold.digest == served.gateway.engine.get(n).content_digest
                 assert (await rc.status()).holds == 1
                 before = await tool_names(run.mcp)
                 assert {"up__a", "up__b"} <= before
@@ -233,3 +236,28 @@ async def test_holds_cannot_defer_publication_and_status_says_why(tmp_path: Path
             st = await op.status()
             assert not st.pending_publication and st.conditions == [] and st.state == "ready"
             second.release()
+
+
+async def test_a_pinned_run_is_served_only_the_catalog_its_hold_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK sends the hold's digest with the revision; a gateway whose revision n is another
+    catalog (here: a hold answer from "another replica", forged) refuses, retryably, instead of
+    serving it (issue 13, item 4)."""
+    from mcp import MCPError
+
+    async with served_gateway(write_config(tmp_path)) as served:
+        async with ReconcilerClient(served.base_url, OPERATOR_TOKEN) as rc:
+            real_hold = rc.hold
+
+            async def other_catalog(revision: int, *, ttl_s: float = 600.0) -> Any:
+                hold = await real_hold(revision, ttl_s=ttl_s)
+                return hold.model_copy(update={"digest": "0" * 64})
+
+            monkeypatch.setattr(rc, "hold", other_catalog)
+            async with rc.pinned(mode="legacy") as run:
+                with pytest.raises(MCPError) as refused:
+                    await run.mcp.call_tool("up__a", {})
+            assert refused.value.error.code == -32012
+            data = refused.value.error.data
+            assert data["code"] == "revision_unavailable" and data["retryable"] is True, data

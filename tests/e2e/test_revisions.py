@@ -14,6 +14,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.api.frontdoor import PAGE_SIZE, REVISION_META
+from mcp_reconciler.api.frontdoor.revisions import DIGEST_META
 from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.errors import RevisionUnavailableError
@@ -204,6 +205,33 @@ async def test_malformed_revision_values_are_refused(mode: str, tmp_path: Path) 
         async with mcp_http_client(headers={"MCP-Reconciler-Revision": str(rev)}) as http:
             async with Client(streamable_http_client(served.url, http_client=http), mode=mode) as pinned:
                 assert revision_of(await pinned.call_tool("up__a", {})) == rev
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_request_may_name_the_catalog_by_digest(mode: str, tmp_path: Path) -> None:
+    """With a revision, a request may name the content digest it expects (``_meta`` or header):
+    the same digest is served, another is a retryable ``revision_unavailable`` (never the other
+    catalog), a malformed one ``invalid_revision``; without a revision the digest is ignored."""
+    async with serve_http(write_config(tmp_path), port=0) as served, downstream(served.url, mode) as (client, _):
+        rev = Publications(served).revision
+        digest = served.gateway.engine.get(rev).content_digest
+        other = "0" * 64
+        res = await client.call_tool("up__a", {}, meta={REVISION_META: rev, DIGEST_META: digest})
+        assert revision_of(res) == rev and not res.is_error
+        err = await call_error(client, "up__a", meta={REVISION_META: rev, DIGEST_META: other})
+        assert err.code == -32012 and err.data["code"] == "revision_unavailable" and err.data["retryable"] is True
+        for bad in ("XYZ", 7, "0" * 8):
+            err = await call_error(client, "up__a", meta={REVISION_META: rev, DIGEST_META: bad})
+            assert err.code == -32602 and err.data["code"] == "invalid_revision", bad
+        assert not (await client.call_tool("up__a", {}, meta={DIGEST_META: other})).is_error  # no revision named
+        for expected, ok in ((digest, True), (other, False)):
+            headers = {"MCP-Reconciler-Revision": str(rev), "MCP-Reconciler-Digest": expected}
+            async with mcp_http_client(headers=headers) as http:
+                async with Client(streamable_http_client(served.url, http_client=http), mode=mode) as pinned:
+                    if ok:
+                        assert revision_of(await pinned.call_tool("up__a", {})) == rev
+                    else:
+                        assert (await call_error(pinned, "up__a")).data["code"] == "revision_unavailable"
 
 
 # -- pagination ----------------------------------------------------------------------------------
