@@ -158,6 +158,7 @@ class Control:
                         ledger_digest=cluster.ledger_digest,
                         diverged=cluster.diverged,
                         last_error=cluster.last_error,
+                        difference=list(cluster.difference),
                     )
                 }
             )

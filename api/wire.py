@@ -90,6 +90,9 @@ class ClusterOut(_Model):
     ledger_digest: str | None
     diverged: bool = Field(description="this replica's catalog differs from the revision ledger's head")
     last_error: str | None = None
+    difference: list[str] = Field(
+        default_factory=list, description="diverged: per source, how this replica differs from one serving the head"
+    )
 
 
 class InputOut(_Model):

@@ -62,14 +62,19 @@ class Generation:
         return self.catalog.by_source.get(name)
 
 
-def content_digest(catalog: Catalog) -> str:
-    """A replica-independent digest of what a catalog serves: per source its name, spec digest,
-    status and every entry's definition digest — not the connection serving it, nor the watched
-    inputs' fingerprint (mtimes). Two replicas with the same config and upstreams agree on it, so
-    a client pinned to revision N can say which catalog it means (ADR 0020)."""
-    return digest_parts(
-        digest_parts(
+def source_digests(catalog: Catalog) -> dict[str, str]:
+    """Per source, a replica-independent digest of what it serves in ``catalog``: its name,
+    spec digest, status and every entry's definition digest (no connection, no mtimes)."""
+    return {
+        s.source: digest_parts(
             [s.source, s.spec_digest, s.status.value] + [f"{e.kind}:{e.exposed_name}:{e.digest}" for e in s.entries]
         )
         for s in catalog.sources
-    )
+    }
+
+
+def content_digest(catalog: Catalog) -> str:
+    """A replica-independent digest of what a catalog serves (the :func:`source_digests`, in
+    source order). Two replicas with the same config and upstreams agree on it, so a client
+    pinned to revision N can say which catalog it means (ADR 0020)."""
+    return digest_parts(source_digests(catalog).values())

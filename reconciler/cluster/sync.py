@@ -30,7 +30,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Any
@@ -60,6 +60,7 @@ from mcp_reconciler.reconciler.errors import (
     RevisionUnavailableError,
     SessionLimitError,
 )
+from mcp_reconciler.reconciler.generation import source_digests
 from mcp_reconciler.reconciler.holds import HoldInfo, HoldRegistry
 from mcp_reconciler.reconciler.runtime import Runtime
 from mcp_reconciler.reconciler.tasks import background_tasks
@@ -79,6 +80,9 @@ class ClusterStatus:
     ledger_digest: str | None
     diverged: bool
     last_error: str | None
+    #: Diverged: how this replica's sources differ from a replica serving the ledger's head, one
+    #: line per source (empty when no live replica reports the head's sources).
+    difference: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +173,7 @@ class ClusterSync:
         self._last_error: str | None = None
         self._ledger = ledger or StoreLedger(store, replica_id)
         self._members: tuple[str, ...] = ()
+        self._member_info: dict[str, Mapping[str, Any]] = {}
         self._hold_records: dict[str, HoldRecord] = {}
         self._pending: dict[str, bool] = {}  # session id -> removed
         self._pending_wake = anyio.Event()
@@ -243,6 +248,9 @@ class ClusterSync:
         current = self._runtime.current
         head = self._ledger.head
         diverged = head is not None and current is not None and content_digest(current.generation.catalog) != head[1]
+        difference: tuple[str, ...] = ()
+        if diverged and head is not None and current is not None:
+            difference = self._difference(source_digests(current.generation.catalog), head[1])
         return ClusterStatus(
             replica_id=self.replica_id,
             store=self.store.name,
@@ -252,7 +260,26 @@ class ClusterSync:
             ledger_digest=head[1] if head is not None else None,
             diverged=diverged,
             last_error=self._last_error,
+            difference=difference,
         )
+
+    def _difference(self, mine: Mapping[str, str], head_digest: str) -> tuple[str, ...]:
+        """Per source, how ``mine`` differs from the sources a live replica serving the head
+        reported in its heartbeat (bounded by the sources both sides name)."""
+        for replica_id, info in sorted(self._member_info.items()):
+            theirs = info.get("sources")
+            if replica_id == self.replica_id or info.get("digest") != head_digest or not isinstance(theirs, dict):
+                continue
+            lines = []
+            for source in sorted(set(mine) | set(theirs)):
+                if source not in theirs:
+                    lines.append(f"{source}: served here, not in the head (replica {replica_id})")
+                elif source not in mine:
+                    lines.append(f"{source}: in the head (replica {replica_id}), not served here")
+                elif mine[source] != theirs[source]:
+                    lines.append(f"{source}: its entries or status differ from the head (replica {replica_id})")
+            return tuple(lines)
+        return ()
 
     def known_revision(self, revision: int) -> bool:
         """Whether the ledger has reached ``revision`` (so some replica serves or served it)."""
@@ -567,11 +594,14 @@ class ClusterSync:
             info = {
                 "revision": current.revision if current is not None else None,
                 "digest": content_digest(current.generation.catalog) if current is not None else None,
+                "sources": source_digests(current.generation.catalog) if current is not None else {},
                 "at": time.time(),
             }
             try:
                 await self.store.heartbeat(self.replica_id, info, ttl_s=self._heartbeat_s * 3)
-                self._members = tuple(m.replica_id for m in await self.store.members())
+                members = await self.store.members()
+                self._members = tuple(m.replica_id for m in members)
+                self._member_info = {m.replica_id: m.info for m in members}
                 self._ok()
             except StoreUnavailableError as exc:
                 self._failed(exc)

@@ -109,3 +109,31 @@ async def test_three_replicas_share_sessions_grants_holds_and_revisions(
     finally:
         for r in (a, b, c):
             r.kill()
+
+
+async def test_a_replica_whose_catalog_differs_from_the_head_says_how(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Two replicas whose upstreams serve different tools: the one that is not at the ledger's
+    head is ``diverged`` in status, with the difference per source and the replica it compared
+    against (issue 13, item 4; I11)."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d, tools in zip(dirs, (["echo"], ["echo", "add"]), strict=True):
+        d.mkdir()
+        write_tools(d / "tools.json", tools)
+    a = Replica("A", dirs[0], cluster_config(dirs[0], dirs[0] / "tools.json"), redis_server.url)
+    b = Replica("B", dirs[1], cluster_config(dirs[1], dirs[1] / "tools.json"), redis_server.url)
+    try:
+        with anyio.fail_after(120):
+            await a.start()
+            await b.start()  # its content differs: the ledger appends, B is the head now
+            while True:
+                sa, sb = (await a.status())["cluster"], (await b.status())["cluster"]
+                if sa["diverged"] and sa["difference"]:
+                    break
+                await anyio.sleep(0.05)
+        assert not sb["diverged"] and sb["difference"] == [], sb
+        assert sa["difference"] == ["up: its entries or status differ from the head (replica B)"], sa
+    finally:
+        a.kill()
+        b.kill()
