@@ -1,6 +1,7 @@
 # Two commands do all setup on a fresh machine:
 #   make run    -> installs into .venv (first time) and serves the bundled demo config on 127.0.0.1:8765
-#   make test   -> installs into .venv (first time), lints, type-checks and runs the tests
+#   make test   -> installs into .venv (first time) and the system packages some tests drive
+#                  (redis-server, chromium; .ci/system-deps), lints, type-checks and runs the tests
 # and one is the edit loop:
 #   make check  -> lint, types, unit and property tests (under a minute; CI runs `make test`)
 # CI also runs `make conformance`: the MCP conformance suite directly and through the gateway
@@ -9,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: run test check lint typecheck pytest bench bench-fastpath conformance clean
+.PHONY: run test system-deps check lint typecheck pytest bench bench-fastpath conformance clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +23,10 @@ run: $(VENV)/.installed
 	MCP_RECONCILER_OPERATOR_TOKENS="$${MCP_RECONCILER_OPERATOR_TOKENS:-demo-operator-token}" \
 		$(VENV)/bin/mcp-reconciler serve
 
-test: lint typecheck pytest
+test: system-deps lint typecheck pytest
+
+system-deps:
+	@bash .ci/system-deps
 
 check: lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests/unit tests/property
