@@ -54,7 +54,7 @@ from mcp.server.auth.provider import AccessToken
 from starlette.authentication import AuthCredentials
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_reconciler.api.oauth.challenge import AuthFailure, www_authenticate
+from mcp_reconciler.api.oauth.challenge import AuthFailure, authorization_header, www_authenticate
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority, principal_id
@@ -196,11 +196,7 @@ class McpGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        authorization: str | None = None
-        for key, value in scope["headers"]:
-            if key == b"authorization":
-                authorization = value.decode("latin-1")
-                break
+        authorization = authorization_header(scope)
         identity: McpIdentity | None = None
         if authorization is None:
             grants = self.anonymous()

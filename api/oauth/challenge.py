@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from starlette.types import Scope
+
 __all__ = ["DESCRIPTIONS", "AuthFailure", "Reason", "www_authenticate"]
 
 Reason = Literal[
@@ -127,3 +129,11 @@ def www_authenticate(
         if description:
             params.append(f"error_description={_quoted(description)}")
     return "Bearer " + ", ".join(params) if params else "Bearer"
+
+
+def authorization_header(scope: Scope) -> str | None:
+    """The raw ``Authorization`` header of an HTTP ``scope`` (the first one), or ``None``."""
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            return str(value.decode("latin-1"))
+    return None

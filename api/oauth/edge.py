@@ -41,7 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_reconciler.api.auth import PRINCIPAL_KEY, Authenticator, Principal
 from mcp_reconciler.api.mcp_auth import McpIdentity, bearer_token
-from mcp_reconciler.api.oauth.challenge import AuthFailure
+from mcp_reconciler.api.oauth.challenge import AuthFailure, authorization_header
 from mcp_reconciler.api.oauth.identity import Identity
 from mcp_reconciler.api.oauth.metadata import metadata_routes
 from mcp_reconciler.api.oauth.resource_server import ResourceServer
@@ -116,11 +116,7 @@ class ControlBearer:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        authorization: str | None = None
-        for key, value in scope["headers"]:
-            if key == b"authorization":
-                authorization = value.decode("latin-1")
-                break
+        authorization = authorization_header(scope)
         token = bearer_token(authorization)
         server = self.server
         try:

@@ -23,7 +23,7 @@ from mcp.server.auth.provider import AccessToken
 from starlette.authentication import AuthCredentials
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_reconciler.api.oauth.challenge import AuthFailure
+from mcp_reconciler.api.oauth.challenge import AuthFailure, authorization_header
 from mcp_reconciler.api.oauth.identity import Identity
 from mcp_reconciler.api.oauth.resource_server import Need, ResourceServer
 
@@ -75,11 +75,7 @@ class BearerGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        authorization: str | None = None
-        for key, value in scope["headers"]:
-            if key == b"authorization":
-                authorization = value.decode("latin-1")
-                break
+        authorization = authorization_header(scope)
         try:
             identity = await self.server.require(authorization, self.need)
         except AuthFailure as failure:
