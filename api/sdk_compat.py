@@ -63,6 +63,16 @@ naming the attribute if an SDK release moves it:
    fast lane's call middleware answers without ``call_next``, so it shapes what it returns with
    the SDK's own code (:func:`serialize_result`, :func:`stamp_server_info`), never a copy of it.
 
+11. **The standalone GET stream written directly** (``api/standalone_stream.py``): the SDK's
+   message router sends each event for a 2025-era session's GET stream into
+   ``StreamableHTTPServerTransport._request_streams[GET_STREAM_KEY]``; :func:`serve_standalone`
+   replaces the transport's ``_handle_get_request`` per instance so that slot holds a
+   :class:`~api.standalone_stream.StandaloneStream` writing to the wire, using the transport's
+   ``_validate_request_headers``, ``_clean_up_memory_streams``, ``_read_stream_writer`` and
+   ``_event_store`` as the SDK's own handler does, and :meth:`GatewaySessionManager.standalone_stream`
+   finds it for a direct push. Anything else (a resuming GET, a conflict, a bad request) is the
+   SDK's handler.
+
 This module is over 400 lines because it is the one place every SDK private is reached (the
 list above); split, the next SDK upgrade would have to hunt for them.
 
@@ -73,6 +83,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import itertools
 import json
@@ -90,10 +101,13 @@ from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
 from mcp.server.runner import ServerRunner
 from mcp.server.streamable_http import (
+    CONTENT_TYPE_SSE,
     GET_STREAM_KEY,
+    LAST_EVENT_ID_HEADER,
     MCP_SESSION_ID_HEADER,
     EventStore,
     StreamableHTTPServerTransport,
+    check_accept_headers,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -103,8 +117,10 @@ from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from opentelemetry import trace as otel_trace
 from pydantic import TypeAdapter
+from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from mcp_reconciler.api.standalone_stream import StandaloneStream
 from mcp_reconciler.reconciler.fasthttp import ResponseError
 from mcp_reconciler.reconciler.model import EntryKind
 
@@ -224,6 +240,16 @@ async def push_resource_updated(conn: Connection, uri: str) -> None:
     """Push ``notifications/resources/updated`` for ``uri`` on ``conn`` (best effort, like
     :func:`push_list_changed`)."""
     await conn.send_resource_updated(uri)
+
+
+@functools.lru_cache(maxsize=256)
+def resource_updated_message(uri: str) -> tuple[types.JSONRPCNotification, str]:
+    """The ``notifications/resources/updated`` message for ``uri`` and its wire JSON, built as
+    the SDK's dispatcher builds it — once per URI, however many sessions are told (item 11)."""
+    message = types.JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/resources/updated", params={"uri": uri}
+    )
+    return message, message.model_dump_json(by_alias=True, exclude_unset=True)
 
 
 # -- 7. a request whose result the SDK would reject -----------------------------------------------
@@ -409,6 +435,9 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
             raise ValueError("max_sessions_per_client must be positive")
         super().__init__(app, **kwargs)
         self._event_store_factory = event_store_factory
+        #: Serve 2025-era GET streams with :class:`StandaloneStream` (item 11); tests turn it off
+        #: to compare with the SDK's own pipeline.
+        self.direct_standalone_streams = True
         self.max_sessions_per_client = max_sessions_per_client
         self._client_of: dict[str, str] = {}  # session id -> client key
         self._per_client: dict[str, int] = {}  # client key -> open sessions
@@ -466,6 +495,8 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
             if not hasattr(transport, "_event_store"):
                 raise SDKChangedError("StreamableHTTPServerTransport._event_store")
             transport._event_store = self._event_store_factory()
+        if transport is not None and self.direct_standalone_streams:
+            serve_standalone(transport)
         if transport is not None and key is not None and transport.mcp_session_id is not None:
             self._client_of[transport.mcp_session_id] = key
             self._per_client[key] = self._per_client.get(key, 0) + 1
@@ -512,6 +543,60 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         except AttributeError:
             raise SDKChangedError("StreamableHTTPServerTransport._request_streams") from None
         return GET_STREAM_KEY in streams
+
+
+    def standalone_stream(self, http_session_id: str) -> StandaloneStream | None:
+        """The session's open GET stream when it is written directly (item 11), for a push that
+        skips the SDK's pipeline; ``None`` when there is none (not open, the SDK's own, gone)."""
+        transport = self.transport(http_session_id)
+        if transport is None:
+            return None
+        slots: dict[Any, Any] = transport._request_streams
+        pair = slots.get(GET_STREAM_KEY)
+        stream = pair[0] if pair is not None else None
+        return stream if isinstance(stream, StandaloneStream) and not stream.closed else None
+
+
+def serve_standalone(transport: StreamableHTTPServerTransport) -> None:
+    """Make ``transport`` serve a plain GET (no ``Last-Event-ID``) with a
+    :class:`StandaloneStream` in its GET-stream slot (item 11); every other GET goes to the SDK's
+    own handler, which answers it exactly as before."""
+    for name in ("_handle_get_request", "_validate_request_headers", "_clean_up_memory_streams"):
+        if not hasattr(transport, name):
+            raise SDKChangedError(f"StreamableHTTPServerTransport.{name}")
+    sdk_handler = transport._handle_get_request
+
+    async def handle_get(request: Request, send: Send) -> None:
+        _, has_sse = check_accept_headers(request)
+        if (
+            not has_sse
+            or request.headers.get(LAST_EVENT_ID_HEADER)
+            or GET_STREAM_KEY in transport._request_streams
+            or transport._read_stream_writer is None
+        ):
+            await sdk_handler(request, send)  # 406, 409, a resumption: the SDK's answers
+            return
+        if not await transport._validate_request_headers(request, send):
+            return
+        headers = [
+            (b"cache-control", b"no-cache, no-transform"),
+            (b"connection", b"keep-alive"),
+            (b"content-type", CONTENT_TYPE_SSE.encode()),
+            (b"x-accel-buffering", b"no"),
+        ]
+        if transport.mcp_session_id:
+            headers.append((MCP_SESSION_ID_HEADER.encode(), transport.mcp_session_id.encode()))
+        stream = StandaloneStream(send, transport._event_store, GET_STREAM_KEY)
+        slots: dict[Any, Any] = transport._request_streams  # it holds the SDK's memory streams, or ours
+        slots[GET_STREAM_KEY] = (stream, stream.reader)
+        try:
+            await stream.serve(headers, request.receive)
+        finally:
+            pair = slots.get(GET_STREAM_KEY)
+            if pair is not None and pair[0] is stream:
+                await transport._clean_up_memory_streams(GET_STREAM_KEY)
+
+    transport._handle_get_request = handle_get  # type: ignore[method-assign]
 
 
 async def _refuse_per_client(send: Send, limit: int) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import os
 import sys
@@ -236,7 +237,9 @@ class Driver:
         return self.rounds[k]
 
 
-async def run_config(down: str, up: str, sessions: int, rounds: int, warmup: int) -> dict[str, Any]:
+async def run_config(
+    down: str, up: str, sessions: int, rounds: int, warmup: int, profile: str | None = None
+) -> dict[str, Any]:
     from mcp_reconciler.api.server import serve_http
 
     with tempfile.TemporaryDirectory() as tmp_s:
@@ -265,7 +268,10 @@ async def run_config(down: str, up: str, sessions: int, rounds: int, warmup: int
                         alls: list[float] = []
                         per_session: list[float] = []
                         cpu: list[float] = []
+                        profiler = cProfile.Profile() if profile else None
                         for k in range(warmup + rounds):
+                            if profiler is not None and k == warmup:
+                                profiler.enable()
                             c0 = time.process_time()
                             out = await trig.call_tool("res__touch", {"uri": URI})
                             sent_at = json.loads(out.content[0].text)["sent_at"]  # type: ignore[union-attr]
@@ -276,6 +282,9 @@ async def run_config(down: str, up: str, sessions: int, rounds: int, warmup: int
                                 alls.append((max(times) - sent_at) * 1000)
                                 per_session.extend((t - sent_at) * 1000 for t in times)
                             await anyio.sleep(0.05)  # rounds do not overlap
+                        if profiler is not None and profile is not None:
+                            profiler.disable()
+                            profiler.dump_stats(profile)
                 tg.cancel_scope.cancel()
     return {
         "downstream": down,
@@ -289,11 +298,14 @@ async def run_config(down: str, up: str, sessions: int, rounds: int, warmup: int
     }
 
 
-async def amain(sessions: int, rounds: int, warmup: int) -> dict[str, Any]:
+async def amain(
+    sessions: int, rounds: int, warmup: int, configs: list[tuple[str, str]], profile: str | None
+) -> dict[str, Any]:
     results = []
-    for down, up in CONFIGS:
+    for down, up in configs:
         print(f"  {down} downstream, {up} upstream: {sessions} sessions, {rounds} rounds ...", file=sys.stderr)
-        results.append(await run_config(down, up, sessions, rounds, warmup))
+        where = f"{profile}.{down}-{up}" if profile else None
+        results.append(await run_config(down, up, sessions, rounds, warmup, where))
         print(f"    {json.dumps(results[-1])}", file=sys.stderr)
     return {"environment": environment(), "target_ms": TARGET_MS, "results": results}
 
@@ -308,10 +320,18 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="10 measured rounds instead of 30")
     p.add_argument("--sessions", type=int, default=200)
     p.add_argument("--json")
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="DOWN/UP",
+        help="run only these configurations (e.g. raw/modern); repeatable",
+    )
+    p.add_argument("--profile", metavar="PATH", help="cProfile the measured rounds into PATH.<config>")
     a = p.parse_args()
     rounds = 10 if a.quick else 30
+    configs = [tuple(c.split("/", 1)) for c in a.config] if a.config else CONFIGS
     t0 = time.perf_counter()
-    out = anyio.run(amain, a.sessions, rounds, 3)
+    out = anyio.run(amain, a.sessions, rounds, 3, configs, a.profile)
     print(f"resource-update fan-out, {a.sessions} sessions on one resource (wall {time.perf_counter() - t0:.0f} s)")
     head = f"{'downstream':<11}{'upstream':<10}{'refs':>5}  {'all received p50':>17}{'p99':>9}{'max':>9}"
     print(f"{head}  {'per session p50':>16}  {'gw cpu':>9}  target")

@@ -21,7 +21,7 @@ import uvicorn
 from mcp import Client
 from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
-from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http import GET_STREAM_KEY, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import ServerMessageMetadata
@@ -64,7 +64,8 @@ class Recorder:
             message,
             types.ToolListChangedNotification
             | types.ResourceListChangedNotification
-            | types.PromptListChangedNotification,
+            | types.PromptListChangedNotification
+            | types.ResourceUpdatedNotification,
         ):
             self.received.append(message.method)
             event, self.got = self.got, anyio.Event()
@@ -222,10 +223,17 @@ async def test_session_manager_privates_on_a_served_session() -> None:
             with anyio.fail_after(WAIT):  # the client opens its GET stream after the handshake
                 while not manager.standalone_stream_open(session_id):
                     await anyio.sleep(0.01)
+            # Item 11: the GET stream is the direct one, in the slot the SDK's router sends to.
+            direct = manager.standalone_stream(session_id)
+            assert direct is not None and transport._request_streams[GET_STREAM_KEY][0] is direct
             before = store.stored
             await sdk_compat.push_list_changed(conn, {EntryKind.TOOL})
             await rec.wait_received(1)
             assert store.stored > before, "the push went through this session's own event store"
+            message, data = sdk_compat.resource_updated_message("note://x")
+            assert await direct.push(message, data)
+            await rec.wait_received(2)
+            assert store.stored == before + 2
 
             async with Client(url, mode="legacy") as other:
                 await other.list_tools(cache_mode="bypass")
@@ -249,6 +257,12 @@ def test_session_manager_probe_names_the_private_when_it_is_gone() -> None:
     del manager._server_instances
     with pytest.raises(sdk_compat.SDKChangedError, match=r"StreamableHTTPSessionManager\._server_instances"):
         manager.standalone_stream_open("s")
+
+
+def test_serve_standalone_names_the_private_when_it_is_gone() -> None:
+    transport: Any = SimpleNamespace(_handle_get_request=None, _validate_request_headers=None)
+    with pytest.raises(sdk_compat.SDKChangedError, match=r"StreamableHTTPServerTransport\._clean_up_memory_streams"):
+        sdk_compat.serve_standalone(transport)
 
 
 def test_event_store_and_factory_are_exclusive() -> None:

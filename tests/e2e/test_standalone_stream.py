@@ -1,0 +1,205 @@
+"""The 2025-era GET stream written directly (``api/standalone_stream.py``; issue 11's fan-out
+target): raw 2025-11-25 sessions over HTTP on 127.0.0.1 against the served gateway with a real
+resource upstream, so each test sees the exact bytes on the wire.
+
+What is held: the wire form is the SDK's (the same event, byte for byte but the id, as with the
+SDK's own pipeline); events leave in event-id order; a client that resumes with Last-Event-ID
+gets what it missed; one GET stream per session (409), and a closed one frees its slot; a client
+that stops reading loses its stream, never its events, and holds no writer past the bound."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from mcp_reconciler.api import standalone_stream
+from mcp_reconciler.api.event_store import BoundedEventStore
+from mcp_reconciler.api.sdk_compat import resource_updated_message
+from mcp_reconciler.api.server import Served, serve_http
+from mcp_reconciler.api.standalone_stream import StandaloneStream
+from tests.e2e.conftest import WAIT, write_config
+from tests.e2e.support_resources import UPSTREAM_ARGS, new_token, resource_source, until
+
+pytestmark = pytest.mark.anyio
+
+ACCEPT = "application/json, text/event-stream"
+
+
+class RawSession:
+    """A 2025-11-25 session spoken over plain HTTP: initialize, then POSTs and GET streams."""
+
+    def __init__(self, http: httpx2.AsyncClient, served: Served, token: str) -> None:
+        self.http, self.url = http, served.url
+        self.headers = {"authorization": f"Bearer {token}", "accept": ACCEPT}
+        self.sid = ""
+        self._ids = iter(range(2, 10_000))
+
+    async def open(self) -> None:
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        r = await self.http.post(self.url, json=init, headers=self.headers)
+        r.raise_for_status()
+        self.sid = r.headers["mcp-session-id"]
+        self.headers |= {"mcp-session-id": self.sid, "mcp-protocol-version": "2025-11-25"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        (await self.http.post(self.url, json=initialized, headers=self.headers)).raise_for_status()
+
+    async def request(self, method: str, params: dict[str, Any]) -> httpx2.Response:
+        body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}
+        r = await self.http.post(self.url, json=body, headers=self.headers)
+        r.raise_for_status()
+        return r
+
+    @asynccontextmanager
+    async def get(self, **extra: str) -> AsyncIterator[httpx2.Response]:
+        headers = {**self.headers, "accept": "text/event-stream", **extra}
+        async with self.http.stream("GET", self.url, headers=headers) as r:
+            yield r
+
+
+async def events(response: httpx2.Response, n: int) -> list[dict[str, str]]:
+    """The next ``n`` SSE events on ``response`` (comment lines skipped), as field → value."""
+    out: list[dict[str, str]] = []
+    event: dict[str, str] = {}
+    with anyio.fail_after(WAIT):
+        async for line in response.aiter_lines():
+            if not line:
+                if event:
+                    out.append(event)
+                    event = {}
+                    if len(out) == n:
+                        return out
+                continue
+            if line.startswith(":"):
+                continue
+            field, _, value = line.partition(": ")
+            event[field] = value
+    raise AssertionError(f"the stream ended after {len(out)} of {n} events")
+
+
+@asynccontextmanager
+async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Served, httpx2.AsyncClient]]:
+    cfg = write_config(tmp_path, sources=[resource_source("res", *UPSTREAM_ARGS["legacy"])])
+    async with serve_http(cfg, port=0) as served, httpx2.AsyncClient(timeout=WAIT) as http:
+        yield served, http
+
+
+async def subscribed_session(served: Served, http: httpx2.AsyncClient) -> RawSession:
+    s = RawSession(http, served, new_token(served))
+    await s.open()
+    await s.request("resources/subscribe", {"uri": "note://a"})
+    return s
+
+
+async def touch(s: RawSession, uri: str = "note://a") -> None:
+    await s.request("tools/call", {"name": "res__touch", "arguments": {"uri": uri}})
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "sdk-pipeline"])
+async def test_updates_leave_in_event_id_order_in_the_sdk_wire_form(direct: bool, tmp_path: Path) -> None:
+    async with gateway(tmp_path) as (served, http):
+        manager = served.transport_sessions
+        assert manager is not None
+        manager.direct_standalone_streams = direct
+        s = await subscribed_session(served, http)
+        async with s.get() as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            assert stream.headers["mcp-session-id"] == s.sid
+            assert (manager.standalone_stream(s.sid) is not None) is direct
+            for _ in range(3):
+                await touch(s)
+            got = await events(stream, 3)
+        ids = [int(e["id"].rsplit(":", 1)[1]) for e in got]
+        assert ids == sorted(ids) and len(set(ids)) == 3
+        _, data = resource_updated_message("note://a")
+        assert [(e["event"], e["data"]) for e in got] == [("message", data)] * 3
+        assert json.loads(data) == {
+            "jsonrpc": "2.0",
+            "method": "notifications/resources/updated",
+            "params": {"uri": "note://a"},
+        }
+
+
+async def test_a_client_that_resumes_with_last_event_id_misses_nothing(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as (served, http):
+        manager = served.transport_sessions
+        assert manager is not None
+        s = await subscribed_session(served, http)
+        async with s.get() as stream:
+            for _ in range(3):
+                await touch(s)
+            written = await events(stream, 3)
+        await until(lambda: manager.standalone_stream_open(s.sid) is False, "the closed GET stream freed its slot")
+        # Resuming after the first: the store replays the two written after it, ids and all.
+        async with s.get(**{"last-event-id": written[0]["id"]}) as resumed:
+            assert resumed.status_code == 200
+            *replayed, priming = await events(resumed, 3)  # the SDK's resumption: replay, then a priming event
+        assert priming["data"] == ""
+        assert [(e["id"], e["data"]) for e in replayed] == [(e["id"], e["data"]) for e in written[1:]]
+        await until(lambda: manager.standalone_stream_open(s.sid) is False, "the resumed stream ended")
+        for _ in range(2):
+            await touch(s)  # held for the session until it has a GET stream again (one update: level-triggered)
+        async with s.get(**{"last-event-id": written[-1]["id"]}) as again:
+            priming, update = await events(again, 2)  # nothing to replay; the priming event; the held update
+        assert priming["data"] == ""
+        assert update["data"] == written[0]["data"]
+        assert int(update["id"].rsplit(":", 1)[1]) > int(written[-1]["id"].rsplit(":", 1)[1])
+
+
+async def test_one_get_stream_per_session_and_a_closed_one_frees_the_slot(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as (served, http):
+        manager = served.transport_sessions
+        assert manager is not None
+        s = await subscribed_session(served, http)
+        async with s.get() as first:
+            assert first.status_code == 200
+            assert isinstance(manager.standalone_stream(s.sid), StandaloneStream)
+            async with s.get() as second:
+                assert second.status_code == 409
+        await until(lambda: manager.standalone_stream(s.sid) is None, "the direct stream ended with its client")
+        await until(lambda: manager.standalone_stream_open(s.sid) is False, "the slot is free")
+        async with s.get() as again:
+            assert again.status_code == 200
+            await touch(s)
+            (event,) = await events(again, 1)
+            assert event["data"] == resource_updated_message("note://a")[1]
+
+
+async def test_a_client_that_stops_reading_loses_its_stream_not_its_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(standalone_stream, "WRITE_TIMEOUT_S", 0.05)
+    never = anyio.Event()
+
+    async def stalled_send(message: Any) -> None:  # a connection whose buffers are full
+        await never.wait()
+
+    store = BoundedEventStore()
+    stream = StandaloneStream(stalled_send, store, "_GET_stream")
+    message, data = resource_updated_message("note://a")
+    with anyio.fail_after(WAIT), pytest.raises(anyio.ClosedResourceError):
+        await stream.push(message, data)
+    assert stream.closed
+    assert await stream.push(message, data) is False  # ended: nothing more is stored or written
+    replayed: list[Any] = []
+
+    async def collect(event: Any) -> None:
+        replayed.append(event)
+
+    # The one event written into the stalled stream is in the store, for the client's resumption.
+    assert await store.replay_events_after("nothing-before", collect) is None
+    assert [m for _, _, m in store._events] == [message]
