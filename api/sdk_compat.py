@@ -73,6 +73,13 @@ naming the attribute if an SDK release moves it:
    finds it for a direct push. Anything else (a resuming GET, a conflict, a bad request) is the
    SDK's handler.
 
+12. **A listen stream's writer** (``api/frontdoor/listen.py``): a 2026-07-28 HTTP request's
+   response stream is written by the SDK's writer loop from a zero-capacity byte stream, the
+   request dispatch context's ``sink`` (``mcp.server._streamable_http_modern.
+   _SingleExchangeDispatchContext``, reached as ``ServerSession._request_outbound``, as in 5.).
+   :func:`listen_sink` returns it, so a listen stream's frames can be handed to that loop
+   directly; ``None`` on transports without one (stdio).
+
 This module is over 400 lines because it is the one place every SDK private is reached (the
 list above); split, the next SDK upgrade would have to hunt for them.
 
@@ -94,6 +101,7 @@ from typing import Any
 import anyio
 import httpx2
 import mcp_types as types
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp import ClientSession, MCPError
 from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
 from mcp.server import ServerRequestContext
@@ -217,6 +225,13 @@ def request_channel(ctx: ServerRequestContext[Any]) -> Outbound:
     except AttributeError:
         raise SDKChangedError("ServerSession._request_outbound") from None
     return channel
+
+
+def listen_sink(ctx: ServerRequestContext[Any]) -> MemoryObjectSendStream[bytes] | None:
+    """The byte stream the SDK's writer loop turns into ``ctx``'s SSE response (item 12), or
+    ``None`` when the request's transport has none (stdio, JSON-response mode)."""
+    sink = getattr(request_channel(ctx), "sink", None)
+    return sink if isinstance(sink, MemoryObjectSendStream) else None
 
 
 async def push_cancelled(conn: Connection, request_id: str, reason: str) -> None:

@@ -1,7 +1,8 @@
 """Relay benchmark: what a server→client round trip (sampling) costs through the gateway, against
 the same upstream called directly, measured in the same run over the same transport.
 
-Run from the repo root:  python bench/bench_relay.py [--quick] [--json PATH]
+Run from the repo root:  python bench/bench_relay.py [--quick] [--json PATH] [--profile PATH]
+(``--profile``: the gateway runs under cProfile and writes its stats to PATH when it stops.)
 
 Set-up. Two ``tests.support.relay_server`` processes over streamable HTTP on 127.0.0.1: ``L``
 speaks only the 2025-11-25 era (its ``sample`` tool sends a real ``sampling/createMessage``
@@ -152,7 +153,7 @@ async def bench_era(
     }
 
 
-async def amain(quick: bool) -> dict[str, Any]:
+async def amain(quick: bool, profile: str | None = None) -> dict[str, Any]:
     calls = 100 if quick else 400
     with tempfile.TemporaryDirectory() as tmp, processes() as procs:
         ports = {"L": free_port(), "M": free_port()}
@@ -167,8 +168,10 @@ async def amain(quick: bool) -> dict[str, Any]:
         sources = [{"name": n, "http": {"url": f"http://127.0.0.1:{p}/mcp"}} for n, p in ports.items()]
         cfg.write_text(json.dumps({"gateway": {"host": "127.0.0.1", "port": gw_port}, "sources": sources}))
         env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": OPERATOR}
-        exe = Path(sys.executable).with_name("mcp-reconciler")
-        procs.append(spawn([str(exe), "serve", "--config", str(cfg)], env=env, stdout=subprocess.DEVNULL))
+        gateway = [sys.executable, "-m", "mcp_reconciler.api.cli"]
+        if profile:  # the gateway under cProfile; its stats are written when it stops (SIGTERM)
+            gateway = [sys.executable, "-m", "cProfile", "-o", profile, "-m", "mcp_reconciler.api.cli"]
+        procs.append(spawn([*gateway, "serve", "--config", str(cfg)], env=env, stdout=subprocess.DEVNULL))
         base = f"http://127.0.0.1:{gw_port}"
         await wait_http(f"{base}/healthz", procs[-1])
         async with ReconcilerClient(base, OPERATOR) as rc:
@@ -182,7 +185,8 @@ async def amain(quick: bool) -> dict[str, Any]:
 
 def main() -> int:
     quick = "--quick" in sys.argv
-    out = anyio.run(amain, quick)
+    profile = sys.argv[sys.argv.index("--profile") + 1] if "--profile" in sys.argv else None
+    out = anyio.run(amain, quick, profile)
     print("relay: sampling round trip through the gateway vs direct (streamable HTTP, medians in ms)")
     print(f"{'client era':<12}{'row':<16}{'median':>8}{'p99':>8}")
     for era in out["eras"]:

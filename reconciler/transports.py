@@ -26,6 +26,7 @@ from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcp_reconciler.reconciler.keepalive import KeepAliveTransport
 from mcp_reconciler.reconciler.logsource import pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.upstream_auth import client_credentials_auth
@@ -147,7 +148,9 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
             # would make the 100th concurrent call wait silently for a free connection.
             limits = httpx2.Limits(max_connections=int(t.get("max_connections", 1024)), max_keepalive_connections=64)
             auth = client_credentials_auth(t.get("oauth"))
-            async with httpx2.AsyncClient(headers=_headers(t), timeout=timeout, limits=limits, auth=auth) as http:
+            # Keep-alive for request streams the SDK closes before their last bytes (keepalive.py).
+            transport = KeepAliveTransport(limits=limits)
+            async with httpx2.AsyncClient(headers=_headers(t), timeout=timeout, transport=transport, auth=auth) as http:
                 async with streamable_http_client(str(t["url"]), http_client=http) as (read, write):
                     yield ObservedReadStream(read, on_end), write
         else:

@@ -12,9 +12,10 @@ the client's standalone GET stream, and a push made before that stream is open w
 dropped by the SDK, so it is *held* (pending) and retried every :data:`RETRY_S` until the
 stream opens or the session goes. The HTTP layer answers "is it open?" through the narrow
 :class:`PushGate` it hands the front door; without one (stdio, in-memory) the connection
-itself carries pushes. New era: an event on the binding's own subscription bus, served by its
-``subscriptions/listen`` handler; a binding that never listened has nowhere to be told and its
-pending kinds are dropped (its first listen starts from a fresh list anyway).
+itself carries pushes. New era: an event on the binding's own listen streams
+(``api/frontdoor/listen.py``, which hands frames to each stream's writer directly); a binding
+that never listened has nowhere to be told and its pending kinds are dropped (its first listen
+starts from a fresh list anyway).
 
 The loop is one task owned by the server's task group (:meth:`Notifier.run`); it sleeps on an
 event, not a poll, unless something is held."""
@@ -29,8 +30,6 @@ import anyio
 import mcp_types as types
 from mcp.server import ServerRequestContext
 from mcp.server.subscriptions import (
-    InMemorySubscriptionBus,
-    ListenHandler,
     PromptsListChanged,
     ResourcesListChanged,
     ServerEvent,
@@ -39,6 +38,7 @@ from mcp.server.subscriptions import (
 
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
+from mcp_reconciler.api.frontdoor.listen import ListenStreams
 from mcp_reconciler.api.frontdoor.sessions import Binding
 from mcp_reconciler.api.standalone_stream import StandaloneStream
 from mcp_reconciler.reconciler.authority import Authority
@@ -72,8 +72,7 @@ class Notifier:
         self._authority = authority
         self._bindings = bindings
         self._gate: PushGate | None = None
-        self._buses: dict[str, InMemorySubscriptionBus] = {}
-        self._listeners: dict[str, ListenHandler] = {}
+        self._buses: dict[str, ListenStreams] = {}
         self._wake = anyio.Event()
         # Subscribed now, not when the loop starts: a publication in between still wakes it.
         self._unsubscribe = catalog.on_publish(self.touch)
@@ -126,10 +125,9 @@ class Notifier:
 
     def drop(self, key: str) -> None:
         """Close the listen stream and bus of a binding that was removed."""
-        self._buses.pop(key, None)
-        handler = self._listeners.pop(key, None)
-        if handler is not None:
-            handler.close()
+        bus = self._buses.pop(key, None)
+        if bus is not None:
+            bus.close()
 
     async def publish(self, key: str, event: ServerEvent) -> bool:
         """Publish ``event`` on the listen bus of the new-era binding ``key`` (each of its open
@@ -137,7 +135,7 @@ class Notifier:
         bus = self._buses.get(key)
         if bus is None:
             return False
-        await bus.publish(event)
+        bus.publish(event)
         return True
 
     async def listen(
@@ -145,11 +143,10 @@ class Notifier:
     ) -> types.SubscriptionsListenResult:
         """Serve a new-era ``subscriptions/listen`` for ``binding`` on its own bus, so one
         identity's changes never reach another's stream."""
-        handler = self._listeners.get(binding.key)
-        if handler is None:
-            bus = self._buses.setdefault(binding.key, InMemorySubscriptionBus())
-            handler = self._listeners[binding.key] = ListenHandler(bus)
-        return await handler(ctx, params)
+        bus = self._buses.get(binding.key)
+        if bus is None:
+            bus = self._buses[binding.key] = ListenStreams()
+        return await bus.serve(ctx, params)
 
     async def _notify_all(self) -> None:
         live = self._catalog.current()
@@ -182,10 +179,10 @@ class Notifier:
                 binding.pending = set()
                 return
             if EntryKind.TOOL in kinds:
-                await bus.publish(ToolsListChanged())
+                bus.publish(ToolsListChanged())
             if kinds & {EntryKind.RESOURCE, EntryKind.RESOURCE_TEMPLATE}:
-                await bus.publish(ResourcesListChanged())
+                bus.publish(ResourcesListChanged())
             if EntryKind.PROMPT in kinds:
-                await bus.publish(PromptsListChanged())
+                bus.publish(PromptsListChanged())
         binding.notifications += 1
         binding.pending = set()

@@ -63,6 +63,11 @@ async def test_update_reaches_exactly_the_subscribed_sessions(down: str, up: str
                     await ua.wait_for("note://a", 2)
                 assert ua.uris == ["note://a", "note://a"]
                 assert ub.uris == ["note://b"]
+                direct = sum(bus.direct_frames for bus in served.front.notifier._buses.values())
+                if down == "auto":  # over HTTP the frames were handed to the writer directly (listen.py)
+                    assert direct >= 1
+                else:
+                    assert direct == 0
 
 
 @pytest.mark.parametrize("up", UP)

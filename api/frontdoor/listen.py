@@ -1,0 +1,191 @@
+"""One binding's ``subscriptions/listen`` streams (2026-07-28; ADR 0017), with events handed to
+each stream's writer directly (issue 11's fan-out target).
+
+This is the SDK's ``InMemorySubscriptionBus`` + ``ListenHandler`` pair with the same contract —
+the acknowledgement is a stream's first frame; every frame carries the listen request's id under
+``_meta["io.modelcontextprotocol/subscriptionId"]``; a stream gets only the kinds (and resource
+URIs) it asked for; a stream whose client stops reading is ended once
+:data:`MAX_BUFFERED_EVENTS` are waiting; :meth:`ListenStreams.close` ends every stream
+gracefully, each with its ``SubscriptionsListenResult`` as the last frame — and one difference
+in how a frame travels.
+
+On streamable HTTP the SDK writes a listen response from a writer loop fed by a zero-capacity
+byte stream, the request's *sink* (``sdk_compat`` item 12). The SDK's handler puts each event in
+a buffer; its task wakes, builds the notification model, serializes it and hands the bytes over:
+two task switches and a model per event and stream. Here :meth:`ListenStreams.publish` hands the
+encoded frame to the sink itself when nothing can be ahead of it — the stream is acknowledged,
+its backlog is empty, and its writer loop is waiting (a zero-capacity ``send_nowait`` succeeds
+only then) — so one update for 200 streams is 200 hand-overs in one synchronous pass, one
+switch each, and the frame's JSON is built once per event, not per stream. Otherwise (the ack
+not yet written, a backlog, the writer busy with the previous frame) the event joins the
+stream's backlog, which the stream's own task drains in order; a frame never overtakes another.
+On a transport without a sink (stdio) every event takes the backlog, as with the SDK.
+
+Races: none beyond the SDK's. One event loop; :meth:`publish` does not await, and a stream's
+backlog count covers an event from the moment it is queued until its write has completed."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp import MCPError
+from mcp.server import ServerRequestContext
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ServerEvent, event_matches, event_to_notification
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    SubscriptionFilter,
+    SubscriptionsAcknowledgedNotification,
+    SubscriptionsAcknowledgedNotificationParams,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+)
+
+from mcp_reconciler.api import sdk_compat
+
+log = logging.getLogger("mcp_reconciler.frontdoor")
+
+#: Open listen streams per binding (the SDK handler's default).
+MAX_SUBSCRIPTIONS = 1024
+#: Events waiting for one stream before it is ended (the SDK handler's default).
+MAX_BUFFERED_EVENTS = 1024
+
+
+def honored_subset(requested: SubscriptionFilter) -> SubscriptionFilter:
+    """What the acknowledgement promises: every requested kind (falsy flags and an empty URI
+    list dropped), as the SDK's handler acknowledges."""
+    return SubscriptionFilter(
+        tools_list_changed=True if requested.tools_list_changed else None,
+        prompts_list_changed=True if requested.prompts_list_changed else None,
+        resources_list_changed=True if requested.resources_list_changed else None,
+        resource_subscriptions=list(requested.resource_subscriptions) if requested.resource_subscriptions else None,
+    )
+
+
+class _Frames:
+    """One event's wire frames: the notification's params dumped once; each stream's frame puts
+    its own subscription id into them (the ``_meta`` key keeps its place, so the JSON is what the
+    SDK's model dump would write)."""
+
+    def __init__(self, event: ServerEvent) -> None:
+        data = event_to_notification(event, {}).model_dump(by_alias=True, mode="json", exclude_none=True)
+        self._method: str = data["method"]
+        self._params: dict[str, Any] = data.get("params") or {}
+
+    def frame(self, meta: dict[str, Any]) -> bytes:
+        message = {"jsonrpc": "2.0", "method": self._method, "params": {**self._params, "_meta": meta}}
+        return b"event: message\r\ndata: " + json.dumps(message, separators=(",", ":")).encode() + b"\r\n\r\n"
+
+
+@dataclass(eq=False)
+class _Stream:
+    honored: SubscriptionFilter
+    uris: frozenset[str]
+    meta: dict[str, Any]
+    sink: MemoryObjectSendStream[bytes] | None
+    backlog_in: MemoryObjectSendStream[ServerEvent]
+    backlog: int = 0  # queued, or being written by the stream's task
+    acked: bool = False
+
+    def end(self) -> None:
+        self.backlog_in.close()  # the stream's task drains what is queued, then answers
+
+
+class ListenStreams:
+    """The open listen streams of one binding; :meth:`serve` is the ``subscriptions/listen``
+    handler, :meth:`publish` the bus (see the module docstring)."""
+
+    def __init__(
+        self, *, max_subscriptions: int = MAX_SUBSCRIPTIONS, max_buffered_events: int = MAX_BUFFERED_EVENTS
+    ) -> None:
+        self._max_subscriptions = max_subscriptions
+        self._max_buffered_events = max_buffered_events
+        self._streams: set[_Stream] = set()
+        #: Frames :meth:`publish` handed to a writer directly so far (the rest took a backlog).
+        self.direct_frames = 0
+
+    @property
+    def open_streams(self) -> int:
+        """Listen streams open now."""
+        return len(self._streams)
+
+    def publish(self, event: ServerEvent) -> None:
+        """Deliver ``event`` to every open stream whose filter admits it. Never blocks."""
+        frames: _Frames | None = None
+        for stream in list(self._streams):
+            if not event_matches(stream.honored, stream.uris, event):
+                continue
+            if stream.sink is not None and stream.acked and not stream.backlog:
+                frames = frames or _Frames(event)
+                try:
+                    stream.sink.send_nowait(frames.frame(stream.meta))
+                    self.direct_frames += 1
+                    continue
+                except anyio.WouldBlock:
+                    pass  # the writer is busy with the previous frame: queue behind it
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    continue  # the response is ending; its task unwinds the stream
+            try:
+                stream.backlog_in.send_nowait(event)
+                stream.backlog += 1
+            except anyio.WouldBlock:
+                log.warning("listen stream %r backlog full; ending the stream", stream.meta)
+                self._streams.discard(stream)
+                stream.end()
+            except anyio.ClosedResourceError:
+                pass  # closing: its task is draining
+
+    async def serve(
+        self, ctx: ServerRequestContext[Any], params: SubscriptionsListenRequestParams
+    ) -> SubscriptionsListenResult:
+        """Serve one listen stream until the client goes (the request is cancelled) or
+        :meth:`close`; answers the ``SubscriptionsListenResult`` that ends it."""
+        subscription_id = ctx.request_id
+        if subscription_id is None:
+            raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
+        if len(self._streams) >= self._max_subscriptions:
+            raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
+        honored = honored_subset(params.notifications)
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
+        backlog_in, backlog_out = anyio.create_memory_object_stream[ServerEvent](self._max_buffered_events)
+        stream = _Stream(
+            honored=honored,
+            uris=frozenset(honored.resource_subscriptions or ()),
+            meta=meta,
+            sink=sdk_compat.listen_sink(ctx),
+            backlog_in=backlog_in,
+        )
+        # Registered before the ack is written, so an event published meanwhile is queued (the
+        # ack is still first: only this task writes until ``acked``).
+        self._streams.add(stream)
+        try:
+            ack = SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
+            await ctx.session.send_notification(
+                SubscriptionsAcknowledgedNotification(params=ack), related_request_id=subscription_id
+            )
+            stream.acked = True
+            async for event in backlog_out:
+                try:
+                    if stream.sink is not None:
+                        await stream.sink.send(_Frames(event).frame(meta))
+                    else:
+                        notification = event_to_notification(event, meta)
+                        await ctx.session.send_notification(notification, related_request_id=subscription_id)
+                finally:
+                    stream.backlog -= 1
+        finally:
+            self._streams.discard(stream)
+            backlog_in.close()
+            backlog_out.close()
+        return SubscriptionsListenResult(_meta=meta)
+
+    def close(self) -> None:
+        """End every open stream gracefully: each drains its backlog and answers its result."""
+        for stream in list(self._streams):
+            self._streams.discard(stream)
+            stream.end()
