@@ -64,8 +64,9 @@ URI = "note://a"
 TARGET_MS = 50.0
 DRIVERS = 2
 #: (downstream, upstream). Downstream ``raw``: 2025-11-25 sessions spoken over plain HTTP by the
-#: driver (no SDK client parsing on the receiving side); ``legacy``/``auto``: SDK clients.
-CONFIGS = [("raw", "modern"), ("raw", "legacy"), ("legacy", "modern"), ("auto", "modern")]
+#: driver (no SDK client parsing on the receiving side); ``raw26``: 2026-07-28 listen streams spoken
+#: over plain HTTP; ``legacy``/``auto``: SDK clients.
+CONFIGS = [("raw", "modern"), ("raw", "legacy"), ("raw26", "modern"), ("legacy", "modern"), ("auto", "modern")]
 
 
 # -- driver (a separate process holding some of the clients) --------------------------------------
@@ -154,6 +155,37 @@ async def _driver(url: str, mode: str, tokens: list[str]) -> None:
                 tg.cancel_scope.cancel()
         await http.delete(url, headers=headers)
 
+    async def raw_listen(i: int, token: str, http: Any, ready: anyio.Event, stop: anyio.Event) -> None:
+        """A 2026-07-28 ``subscriptions/listen`` stream spoken over plain HTTP (no SDK client): one
+        POST whose SSE response is read line by line — the new era's counterpart of ``raw``."""
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "subscriptions/listen",
+        }
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        params = {"notifications": {"resourceSubscriptions": [URI]}, "_meta": meta}
+        listen = {"jsonrpc": "2.0", "id": f"listen-{i}", "method": "subscriptions/listen", "params": params}
+        async with http.stream("POST", url, json=listen, headers=headers) as stream:
+            async with anyio.create_task_group() as tg:
+
+                async def read() -> None:
+                    async for line in stream.aiter_lines():
+                        if line.startswith("data:") and "notifications/subscriptions/acknowledged" in line:
+                            ready.set()
+                        elif line.startswith("data:") and "notifications/resources/updated" in line:
+                            received[i].append(time.time())
+                            changed.set()
+
+                tg.start_soon(read)
+                await stop.wait()
+                tg.cancel_scope.cancel()
+
     async def until_stdin_closes(scope: anyio.CancelScope) -> None:
         await anyio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)  # closed by the benchmark: stop
         stop.set()
@@ -171,6 +203,8 @@ async def _driver(url: str, mode: str, tokens: list[str]) -> None:
             readies.append(ready)
             if mode == "raw":
                 tg.start_soon(raw_session, i, token, raw_http, ready, stop)
+            elif mode == "raw26":
+                tg.start_soon(raw_listen, i, token, raw_http, ready, stop)
             else:
                 tg.start_soon(session, i, token, ready, stop)
             if i % 10 == 9:
@@ -184,7 +218,7 @@ async def _driver(url: str, mode: str, tokens: list[str]) -> None:
             changed = anyio.Event()
             done = min(len(r) for r in received)
             while reported < done:
-                _emit({"round": reported, "times": [r[reported] for r in received]})
+                _emit({"round": reported, "times": [r[reported] for r in received], "cpu": time.process_time()})
                 reported += 1
 
 
@@ -204,6 +238,7 @@ class Driver:
         self.token_file.write_text(json.dumps(tokens))
         self.argv = [sys.executable, str(SELF), "--driver", url, mode, str(self.token_file)]
         self.rounds: dict[int, list[float]] = {}
+        self.cpu: dict[int, float] = {}  # the driver's process CPU time when it reported round k
         self.ready = anyio.Event()
         self.news = anyio.Event()
 
@@ -221,6 +256,7 @@ class Driver:
                             self.ready.set()
                         else:
                             self.rounds[msg["round"]] = msg["times"]
+                            self.cpu[msg["round"]] = msg["cpu"]
                             self.news.set()
                             self.news = anyio.Event()
             finally:
@@ -286,6 +322,9 @@ async def run_config(
                             profiler.disable()
                             profiler.dump_stats(profile)
                 tg.cancel_scope.cancel()
+    client_cpu = [
+        sum(d.cpu[k] - d.cpu[k - 1] for d in drivers) * 1000 for k in range(warmup, warmup + rounds) if k > 0
+    ]
     return {
         "downstream": down,
         "upstream": up,
@@ -295,6 +334,7 @@ async def run_config(
         "all_ms": {"p50": median(alls), "p99": pct(alls, 99), "max": max(alls)},
         "per_session_ms": {"p50": median(per_session), "p99": pct(per_session, 99)},
         "gateway_cpu_ms_per_round": median(cpu),
+        "clients_cpu_ms_per_round": median(client_cpu),
     }
 
 
@@ -334,14 +374,15 @@ def main() -> int:
     out = anyio.run(amain, a.sessions, rounds, 3, configs, a.profile)
     print(f"resource-update fan-out, {a.sessions} sessions on one resource (wall {time.perf_counter() - t0:.0f} s)")
     head = f"{'downstream':<11}{'upstream':<10}{'refs':>5}  {'all received p50':>17}{'p99':>9}{'max':>9}"
-    print(f"{head}  {'per session p50':>16}  {'gw cpu':>9}  target")
+    print(f"{head}  {'per session p50':>16}  {'gw cpu':>9}  {'clients cpu':>11}  target")
     for r in out["results"]:
         a_ms, s_ms = r["all_ms"], r["per_session_ms"]
         ok = verdict(a_ms["p50"] <= TARGET_MS)
         print(
             f"{r['downstream']:<11}{r['upstream']:<10}{r['upstream_refs']:>5}  {a_ms['p50']:>14.1f} ms"
             f"{a_ms['p99']:>6.1f} ms{a_ms['max']:>6.1f} ms  {s_ms['p50']:>13.1f} ms"
-            f"  {r['gateway_cpu_ms_per_round']:>6.1f} ms  <= {TARGET_MS:.0f} ms {ok}"
+            f"  {r['gateway_cpu_ms_per_round']:>6.1f} ms  {r['clients_cpu_ms_per_round']:>8.1f} ms"
+            f"  <= {TARGET_MS:.0f} ms {ok}"
         )
     if a.json:
         dump_json(a.json, out)

@@ -16,7 +16,7 @@ two task switches and a model per event and stream. Here :meth:`ListenStreams.pu
 encoded frame to the sink itself when nothing can be ahead of it — the stream is acknowledged,
 its backlog is empty, and its writer loop is waiting (a zero-capacity ``send_nowait`` succeeds
 only then) — so one update for 200 streams is 200 hand-overs in one synchronous pass, one
-switch each, and the frame's JSON is built once per event, not per stream. Otherwise (the ack
+switch each, and the notification is built and serialized once per event, not per stream. Otherwise (the ack
 not yet written, a backlog, the writer busy with the previous frame) the event joins the
 stream's backlog, which the stream's own task drains in order; a frame never overtakes another.
 On a transport without a sink (stdio) every event takes the backlog, as with the SDK.
@@ -26,6 +26,7 @@ backlog count covers an event from the moment it is queued until its write has c
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -67,19 +68,45 @@ def honored_subset(requested: SubscriptionFilter) -> SubscriptionFilter:
     )
 
 
+_HEAD, _TAIL = b"event: message\r\ndata: ", b"\r\n\r\n"  # the SDK writer's SSE framing
+
+
 class _Frames:
-    """One event's wire frames: the notification's params dumped once; each stream's frame puts
-    its own subscription id into them (the ``_meta`` key keeps its place, so the JSON is what the
-    SDK's model dump would write)."""
+    """One event's wire frame around a stream's own ``_meta``: the notification is dumped once
+    (as the SDK's session dumps it) and rendered once with a placeholder where ``_meta`` goes —
+    the key keeps its place, so the bytes are the ones the SDK writes — leaving the text before
+    and after it; a stream's frame is that text around its own ``_meta`` JSON."""
+
+    _HOLE = "\x00meta\x00"
 
     def __init__(self, event: ServerEvent) -> None:
         data = event_to_notification(event, {}).model_dump(by_alias=True, mode="json", exclude_none=True)
-        self._method: str = data["method"]
-        self._params: dict[str, Any] = data.get("params") or {}
+        self._message = {"jsonrpc": "2.0", "method": data["method"], "params": data.get("params") or {}}
+        parts = self._render(self._HOLE).split(json.dumps(self._HOLE))
+        # A URI that holds the placeholder itself (never a real one) is rendered per stream.
+        self._around = (_HEAD + parts[0].encode(), parts[1].encode() + _TAIL) if len(parts) == 2 else None
 
-    def frame(self, meta: dict[str, Any]) -> bytes:
-        message = {"jsonrpc": "2.0", "method": self._method, "params": {**self._params, "_meta": meta}}
-        return b"event: message\r\ndata: " + json.dumps(message, separators=(",", ":")).encode() + b"\r\n\r\n"
+    def _render(self, meta: Any) -> str:
+        params = {**self._message["params"], "_meta": meta}
+        return json.dumps({**self._message, "params": params}, separators=(",", ":"))
+
+    def frame(self, meta: dict[str, Any], meta_json: bytes) -> bytes:
+        """The frame for a stream whose ``_meta`` is ``meta``, rendered as ``meta_json``."""
+        if self._around is not None:
+            return self._around[0] + meta_json + self._around[1]
+        return _HEAD + self._render(meta).encode() + _TAIL
+
+
+def meta_json(meta: dict[str, Any]) -> bytes:
+    """A stream's ``_meta`` as the SDK's serializer writes it."""
+    return json.dumps(meta, separators=(",", ":")).encode()
+
+
+@functools.lru_cache(maxsize=256)
+def frames_for(event: ServerEvent) -> _Frames:
+    """The frames of ``event`` (events are frozen values: one update told to every binding
+    builds its notification once)."""
+    return _Frames(event)
 
 
 @dataclass(eq=False)
@@ -87,6 +114,7 @@ class _Stream:
     honored: SubscriptionFilter
     uris: frozenset[str]
     meta: dict[str, Any]
+    meta_json: bytes
     sink: MemoryObjectSendStream[bytes] | None
     backlog_in: MemoryObjectSendStream[ServerEvent]
     backlog: int = 0  # queued, or being written by the stream's task
@@ -116,14 +144,12 @@ class ListenStreams:
 
     def publish(self, event: ServerEvent) -> None:
         """Deliver ``event`` to every open stream whose filter admits it. Never blocks."""
-        frames: _Frames | None = None
         for stream in list(self._streams):
             if not event_matches(stream.honored, stream.uris, event):
                 continue
             if stream.sink is not None and stream.acked and not stream.backlog:
-                frames = frames or _Frames(event)
                 try:
-                    stream.sink.send_nowait(frames.frame(stream.meta))
+                    stream.sink.send_nowait(frames_for(event).frame(stream.meta, stream.meta_json))
                     self.direct_frames += 1
                     continue
                 except anyio.WouldBlock:
@@ -157,6 +183,7 @@ class ListenStreams:
             honored=honored,
             uris=frozenset(honored.resource_subscriptions or ()),
             meta=meta,
+            meta_json=meta_json(meta),
             sink=sdk_compat.listen_sink(ctx),
             backlog_in=backlog_in,
         )
@@ -172,7 +199,7 @@ class ListenStreams:
             async for event in backlog_out:
                 try:
                     if stream.sink is not None:
-                        await stream.sink.send(_Frames(event).frame(meta))
+                        await stream.sink.send(frames_for(event).frame(stream.meta, stream.meta_json))
                     else:
                         notification = event_to_notification(event, meta)
                         await ctx.session.send_notification(notification, related_request_id=subscription_id)

@@ -23,7 +23,7 @@ from mcp.shared.subscriptions import (
     event_to_notification,
 )
 
-from mcp_reconciler.api.frontdoor.listen import ListenStreams, _Frames
+from mcp_reconciler.api.frontdoor.listen import ListenStreams, _Frames, meta_json
 
 pytestmark = pytest.mark.anyio
 
@@ -33,15 +33,21 @@ META = {"io.modelcontextprotocol/subscriptionId": 7}
 
 @pytest.mark.parametrize(
     "event",
-    [ToolsListChanged(), PromptsListChanged(), ResourcesListChanged(), ResourceUpdated(uri="note://a")],
-    ids=lambda e: type(e).__name__,
+    [
+        ToolsListChanged(),
+        PromptsListChanged(),
+        ResourcesListChanged(),
+        ResourceUpdated(uri="note://a"),
+        ResourceUpdated(uri="note://é\u2028\"x\""),
+        ResourceUpdated(uri="\x00meta\x00"),  # the placeholder itself: rendered per stream
+    ],
 )
 def test_a_frame_is_the_frame_the_sdk_writes(event: ServerEvent) -> None:
     """The SDK's path: the notification model dumped by ``ServerSession``, re-wrapped and
     serialized by the HTTP writer (``_sse_event``) — byte for byte."""
     data = event_to_notification(event, META).model_dump(by_alias=True, mode="json", exclude_none=True)
     sdk = _sse_event(types.JSONRPCNotification(jsonrpc="2.0", method=data["method"], params=data.get("params")))
-    assert _Frames(event).frame(META) == sdk
+    assert _Frames(event).frame(META, meta_json(META)) == sdk
 
 
 class Writer:
@@ -184,6 +190,7 @@ async def test_publish_hands_over_only_when_nothing_can_be_ahead(
         honored=types.SubscriptionFilter(resource_subscriptions=["note://a"]),
         uris=frozenset({"note://a"}),
         meta=META,
+        meta_json=meta_json(META),
         sink=sink,
         backlog_in=backlog_in,
         backlog=backlog,
