@@ -13,7 +13,9 @@ process (``mcp-reconciler serve``) in front of both; the downstream clients (SDK
 the control API. Each era's client talks to the upstream of its era, directly and through the
 gateway; rows run interleaved in blocks, so a comparison's two sides see the same load.
 
-Per era: the median latency of ``sample`` (one call with one sampling round trip) and of
+Per era: the gateway process's CPU per call of each kind (Linux ``/proc``), whose difference is
+the gateway's own work for one relayed round trip (steadier than latency on a shared machine);
+and the median latency of ``sample`` (one call with one sampling round trip) and of
 ``state`` (one plain call to the same server, no round trip), direct and through the gateway.
 The relay's own cost is the round trip's share: ``(gateway sample - gateway plain) - (direct
 sample - direct plain)``. Target (issue 11): <= 2 ms. The plain call's own overhead is the
@@ -122,10 +124,20 @@ async def timed(c: Client, tool: str, n: int) -> list[float]:
     return out
 
 
+def cpu_ms(pid: int) -> float:
+    """The CPU time (user + system) process ``pid`` has used, in ms (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 async def bench_era(
-    mode: str, direct_url: str, gateway_url: str, prefix: str, token: str, calls: int
+    mode: str, direct_url: str, gateway_url: str, prefix: str, token: str, calls: int, gateway_pid: int
 ) -> dict[str, Any]:
     rows: dict[str, list[float]] = {k: [] for k in ("direct sample", "direct plain", "gateway sample", "gateway plain")}
+    gateway_cpu: dict[str, float] = {"gateway sample": 0.0, "gateway plain": 0.0}
     async with client(direct_url, mode) as d, client(gateway_url, mode, token) as g:
         plan = [
             ("direct sample", d, "sample"),
@@ -139,12 +151,18 @@ async def bench_era(
         for r in range(rounds):
             for i in range(len(plan)):
                 name, c, tool = plan[(i + r) % len(plan)]
+                before = cpu_ms(gateway_pid)
                 rows[name] += await timed(c, tool, BLOCK)
+                if name in gateway_cpu:
+                    gateway_cpu[name] += cpu_ms(gateway_pid) - before
     medians = {k: med(v) for k, v in rows.items()}
     direct_trip = medians["direct sample"] - medians["direct plain"]
     gateway_trip = medians["gateway sample"] - medians["gateway plain"]
+    per_call = {k: v / len(rows[k]) for k, v in gateway_cpu.items()}
     return {
         "era": mode,
+        "gateway_cpu_ms_per_call": per_call,
+        "gateway_cpu_ms_per_round_trip": per_call["gateway sample"] - per_call["gateway plain"],
         "rows": {k: {"median_ms": med(v), "p99_ms": pct(v, 99), "n": len(v)} for k, v in rows.items()},
         "round_trip_direct_ms": direct_trip,
         "round_trip_gateway_ms": gateway_trip,
@@ -178,7 +196,8 @@ async def amain(quick: bool, profile: str | None = None) -> dict[str, Any]:
             token = (await rc.create_session()).token
         out = {"environment": environment(), "loadavg": os.getloadavg(), "eras": []}
         for mode, name in (("legacy", "L"), ("auto", "M")):
-            res = await bench_era(mode, f"http://127.0.0.1:{ports[name]}/mcp", f"{base}/mcp", f"{name}__", token, calls)
+            direct_url = f"http://127.0.0.1:{ports[name]}/mcp"
+            res = await bench_era(mode, direct_url, f"{base}/mcp", f"{name}__", token, calls, procs[-1].pid)
             out["eras"].append(res)
         return out
 
@@ -198,6 +217,11 @@ def main() -> int:
             f"{era['era']:<12}round trip: direct {era['round_trip_direct_ms']:.2f} ms, gateway "
             f"{era['round_trip_gateway_ms']:.2f} ms -> relay adds {era['relay_added_ms']:.2f} ms "
             f"(target <= {TARGET_MS:g} ms: {era['verdict']}); whole sample call +{era['sample_added_ms']:.2f} ms"
+        )
+        cpu = era["gateway_cpu_ms_per_call"]
+        print(
+            f"{era['era']:<12}gateway CPU per call: sample {cpu['gateway sample']:.2f} ms, plain "
+            f"{cpu['gateway plain']:.2f} ms -> {era['gateway_cpu_ms_per_round_trip']:.2f} ms per relayed round trip"
         )
     print(f"load average at start: {out['loadavg']}")
     path = json_out_path(sys.argv)
