@@ -78,7 +78,7 @@ def test_each_implemented_invariant_has_rule_enforcement_tests_and_gaps() -> Non
     heads = [
         (m.group(0), int(m.group(1)), m.start()) for m in re.finditer(r"^###\s+I(\d{1,2})\b.*$", text, re.MULTILINE)
     ]
-    assert len([h for h in heads if "being built" in h[0]]) == 1, heads  # the "I16-I…: being built" heading
+    assert len([h for h in heads if "being built" in h[0]]) <= 1, heads  # at most one "I…: being built" heading
     implemented = [n for title, n, _ in heads if "being built" not in title]
     # I1-I15 first, in order; an invariant built later (I16-I20) gets its own section after them.
     assert implemented[:15] == list(range(1, 16)) and implemented == sorted(set(implemented)), implemented
@@ -97,12 +97,12 @@ def test_each_implemented_invariant_has_rule_enforcement_tests_and_gaps() -> Non
 #: Paths as the document writes them: repository modules (``reconciler/runtime.py``) and test
 #: files relative to ``tests/`` (``unit/test_runtime.py``), optionally ``::name`` or ``::A.b``.
 _PATH_REF = re.compile(
-    r"`((?:tests/)?(?:reconciler|api|sdk|unit|integration|e2e|chaos|property|support)/[\w/.-]+\.(?:py|json))"
+    r"`((?:tests/)?(?:reconciler|api|sdk|unit|integration|e2e|chaos|property|support|relay|cluster)/[\w/.-]+\.(?:py|json))"
     r"(?:::([\w.]+))?`"
 )
 
 
-_TEST_DIRS = ("unit", "integration", "e2e", "chaos", "property", "support")
+_TEST_DIRS = ("unit", "integration", "e2e", "chaos", "property", "support", "relay", "cluster")
 
 
 def _resolve(ref: str) -> Path:
