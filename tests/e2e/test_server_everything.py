@@ -186,7 +186,9 @@ async def test_completion_is_routed_to_the_prompt_owner(mode: str, server_everyt
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_resource_updates_reach_the_subscribed_session(mode: str, server_everything: Path, tmp_path: Path) -> None:
+async def test_resource_updates_reach_the_subscribed_session(
+    mode: str, server_everything: Path, tmp_path: Path
+) -> None:
     async with gateway(tmp_path, server_everything) as served:
         peer, other = Peer(), Peer()
         async with client(served, mode, peer) as c, client(served, mode, other) as bystander:
