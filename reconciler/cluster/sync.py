@@ -21,7 +21,10 @@ Tasks (one task group, owned by :class:`ClusterSync`'s ``async with``):
   Local reconciling continues; nothing falls back to memory.
 
 Races: an event for a session this replica is writing may arrive while the write is in flight;
-versions order them (a record never replaces a newer one). Own events are skipped by origin."""
+versions order them (a record never replaces a newer one). Own events are skipped by origin — so
+a session this replica removed never sees its own deletion event, and another replica's older
+"session" event for it, read after the removal, would bring it back: removed ids are remembered
+(bounded) and such events ignored."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import json
 import logging
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
@@ -66,6 +70,10 @@ from mcp_reconciler.reconciler.runtime import Runtime
 from mcp_reconciler.reconciler.tasks import background_tasks
 
 log = logging.getLogger("mcp_reconciler.cluster")
+
+#: Removed session ids remembered against late "session" events (ids are never reused; an event
+#: older than the removal arrives within one read of the log, so this only has to outlast that).
+REMOVED_REMEMBERED = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +184,9 @@ class ClusterSync:
         self._member_info: dict[str, Mapping[str, Any]] = {}
         self._hold_records: dict[str, HoldRecord] = {}
         self._pending: dict[str, bool] = {}  # session id -> removed
+        # Sessions removed here or by an event: a "session" event written before the removal but
+        # read after it (our own removal's event is skipped by origin) must not bring one back.
+        self._removed: OrderedDict[str, None] = OrderedDict()
         self._pending_wake = anyio.Event()
         self._locks: dict[str, anyio.Lock] = {}
         self._acks: dict[str, tuple[set[str], anyio.Event]] = {}
@@ -289,8 +300,17 @@ class ClusterSync:
     # -- sessions ----------------------------------------------------------------------------
 
     def _on_shared_change(self, session_id: str, removed: bool) -> None:
+        if removed:
+            self._forget(session_id)
         self._pending[session_id] = removed or self._pending.get(session_id, False)
         self._pending_wake.set()
+
+    def _forget(self, session_id: str) -> None:
+        """Remember that ``session_id`` is gone (session ids are never reused), bounded."""
+        self._removed[session_id] = None
+        self._removed.move_to_end(session_id)
+        while len(self._removed) > REMOVED_REMEMBERED:
+            self._removed.popitem(last=False)
 
     def _lock(self, session_id: str) -> anyio.Lock:
         lock = self._locks.get(session_id)
@@ -349,6 +369,7 @@ class ClusterSync:
             self._failed(exc)
             return
         if record is None:
+            self._forget(session_id)
             self._authority.remove(session_id, announce=False)
         else:
             self._install(record)
@@ -565,8 +586,11 @@ class ClusterSync:
         telemetry.cluster_events.add(1, {"kind": event.kind})
         kind = event.kind
         if kind == "session":
-            self._install(SessionRecord.from_json(event.data))
+            record = SessionRecord.from_json(event.data)
+            if record.id not in self._removed:
+                self._install(record)
         elif kind == "session_deleted":
+            self._forget(event.key)
             self._authority.remove(event.key, announce=False)
         elif kind == "hold":
             self._adopt(HoldRecord.from_json(event.data))
