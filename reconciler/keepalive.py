@@ -47,9 +47,11 @@ class _DrainingStream(httpx2.AsyncByteStream):
         self._ended = True
 
     async def aclose(self) -> None:
-        if not self._ended and self._parts is not None:
-            await self._drain(self._parts)
-        await self._inner.aclose()
+        try:
+            if not self._ended and self._parts is not None:
+                await self._drain(self._parts)
+        finally:
+            await self._inner.aclose()  # cancelled mid-drain too: the pool must get it back
 
     async def _drain(self, parts: AsyncIterator[bytes]) -> None:
         read = 0

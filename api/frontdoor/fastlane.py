@@ -29,7 +29,9 @@ not reclaimed by the collector (refcounting still frees everything acyclic, whic
 of it); the leak is bounded by what was alive at publications.
 
 **Calls.** :class:`CallLane` takes a plain ``tools/call`` (name, arguments, ``_meta``; no task,
-no multi-round retry, not a built-in or task-only tool) after the SDK's own params check, and
+not a built-in or task-only tool; a 2026 client's retry of a *sealed* multi-round call — its
+``inputResponses`` validated, its ``requestState`` opened by the same operation — but not the
+retry of a held exchange) after the SDK's own params check, and
 runs it through the same :class:`~mcp_reconciler.api.frontdoor.forwarding.Forwarder` operation
 as the normal lane — binding, generation, grant, pin, relay registration, sanitized errors — but
 with the typed params and the result model skipped: when the upstream answered on the fast
@@ -48,9 +50,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import mcp_types as types
 from mcp.server import ServerRequestContext
 from mcp_types import methods as _methods
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.cache import LRU
@@ -58,6 +61,7 @@ from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.passthrough import RawResult
 from mcp_reconciler.api.frontdoor.revisions import choose_generation
+from mcp_reconciler.api.frontdoor.rounds import SEALED_PREFIX
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
@@ -188,7 +192,8 @@ def freeze_after_publication() -> None:
     gc.freeze()
 
 
-_CALL_KEYS = frozenset({"name", "arguments", "_meta"})
+_CALL_KEYS = frozenset({"name", "arguments", "_meta", "inputResponses", "requestState"})
+_INPUT_RESPONSES: TypeAdapter[Any] = TypeAdapter(types.InputResponses)
 _MODERN = "2026"
 
 
@@ -213,8 +218,10 @@ class CallLane:
         if not isinstance(params, Mapping) or not _CALL_KEYS.issuperset(params):
             return await call_next(ctx)
         name, arguments, meta = params.get("name"), params.get("arguments"), params.get("_meta")
+        state = params.get("requestState")
         if (
-            not isinstance(name, str)
+            not (state is None or (isinstance(state, str) and state.startswith(SEALED_PREFIX)))
+            or not isinstance(name, str)
             or not (arguments is None or isinstance(arguments, dict))
             or not (meta is None or isinstance(meta, dict))
             or not self._takes(name)
@@ -227,9 +234,14 @@ class CallLane:
             _methods.validate_client_request("tools/call", version, params)
             if not sdk_compat.connection_of(ctx).initialize_accepted:
                 return await call_next(ctx)
+            responses = params.get("inputResponses")
+            if responses is not None:
+                responses = _INPUT_RESPONSES.validate_python(responses)
         except (KeyError, ValidationError):
             return await call_next(ctx)  # the normal lane answers it, with the SDK's own error
-        result = await self._forwarder.call_tool_fast(ctx, name, arguments, meta)
+        result = await self._forwarder.call_tool_fast(
+            ctx, name, arguments, meta, input_responses=responses, request_state=state
+        )
         self.served += 1
         if isinstance(result, RawResult):
             wire = {k: v for k, v in result.data.items() if k != "resultType"}

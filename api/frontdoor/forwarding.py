@@ -113,14 +113,23 @@ class Forwarder:
         )
 
     async def call_tool_fast(
-        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None
+        self,
+        ctx: ServerRequestContext[Any],
+        name: str,
+        arguments: dict[str, Any] | None,
+        meta: dict[str, Any] | None,
+        *,
+        input_responses: Any = None,
+        request_state: str | None = None,
     ) -> Any:
         """:meth:`call_tool` for ``fastlane.CallLane``; the result stays the upstream's JSON (a
-        ``RawResult``) when it is a ``simple_call_result`` from the fast upstream lane."""
+        ``RawResult``) when it is a ``simple_call_result`` from the fast upstream lane.
+        ``input_responses`` (validated) and ``request_state`` carry a sealed retry."""
         build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
         )
-        return await self.forward(ctx, EntryKind.TOOL, name, FastParams(meta), build, types.CallToolResult, raw=True)
+        params = FastParams(meta, input_responses, request_state)
+        return await self.forward(ctx, EntryKind.TOOL, name, params, build, types.CallToolResult, raw=True)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams

@@ -58,7 +58,10 @@ def simple_call_result(raw: Any) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class FastParams:
-    """The fast lane's stand-in for typed request params: ``_meta`` only (the lane takes no
-    multi-round retries: no ``input_responses``, no ``request_state``)."""
+    """The fast lane's stand-in for typed request params: ``_meta``, and for a 2026 client's
+    retry of a sealed multi-round call its validated ``input_responses`` and ``request_state``
+    (the lane takes no retry of a *held* exchange: that one is the normal lane's)."""
 
     meta: dict[str, Any] | None
+    input_responses: Any = None
+    request_state: str | None = None
