@@ -113,14 +113,8 @@ class Forwarder:
         )
 
     async def call_tool_fast(
-        self,
-        ctx: ServerRequestContext[Any],
-        name: str,
-        arguments: dict[str, Any] | None,
-        meta: dict[str, Any] | None,
-        *,
-        input_responses: Any = None,
-        request_state: str | None = None,
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None, meta: Any, *,
+        input_responses: Any = None, request_state: str | None = None,
     ) -> Any:
         """:meth:`call_tool` for ``fastlane.CallLane``; the result stays the upstream's JSON (a
         ``RawResult``) when it is a ``simple_call_result`` from the fast upstream lane.
@@ -128,8 +122,8 @@ class Forwarder:
         build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
         )
-        params = FastParams(meta, input_responses, request_state)
-        return await self.forward(ctx, EntryKind.TOOL, name, params, build, types.CallToolResult, raw=True)
+        params, result_type = FastParams(meta, input_responses, request_state), types.CallToolResult
+        return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
