@@ -5,17 +5,13 @@ does not end is still closed within the bound, and its connection is not reused.
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import httpx2
 import mcp_types as types
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
@@ -25,30 +21,11 @@ from starlette.types import Receive, Scope, Send
 
 from mcp_reconciler.reconciler import keepalive
 from mcp_reconciler.reconciler.keepalive import KeepAliveTransport
+from tests.support.asgi_server import served_asgi
 
 pytestmark = pytest.mark.anyio
 
 WAIT = 20.0
-
-
-@contextlib.asynccontextmanager
-async def uvicorn_app(app: Any, lifespan: Any = None) -> AsyncIterator[str]:
-    """``app`` behind uvicorn on an ephemeral 127.0.0.1 port; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1))
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
-            with anyio.fail_after(WAIT):
-                while not server.started:
-                    await anyio.sleep(0.01)
-            try:
-                yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-            finally:
-                server.should_exit = True
-    finally:
-        sock.close()
 
 
 def tool_server() -> Server[Any]:
@@ -79,7 +56,7 @@ async def test_calls_to_a_legacy_http_server_reuse_their_connections() -> None:
         tool_server(), security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
     counter = PortCounter(manager.handle_request)
-    async with manager.run(), uvicorn_app(counter) as base:
+    async with manager.run(), served_asgi(counter) as base:
         transport = KeepAliveTransport(limits=httpx2.Limits(max_connections=16, max_keepalive_connections=8))
         async with httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(WAIT)) as http:
             async with Client(streamable_http_client(f"{base}/mcp", http_client=http), mode="legacy") as client:
@@ -106,7 +83,7 @@ async def test_a_request_stream_that_does_not_end_is_closed_within_the_bound(mon
             await forever.wait()  # never ends on its own (the client's close ends the request)
 
     counter = PortCounter(endless_sse)
-    async with uvicorn_app(counter) as base:
+    async with served_asgi(counter) as base:
         async with httpx2.AsyncClient(transport=KeepAliveTransport(), timeout=httpx2.Timeout(WAIT)) as http:
             for _ in range(2):
                 async with http.stream("POST", base, content=b"{}") as response:

@@ -106,8 +106,11 @@ async def test_the_ack_is_first_then_frames_in_publish_order_direct_or_queued() 
     results: list[Any] = []
     async with anyio.create_task_group() as tg:
 
+        answered = anyio.Event()
+
         async def serve() -> None:
             results.append(await streams.serve(w.ctx, listen_params("note://a", "note://b")))
+            answered.set()
 
         tg.start_soon(serve)
         with anyio.fail_after(WAIT):  # registered, its ack not yet taken (no writer yet)
@@ -134,8 +137,7 @@ async def test_the_ack_is_first_then_frames_in_publish_order_direct_or_queued() 
         assert all(f["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": 7} for f in w.frames)
         streams.close()  # graceful: the stream answers its result
         with anyio.fail_after(WAIT):
-            while not results:
-                await anyio.sleep(0.01)
+            await answered.wait()
         assert results[0].meta == {"io.modelcontextprotocol/subscriptionId": 7}
         assert streams.open_streams == 0
         tg.cancel_scope.cancel()

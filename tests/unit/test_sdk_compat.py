@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import socket
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +16,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
@@ -31,6 +29,7 @@ from starlette.routing import Route
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.event_store import BoundedEventStore
 from mcp_reconciler.reconciler.model import EntryKind
+from tests.support.asgi_server import served_asgi
 
 pytestmark = pytest.mark.anyio
 WAIT = 10.0
@@ -176,21 +175,8 @@ async def served(manager: StreamableHTTPSessionManager) -> AsyncIterator[str]:
             yield
 
     app = Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(manager))], lifespan=lifespan)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=3))
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
-            with anyio.fail_after(WAIT):
-                while not server.started:
-                    await anyio.sleep(0.01)
-            try:
-                yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
-            finally:
-                server.should_exit = True
-    finally:
-        sock.close()
+    async with served_asgi(app, lifespan="on") as base:
+        yield f"{base}/mcp"
 
 
 async def test_session_manager_privates_on_a_served_session() -> None:
