@@ -1,7 +1,7 @@
 """Relay benchmark: what a server→client round trip (sampling) costs through the gateway, against
 the same upstream called directly, measured in the same run over the same transport.
 
-Run from the repo root:  python bench/bench_relay.py [--quick] [--json PATH] [--profile PATH]
+Run from the repo root:  python bench/bench_relay.py [--quick] [--era legacy|auto] [--json PATH] [--profile PATH]
 (``--profile``: the gateway runs under cProfile and writes its stats to PATH when it stops.)
 
 Set-up. Two ``tests.support.relay_server`` processes over streamable HTTP on 127.0.0.1: ``L``
@@ -171,7 +171,7 @@ async def bench_era(
     }
 
 
-async def amain(quick: bool, profile: str | None = None) -> dict[str, Any]:
+async def amain(quick: bool, profile: str | None = None, eras: tuple[str, ...] = ("legacy", "auto")) -> dict[str, Any]:
     calls = 100 if quick else 400
     with tempfile.TemporaryDirectory() as tmp, processes() as procs:
         ports = {"L": free_port(), "M": free_port()}
@@ -196,6 +196,8 @@ async def amain(quick: bool, profile: str | None = None) -> dict[str, Any]:
             token = (await rc.create_session()).token
         out = {"environment": environment(), "loadavg": os.getloadavg(), "eras": []}
         for mode, name in (("legacy", "L"), ("auto", "M")):
+            if mode not in eras:
+                continue
             direct_url = f"http://127.0.0.1:{ports[name]}/mcp"
             res = await bench_era(mode, direct_url, f"{base}/mcp", f"{name}__", token, calls, procs[-1].pid)
             out["eras"].append(res)
@@ -205,7 +207,8 @@ async def amain(quick: bool, profile: str | None = None) -> dict[str, Any]:
 def main() -> int:
     quick = "--quick" in sys.argv
     profile = sys.argv[sys.argv.index("--profile") + 1] if "--profile" in sys.argv else None
-    out = anyio.run(amain, quick, profile)
+    eras = (sys.argv[sys.argv.index("--era") + 1],) if "--era" in sys.argv else ("legacy", "auto")
+    out = anyio.run(amain, quick, profile, eras)
     print("relay: sampling round trip through the gateway vs direct (streamable HTTP, medians in ms)")
     print(f"{'client era':<12}{'row':<16}{'median':>8}{'p99':>8}")
     for era in out["eras"]:

@@ -178,6 +178,19 @@ class JsonRpcPoster:
                 return _result_of(response)
         raise ResponseError({"code": -32600, "message": "too many redirects"})
 
+    async def send(self, message: Mapping[str, Any], headers: Mapping[str, str]) -> int:
+        """POST ``message`` — a notification, or a response to the server's own request — with
+        ``headers`` added, and return the HTTP status (a server accepts it with ``202`` and an
+        empty body, which is read so the connection is reused). No JSON-RPC answer is expected,
+        so none is looked for; raises :class:`UpstreamUnavailableError` when the exchange breaks."""
+        for _ in range(MAX_REDIRECTS + 1):
+            response = await self._post_once(self._encode(message, headers), None, None)
+            location = response.headers.get(b"location") if response.status in (307, 308) else None
+            if location is None or not self._follow(location.decode("latin-1")):
+                self.exchanges += 1
+                return response.status
+        return 310  # too many redirects: what the caller sees as a non-2xx status
+
     def _follow(self, location: str) -> bool:
         """Adopt a same-origin redirect target for this and every later request (as the SDK's
         transport follows same-origin redirects); ``False`` for another origin."""

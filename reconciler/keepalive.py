@@ -1,20 +1,23 @@
 """Connection reuse for request streams the SDK's HTTP client leaves unread (issue 11).
 
 The SDK's streamable-HTTP client reads a request's SSE response until the JSON-RPC response
-arrives and then closes it. The server ends that stream right after the response, but its last
-bytes (the chunked body's terminator) are usually still unread when the client closes, and an
-HTTP/1.1 connection whose response was not read to its end cannot carry another request:
-httpcore closes it. So every call to a 2025-era HTTP upstream opened a new TCP connection — a
-connect and an accept per call on both sides, and one socket in TIME_WAIT per call (at a
-thousand calls a second that is the ephemeral port range in a minute).
+arrives and then closes it; the server ends that stream right after the response, but its last
+bytes (the chunked body's terminator) are usually still unread when the client closes. It also
+closes a ``202 Accepted`` — the answer to every notification and every response it sends up,
+such as a relayed sampling answer — without reading its empty body. An HTTP/1.1 connection whose
+response was not read to its end cannot carry another request: httpcore closes it. So every call
+to a 2025-era HTTP upstream, and every answer sent up, opened a new TCP connection — a connect
+and an accept on both sides (about 1.3 ms on loopback, measured in ``bench/bench_relay.py``),
+and one socket in TIME_WAIT each (at a thousand calls a second that is the ephemeral port range
+in a minute).
 
-:class:`KeepAliveTransport` wraps each ``text/event-stream`` response to a POST so that closing
-it first reads what is left, bounded: at most :data:`DRAIN_BYTES` and :data:`DRAIN_S`. A stream
-that really ends (the common case: the terminator is already in the socket buffer, so this costs
+:class:`KeepAliveTransport` wraps the response to every POST so that closing it first reads what
+is left, bounded: at most :data:`DRAIN_BYTES` and :data:`DRAIN_S`. A body that really ends (the
+common case: the terminator, or the empty body, is already in the socket buffer, so this costs
 no wait) leaves a connection the pool reuses; one that does not end within the bound is closed
 as before. GET streams (the standalone stream, open for the session's life) are never drained.
 The guarantee is unchanged otherwise: nothing is read that the caller would have seen — the
-drained bytes come after the response the caller already took.
+drained bytes come after what the caller already took.
 
 Cancellation: a drain runs inside the closer's task; cancelling it closes the connection, as
 closing without a drain did."""
@@ -48,8 +51,8 @@ class _DrainingStream(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         try:
-            if not self._ended and self._parts is not None:
-                await self._drain(self._parts)
+            if not self._ended:  # a body nobody started reading (a 202's) is drained too
+                await self._drain(self._parts if self._parts is not None else aiter(self._inner))
         finally:
             await self._inner.aclose()  # cancelled mid-drain too: the pool must get it back
 
@@ -70,9 +73,9 @@ class KeepAliveTransport(httpx2.AsyncHTTPTransport):
     module docstring). Drop-in: pass it as ``transport=`` with the same ``limits``."""
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        """Send ``request``; a POST answered with an event stream gets a draining body."""
+        """Send ``request``; the response to a POST gets a draining body."""
         response = await super().handle_async_request(request)
-        if request.method == "POST" and response.headers.get("content-type", "").startswith("text/event-stream"):
+        if request.method == "POST":
             assert isinstance(response.stream, httpx2.AsyncByteStream)
             response.stream = _DrainingStream(response.stream)
         return response

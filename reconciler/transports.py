@@ -26,6 +26,8 @@ from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcp_reconciler.reconciler.direct_answers import DirectAnswers, SessionHeaders
+from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.keepalive import KeepAliveTransport
 from mcp_reconciler.reconciler.logsource import pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
@@ -121,6 +123,23 @@ def _headers(transport: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (transport.get("headers") or {}).items()}
 
 
+def poster_for(spec: SourceSpec) -> JsonRpcPoster | None:
+    """A keep-alive poster for ``spec``'s endpoint (``reconciler/fasthttp.py``), or ``None`` when
+    only the SDK's transport may talk to it: not streamable HTTP, not ``http://``, OAuth (the
+    SDK's auth flow adds the token), or the fast lane switched off (``MCP_RECONCILER_FAST_LANE=0``)."""
+    t = spec.transport
+    url = str(t.get("url", ""))
+    if (
+        os.environ.get("MCP_RECONCILER_FAST_LANE", "1").strip() == "0"
+        or t.get("kind") != "http"
+        or not url.startswith("http://")
+        or t.get("oauth")
+    ):
+        return None
+    timeouts = t.get("timeouts") or {}
+    return JsonRpcPoster(url, _headers(t), connect_timeout_s=float(timeouts.get("connect_s", 10.0)))
+
+
 def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO | None = None) -> Any:
     """An ``mcp.Client`` transport for ``spec`` whose end calls ``on_end``.
 
@@ -150,9 +169,20 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
             auth = client_credentials_auth(t.get("oauth"))
             # Keep-alive for request streams the SDK closes before their last bytes (keepalive.py).
             transport = KeepAliveTransport(limits=limits)
-            async with httpx2.AsyncClient(headers=_headers(t), timeout=timeout, transport=transport, auth=auth) as http:
-                async with streamable_http_client(str(t["url"]), http_client=http) as (read, write):
-                    yield ObservedReadStream(read, on_end), write
+            # Answers to the server's requests go up without the SDK's writer (direct_answers.py).
+            session = SessionHeaders()
+            hooks = {"request": [session.observe]}
+            poster = poster_for(spec)
+            try:
+                async with httpx2.AsyncClient(
+                    headers=_headers(t), timeout=timeout, transport=transport, auth=auth, event_hooks=hooks
+                ) as http:
+                    async with streamable_http_client(str(t["url"]), http_client=http) as (read, write):
+                        out = DirectAnswers(write, poster, session) if poster is not None else write
+                        yield ObservedReadStream(read, on_end), out
+            finally:
+                if poster is not None:
+                    await poster.aclose()
         else:
             timeouts = t.get("timeouts") or {}
             async with sse_client(

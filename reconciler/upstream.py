@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -50,7 +49,7 @@ from mcp_reconciler.reconciler.peer import PeerSwitch
 from mcp_reconciler.reconciler.task_support import honest_listing, runs_tool_tasks
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
-from mcp_reconciler.reconciler.transports import transport_for
+from mcp_reconciler.reconciler.transports import poster_for, transport_for
 
 log = logging.getLogger("mcp_reconciler.upstream")
 
@@ -90,22 +89,12 @@ def _mismatch(kind: str) -> types.ErrorData:
 
 def fast_poster(spec: SourceSpec, protocol_version: str | None) -> JsonRpcPoster | None:
     """The fast lane's pool for a connection to ``spec`` speaking ``protocol_version``, or
-    ``None`` when its calls must use the SDK's transport: not streamable HTTP, not ``http://``,
-    OAuth (the SDK's auth flow), the 2025-11-25 era (server→client requests ride response
-    streams), or the lane switched off (``MCP_RECONCILER_FAST_LANE=0``)."""
-    t = spec.transport
-    url = str(t.get("url", ""))
-    if (
-        os.environ.get("MCP_RECONCILER_FAST_LANE", "1").strip() == "0"
-        or t.get("kind") != "http"
-        or not url.startswith("http://")
-        or t.get("oauth")
-        or (protocol_version or "2025").startswith("2025")
-    ):
+    ``None`` when its calls must use the SDK's transport: no plain-HTTP poster for the source
+    (:func:`~reconciler.transports.poster_for`), or the 2025-11-25 era (server→client requests
+    ride response streams; its answers go up directly instead: ``reconciler/direct_answers.py``)."""
+    if (protocol_version or "2025").startswith("2025"):
         return None
-    timeouts = t.get("timeouts") or {}
-    headers = {str(k): str(v) for k, v in (t.get("headers") or {}).items()}
-    return JsonRpcPoster(url, headers, connect_timeout_s=float(timeouts.get("connect_s", 10.0)))
+    return poster_for(spec)
 
 
 class UpstreamConnection:

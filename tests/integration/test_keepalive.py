@@ -94,3 +94,22 @@ async def test_a_request_stream_that_does_not_end_is_closed_within_the_bound(mon
                 # Closing drained for at most the bound, then gave the connection up.
                 assert time.monotonic() - started < 2.0
         assert len(counter.ports) == 2, "a connection whose stream never ended was not reused"
+
+
+async def test_messages_answered_202_reuse_their_connections() -> None:
+    """Notifications (and responses sent up) are answered ``202 Accepted`` with an empty body the
+    SDK never reads: without the drain each one costs a new connection."""
+    manager = StreamableHTTPSessionManager(
+        tool_server(), security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
+    counter = PortCounter(manager.handle_request)
+    async with manager.run(), served_asgi(counter) as base:
+        transport = KeepAliveTransport(limits=httpx2.Limits(max_connections=16, max_keepalive_connections=8))
+        async with httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(WAIT)) as http:
+            async with Client(streamable_http_client(f"{base}/mcp", http_client=http), mode="legacy") as client:
+                before = len(counter.ports)
+                with anyio.fail_after(WAIT):
+                    for i in range(20):
+                        await client.session.send_progress_notification("t", float(i))
+                    await client.call_tool("echo", {})  # after the notifications: all were sent
+        assert len(counter.ports) - before <= 2, sorted(counter.ports)

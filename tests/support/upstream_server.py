@@ -317,7 +317,7 @@ def _loopback_security(port: int) -> Any:
 def build_http_app(upstream: UpstreamServer, port: int) -> Any:
     from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
     from starlette.applications import Starlette
-    from starlette.routing import Mount
+    from starlette.routing import Route
 
     manager = StreamableHTTPSessionManager(
         app=upstream.server, stateless=False, security_settings=_loopback_security(port)
@@ -328,7 +328,9 @@ def build_http_app(upstream: UpstreamServer, port: int) -> Any:
         async with manager.run():
             yield
 
-    return Starlette(routes=[Mount("/mcp", app=StreamableHTTPASGIApp(manager))], lifespan=lifespan)
+    # A Route, as the SDK's own ``streamable_http_app``: a Mount would answer every POST to
+    # ``/mcp`` with a redirect to ``/mcp/`` that the SDK's client follows (two requests per message).
+    return Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(manager))], lifespan=lifespan)
 
 
 SSE_PATH = "/sse"
