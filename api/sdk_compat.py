@@ -80,6 +80,16 @@ naming the attribute if an SDK release moves it:
    :func:`listen_sink` returns it, so a listen stream's frames can be handed to that loop
    directly; ``None`` on transports without one (stdio).
 
+13. **A 2025-era request's SSE response written directly** (``api/request_stream.py``): as 11.,
+   for the per-request stream. :func:`serve_requests` replaces the transport's
+   ``_handle_post_request`` per instance; for a well-formed request POST in SSE mode it does what
+   the SDK's handler does — ``_validate_request_headers``, ``_mint_priming_event``,
+   ``_create_session_message``, the ``_read_stream_writer`` — with a
+   :class:`~api.request_stream.RequestStream` in ``_request_streams[request_id]`` and
+   ``_sse_stream_writers[request_id]`` (where ``close_sse_stream`` finds it). Everything else
+   (``initialize``, notifications and responses, a malformed body, JSON-response mode, a wrong
+   ``Accept``) is the SDK's handler, given the body already read.
+
 This module is over 400 lines because it is the one place every SDK private is reached (the
 list above); split, the next SDK upgrade would have to hunt for them.
 
@@ -121,13 +131,15 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.dispatcher import CallOptions, Outbound
 from mcp.shared.inbound import MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
+from mcp_types import DEFAULT_NEGOTIATED_VERSION, JSONRPCRequest, jsonrpc_message_adapter
 from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from opentelemetry import trace as otel_trace
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from mcp_reconciler.api.request_stream import RequestStream, encode_priming
 from mcp_reconciler.api.standalone_stream import StandaloneStream
 from mcp_reconciler.reconciler.fasthttp import ResponseError
 from mcp_reconciler.reconciler.model import EntryKind
@@ -453,6 +465,8 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         #: Serve 2025-era GET streams with :class:`StandaloneStream` (item 11); tests turn it off
         #: to compare with the SDK's own pipeline.
         self.direct_standalone_streams = True
+        #: Serve 2025-era request streams with :class:`RequestStream` (item 13); likewise.
+        self.direct_request_streams = True
         self.max_sessions_per_client = max_sessions_per_client
         self._client_of: dict[str, str] = {}  # session id -> client key
         self._per_client: dict[str, int] = {}  # client key -> open sessions
@@ -512,6 +526,8 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
             transport._event_store = self._event_store_factory()
         if transport is not None and self.direct_standalone_streams:
             serve_standalone(transport)
+        if transport is not None and self.direct_request_streams:
+            serve_requests(transport)
         if transport is not None and key is not None and transport.mcp_session_id is not None:
             self._client_of[transport.mcp_session_id] = key
             self._per_client[key] = self._per_client.get(key, 0) + 1
@@ -612,6 +628,73 @@ def serve_standalone(transport: StreamableHTTPServerTransport) -> None:
                 await transport._clean_up_memory_streams(GET_STREAM_KEY)
 
     transport._handle_get_request = handle_get  # type: ignore[method-assign]
+
+
+_SSE_HEADERS = [
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"connection", b"keep-alive"),
+    (b"content-type", CONTENT_TYPE_SSE.encode()),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def serve_requests(transport: StreamableHTTPServerTransport) -> None:
+    """Make ``transport`` answer a well-formed request POST with a
+    :class:`~api.request_stream.RequestStream` (item 13); every other POST goes to the SDK's own
+    handler, which answers it exactly as before (it reads the body the check already read)."""
+    for name in (
+        "_handle_post_request", "_validate_request_headers", "_mint_priming_event", "_create_session_message",
+        "_clean_up_memory_streams", "_sse_stream_writers", "_check_content_type", "_retry_interval",
+    ):  # fmt: skip
+        if not hasattr(transport, name):
+            raise SDKChangedError(f"StreamableHTTPServerTransport.{name}")
+    sdk_handler = transport._handle_post_request
+
+    async def handle_post(scope: Scope, request: Request, receive: Receive, send: Send) -> None:
+        writer = transport._read_stream_writer
+        is_json, is_sse = check_accept_headers(request)
+        if writer is None or transport.is_json_response_enabled or not (is_json and is_sse):
+            await sdk_handler(scope, request, receive, send)
+            return
+        if not transport._check_content_type(request):
+            await sdk_handler(scope, request, receive, send)
+            return
+        try:
+            message = jsonrpc_message_adapter.validate_json(await request.body(), by_name=False)
+        except (ValueError, ValidationError):
+            message = None
+        if not isinstance(message, JSONRPCRequest) or message.method == "initialize":
+            await sdk_handler(scope, request, receive, send)  # its own answer; the body is cached
+            return
+        if not await transport._validate_request_headers(request, send):
+            return
+        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER, DEFAULT_NEGOTIATED_VERSION)
+        request_id = str(message.id)
+        priming = await transport._mint_priming_event(request_id, version)
+        headers = list(_SSE_HEADERS)
+        if transport.mcp_session_id:
+            headers.append((MCP_SESSION_ID_HEADER.encode(), transport.mcp_session_id.encode()))
+        stream = RequestStream(send, transport._event_store, request_id)
+        slots: dict[Any, Any] = transport._request_streams  # the SDK's memory streams, or ours
+        writers: dict[Any, Any] = transport._sse_stream_writers
+        slots[request_id] = (stream, stream.reader)
+        writers[request_id] = stream
+        dispatch = writer.send(transport._create_session_message(message, request, request_id, version))
+        try:
+            await stream.respond(
+                headers,
+                receive,
+                dispatch,
+                priming=encode_priming(str(priming["id"]), priming.get("retry")) if priming else None,
+            )
+        finally:
+            if writers.get(request_id) is stream:
+                del writers[request_id]
+            pair = slots.get(request_id)
+            if pair is not None and pair[0] is stream:
+                await transport._clean_up_memory_streams(request_id)
+
+    transport._handle_post_request = handle_post  # type: ignore[method-assign]
 
 
 async def _refuse_per_client(send: Send, limit: int) -> None:

@@ -35,8 +35,11 @@ ACCEPT = "application/json, text/event-stream"
 class RawSession:
     """A 2025-11-25 session spoken over plain HTTP: initialize, then POSTs and GET streams."""
 
-    def __init__(self, http: httpx2.AsyncClient, served: Served, token: str) -> None:
+    def __init__(
+        self, http: httpx2.AsyncClient, served: Served, token: str, capabilities: dict[str, Any] | None = None
+    ) -> None:
         self.http, self.url = http, served.url
+        self.capabilities = capabilities or {}
         self.headers = {"authorization": f"Bearer {token}", "accept": ACCEPT}
         self.sid = ""
         self._ids = iter(range(2, 10_000))
@@ -48,7 +51,7 @@ class RawSession:
             "method": "initialize",
             "params": {
                 "protocolVersion": "2025-11-25",
-                "capabilities": {},
+                "capabilities": self.capabilities,
                 "clientInfo": {"name": "t", "version": "1"},
             },
         }
