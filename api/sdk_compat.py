@@ -88,7 +88,11 @@ naming the attribute if an SDK release moves it:
    :class:`~api.request_stream.RequestStream` in ``_request_streams[request_id]`` and
    ``_sse_stream_writers[request_id]`` (where ``close_sse_stream`` finds it). Everything else
    (``initialize``, notifications and responses, a malformed body, JSON-response mode, a wrong
-   ``Accept``) is the SDK's handler, given the body already read.
+   ``Accept``) is the SDK's handler, given the body already read — except the client's answer
+   (or progress) for a request the relay asked on such a stream, which is taken by the stream's
+   :class:`~api.request_stream.PendingAnswers` after the same header checks and the same ``202``
+   (``_create_json_response``); :func:`request_stream` finds a request's stream from its
+   context (``ctx.request.scope``).
 
 This module is over 400 lines because it is the one place every SDK private is reached (the
 list above); split, the next SDK upgrade would have to hunt for them.
@@ -106,6 +110,7 @@ import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from typing import Any
 
 import anyio
@@ -139,7 +144,7 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mcp_reconciler.api.request_stream import RequestStream, encode_priming
+from mcp_reconciler.api.request_stream import PendingAnswers, RequestStream, encode_priming
 from mcp_reconciler.api.standalone_stream import StandaloneStream
 from mcp_reconciler.reconciler.fasthttp import ResponseError
 from mcp_reconciler.reconciler.model import EntryKind
@@ -630,6 +635,19 @@ def serve_standalone(transport: StreamableHTTPServerTransport) -> None:
     transport._handle_get_request = handle_get  # type: ignore[method-assign]
 
 
+#: The ASGI scope key under which a request POST served directly keeps its stream.
+_REQUEST_STREAM = "mcp_reconciler.request_stream"
+
+
+def request_stream(ctx: ServerRequestContext[Any]) -> RequestStream | None:
+    """The open :class:`~api.request_stream.RequestStream` of the request ``ctx`` serves, when
+    its POST is served directly (item 13); ``None`` otherwise (the SDK's pipeline, stdio, a
+    stream that has ended)."""
+    scope = getattr(ctx.request, "scope", None)
+    stream = scope.get(_REQUEST_STREAM) if isinstance(scope, dict) else None
+    return stream if isinstance(stream, RequestStream) and not stream.closed else None
+
+
 _SSE_HEADERS = [
     (b"cache-control", b"no-cache, no-transform"),
     (b"connection", b"keep-alive"),
@@ -645,10 +663,12 @@ def serve_requests(transport: StreamableHTTPServerTransport) -> None:
     for name in (
         "_handle_post_request", "_validate_request_headers", "_mint_priming_event", "_create_session_message",
         "_clean_up_memory_streams", "_sse_stream_writers", "_check_content_type", "_retry_interval",
+        "_create_json_response",
     ):  # fmt: skip
         if not hasattr(transport, name):
             raise SDKChangedError(f"StreamableHTTPServerTransport.{name}")
     sdk_handler = transport._handle_post_request
+    answers = PendingAnswers()
 
     async def handle_post(scope: Scope, request: Request, receive: Receive, send: Send) -> None:
         writer = transport._read_stream_writer
@@ -663,6 +683,12 @@ def serve_requests(transport: StreamableHTTPServerTransport) -> None:
             message = jsonrpc_message_adapter.validate_json(await request.body(), by_name=False)
         except (ValueError, ValidationError):
             message = None
+        if answers and answers.takes(message):  # the client's answer to a request asked directly
+            if not await transport._validate_request_headers(request, send):
+                return
+            await transport._create_json_response(None, HTTPStatus.ACCEPTED)(scope, receive, send)
+            await answers.take(message)
+            return
         if not isinstance(message, JSONRPCRequest) or message.method == "initialize":
             await sdk_handler(scope, request, receive, send)  # its own answer; the body is cached
             return
@@ -674,7 +700,8 @@ def serve_requests(transport: StreamableHTTPServerTransport) -> None:
         headers = list(_SSE_HEADERS)
         if transport.mcp_session_id:
             headers.append((MCP_SESSION_ID_HEADER.encode(), transport.mcp_session_id.encode()))
-        stream = RequestStream(send, transport._event_store, request_id)
+        stream = RequestStream(send, transport._event_store, request_id, answers)
+        scope[_REQUEST_STREAM] = stream  # where :func:`request_stream` finds it (ctx.request.scope)
         slots: dict[Any, Any] = transport._request_streams  # the SDK's memory streams, or ours
         writers: dict[Any, Any] = transport._sse_stream_writers
         slots[request_id] = (stream, stream.reader)

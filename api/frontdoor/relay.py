@@ -362,10 +362,17 @@ class Relay:
         if progress is not None:
             opts["on_progress"] = progress
         params = downstream_request.model_dump(by_alias=True, mode="json", exclude_none=True).get("params")
+        stream = sdk_compat.request_stream(ctx)  # the call's stream, when written directly (ADR 0023)
         with anyio.CancelScope() as scope:
             call.scopes.add(scope)
             try:
-                raw = await sdk_compat.request_channel(ctx).send_raw_request(downstream_request.method, params, opts)
+                raw = None
+                if stream is not None:
+                    raw = await stream.ask(request_id, downstream_request.method, params, progress)
+                if raw is None:
+                    raw = await sdk_compat.request_channel(ctx).send_raw_request(
+                        downstream_request.method, params, opts
+                    )
                 result: PeerAnswer = _result_type(request).model_validate(raw, by_name=False)
                 await relaying.settle()  # the client's progress goes up before its answer
                 return result

@@ -18,7 +18,7 @@ import anyio
 import httpx2
 import pytest
 
-from mcp_reconciler.api.request_stream import RequestStream
+from mcp_reconciler.api.request_stream import PendingAnswers, RequestStream
 from mcp_reconciler.api.server import serve_http
 from tests.e2e.conftest import WAIT, write_config
 from tests.e2e.support_resources import UPSTREAM_ARGS, new_token, resource_source
@@ -114,12 +114,23 @@ async def test_posts_that_are_not_plain_requests_get_the_sdks_answers(tmp_path: 
 
 
 async def test_a_relayed_request_rides_the_calls_stream_and_a_resumed_stream_gets_the_response(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The request is asked on the call's stream directly, and the client's answer POST is taken
+    by the session's pending table (not the SDK's dispatcher) — even after the stream dropped."""
+    taken: list[object] = []
+    take = PendingAnswers.take
+
+    async def counting(self: PendingAnswers, message: object) -> None:
+        taken.append(message)
+        await take(self, message)
+
+    monkeypatch.setattr(PendingAnswers, "take", counting)
     ups = RelayUpstreams(tmp_path)
     try:
         src = await upstream(ups, "http", "legacy")
         await relayed_and_resumed(src, tmp_path)
+        assert len(taken) == 1, taken
     finally:
         ups.close()
 

@@ -110,6 +110,8 @@ async def test_messages_answered_202_reuse_their_connections() -> None:
                 before = len(counter.ports)
                 with anyio.fail_after(WAIT):
                     for i in range(20):
-                        await client.session.send_progress_notification("t", float(i))
+                        # A cancellation of a request the server never saw: accepted, then ignored.
+                        cancel = types.CancelledNotificationParams(request_id=10_000 + i)
+                        await client.session.send_notification(types.CancelledNotification(params=cancel))
                     await client.call_tool("echo", {})  # after the notifications: all were sent
         assert len(counter.ports) - before <= 2, sorted(counter.ports)
