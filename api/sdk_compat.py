@@ -648,6 +648,22 @@ def request_stream(ctx: ServerRequestContext[Any]) -> RequestStream | None:
     return stream if isinstance(stream, RequestStream) and not stream.closed else None
 
 
+async def ask_client(
+    ctx: ServerRequestContext[Any], method: str, params: dict[str, Any] | None, opts: CallOptions
+) -> dict[str, Any]:
+    """Ask the client of the request ``ctx`` serves ``method`` on that request's own stream,
+    under ``opts["request_id"]``, and return its raw result (``MCPError`` for its error): written
+    directly and answered through the session's pending table when the stream is a
+    :class:`~api.request_stream.RequestStream` (item 13), else through the SDK's back-channel
+    (item 5)."""
+    stream = request_stream(ctx)
+    if stream is not None:
+        raw = await stream.ask(str(opts["request_id"]), method, params, opts.get("on_progress"))
+        if raw is not None:
+            return raw
+    return dict(await request_channel(ctx).send_raw_request(method, params, opts))
+
+
 _SSE_HEADERS = [
     (b"cache-control", b"no-cache, no-transform"),
     (b"connection", b"keep-alive"),

@@ -18,7 +18,7 @@ sets :data:`CURRENT_CALL` in the task that sends the upstream request (:meth:`Re
    never delivered to a session that might not have caused it.
 
 **Delivery** depends on the downstream's era. A 2025-11-25 client gets a server→client request
-on the call's own request stream (``related_request_id``), after a capability check: a client
+on the call's own request stream (``sdk_compat.ask_client``, ADR 0023), after a capability check: a client
 that did not declare the capability costs the upstream a clear JSON-RPC error (-32600, data
 ``capability_missing``). A 2026-07-28 client cannot receive requests: its call is served through
 an :class:`~api.frontdoor.exchanges.Exchanges` exchange, which answers it with an
@@ -362,17 +362,10 @@ class Relay:
         if progress is not None:
             opts["on_progress"] = progress
         params = downstream_request.model_dump(by_alias=True, mode="json", exclude_none=True).get("params")
-        stream = sdk_compat.request_stream(ctx)  # the call's stream, when written directly (ADR 0023)
         with anyio.CancelScope() as scope:
             call.scopes.add(scope)
             try:
-                raw = None
-                if stream is not None:
-                    raw = await stream.ask(request_id, downstream_request.method, params, progress)
-                if raw is None:
-                    raw = await sdk_compat.request_channel(ctx).send_raw_request(
-                        downstream_request.method, params, opts
-                    )
+                raw = await sdk_compat.ask_client(ctx, downstream_request.method, params, opts)
                 result: PeerAnswer = _result_type(request).model_validate(raw, by_name=False)
                 await relaying.settle()  # the client's progress goes up before its answer
                 return result

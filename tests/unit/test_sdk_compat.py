@@ -251,6 +251,16 @@ def test_serve_standalone_names_the_private_when_it_is_gone() -> None:
         sdk_compat.serve_standalone(transport)
 
 
+def test_serve_requests_names_the_private_when_it_is_gone() -> None:
+    from mcp.server.streamable_http import StreamableHTTPServerTransport
+
+    real = StreamableHTTPServerTransport("s")
+    sdk_compat.serve_requests(real)  # every private it needs is on the SDK's real transport
+    transport: Any = SimpleNamespace(_handle_post_request=None, _validate_request_headers=None)
+    with pytest.raises(sdk_compat.SDKChangedError, match=r"StreamableHTTPServerTransport\._mint_priming_event"):
+        sdk_compat.serve_requests(transport)
+
+
 def test_event_store_and_factory_are_exclusive() -> None:
     with pytest.raises(ValueError, match="not both"):
         sdk_compat.GatewaySessionManager(
