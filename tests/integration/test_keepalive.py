@@ -5,7 +5,9 @@ does not end is still closed within the bound, and its connection is not reused.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -51,7 +53,10 @@ class PortCounter:
         await self.app(scope, receive, send)
 
 
-async def test_calls_to_a_legacy_http_server_reuse_their_connections() -> None:
+@contextlib.asynccontextmanager
+async def legacy_client() -> AsyncIterator[tuple[Client, PortCounter]]:
+    """A 2025-era SDK client over :class:`KeepAliveTransport` to a real server whose POSTs are
+    counted by client port (one per TCP connection)."""
     manager = StreamableHTTPSessionManager(
         tool_server(), security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
@@ -60,13 +65,18 @@ async def test_calls_to_a_legacy_http_server_reuse_their_connections() -> None:
         transport = KeepAliveTransport(limits=httpx2.Limits(max_connections=16, max_keepalive_connections=8))
         async with httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(WAIT)) as http:
             async with Client(streamable_http_client(f"{base}/mcp", http_client=http), mode="legacy") as client:
-                before = len(counter.ports)
-                with anyio.fail_after(WAIT):
-                    for _ in range(20):
-                        result = await client.call_tool("echo", {})
-                        assert not result.is_error
-        # Without the drain every one of the 20 calls opens its own connection.
-        assert len(counter.ports) - before <= 3, sorted(counter.ports)
+                yield client, counter
+
+
+async def test_calls_to_a_legacy_http_server_reuse_their_connections() -> None:
+    async with legacy_client() as (client, counter):
+        before = len(counter.ports)
+        with anyio.fail_after(WAIT):
+            for _ in range(20):
+                result = await client.call_tool("echo", {})
+                assert not result.is_error
+    # Without the drain every one of the 20 calls opens its own connection.
+    assert len(counter.ports) - before <= 3, sorted(counter.ports)
 
 
 async def test_a_request_stream_that_does_not_end_is_closed_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,19 +109,12 @@ async def test_a_request_stream_that_does_not_end_is_closed_within_the_bound(mon
 async def test_messages_answered_202_reuse_their_connections() -> None:
     """Notifications (and responses sent up) are answered ``202 Accepted`` with an empty body the
     SDK never reads: without the drain each one costs a new connection."""
-    manager = StreamableHTTPSessionManager(
-        tool_server(), security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    )
-    counter = PortCounter(manager.handle_request)
-    async with manager.run(), served_asgi(counter) as base:
-        transport = KeepAliveTransport(limits=httpx2.Limits(max_connections=16, max_keepalive_connections=8))
-        async with httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(WAIT)) as http:
-            async with Client(streamable_http_client(f"{base}/mcp", http_client=http), mode="legacy") as client:
-                before = len(counter.ports)
-                with anyio.fail_after(WAIT):
-                    for i in range(20):
-                        # A cancellation of a request the server never saw: accepted, then ignored.
-                        cancel = types.CancelledNotificationParams(request_id=10_000 + i)
-                        await client.session.send_notification(types.CancelledNotification(params=cancel))
-                    await client.call_tool("echo", {})  # after the notifications: all were sent
-        assert len(counter.ports) - before <= 2, sorted(counter.ports)
+    async with legacy_client() as (client, counter):
+        before = len(counter.ports)
+        with anyio.fail_after(WAIT):
+            for i in range(20):
+                # A cancellation of a request the server never saw: accepted, then ignored.
+                cancel = types.CancelledNotificationParams(request_id=10_000 + i)
+                await client.session.send_notification(types.CancelledNotification(params=cancel))
+            await client.call_tool("echo", {})  # after the notifications: all were sent
+    assert len(counter.ports) - before <= 2, sorted(counter.ports)
