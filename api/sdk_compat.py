@@ -330,13 +330,16 @@ async def post_fast(conn: Any, request: Any, result_type: Any, *, timeout_s: flo
 async def post_fast_raw(conn: Any, request: Any, *, timeout_s: float | None = None) -> dict[str, Any] | None:
     """Send ``request`` on ``conn``'s fast lane and return the raw result dict, unvalidated;
     ``None`` (nothing sent) when the exchange must take the SDK's transport: no poster (not plain
-    HTTP, legacy era). Stamped as ``send_request`` stamps it; notifications on the response
+    HTTP), or a legacy-era connection without a lane (``reconciler/legacy_lane.py``: its
+    server's requests on the stream are answered by ``conn.serve_request``). Stamped as
+    ``send_request`` stamps it; notifications on the response
     stream (log records the request opted into) reach ``conn.deliver`` in order, in the
     caller's task and context (where the relay attributes them), before the result. Raises
     ``MCPError`` for an error response or a timeout (as the SDK does),
     ``UpstreamUnavailableError`` when the exchange breaks."""
+    lane = getattr(conn, "lane", None) if conn.legacy else None
     poster = getattr(conn, "poster", None)
-    if poster is None or conn.legacy:
+    if lane is None and (poster is None or conn.legacy):
         return None
     session = conn.client.session
     try:
@@ -353,7 +356,12 @@ async def post_fast_raw(conn: Any, request: Any, *, timeout_s: float | None = No
     timeout = timeout_s if timeout_s is not None else default_timeout
     try:
         with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
-            raw: dict[str, Any] = await poster.post(message, opts.get("headers", {}), conn.deliver)
+            headers = opts.get("headers", {})
+            if lane is not None:
+                raw: dict[str, Any] = await lane.call(message, headers, conn.serve_request, conn.deliver)
+            else:
+                assert poster is not None  # no lane, so the 2026 lane's poster (checked above)
+                raw = await poster.post(message, headers, conn.deliver)
     except TimeoutError:
         raise MCPError(code=types.REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
     except ResponseError as exc:

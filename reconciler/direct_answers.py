@@ -67,6 +67,7 @@ class SessionHeaders:
 
     def __init__(self) -> None:
         self._headers: dict[str, str] = {}
+        self.established = anyio.Event()  # set once there are headers
 
     async def observe(self, request: httpx2.Request) -> None:
         """Remember the session headers of ``request`` (a POST that carries a session id)."""
@@ -81,6 +82,7 @@ class SessionHeaders:
             headers[_VERSION] = version
         if headers != self._headers:
             self._headers = headers
+            self.established.set()
 
     @property
     def current(self) -> Mapping[str, str] | None:
@@ -108,6 +110,16 @@ class DirectAnswers:
         self._inner = inner
         self._poster = poster
         self._headers = headers
+
+    @property
+    def poster(self) -> JsonRpcPoster:
+        """The keep-alive pool answers are POSTed on (the legacy lane's calls use it too)."""
+        return self._poster
+
+    @property
+    def headers(self) -> SessionHeaders:
+        """The session headers the SDK's transport last sent."""
+        return self._headers
 
     async def send(self, item: SessionMessage, /) -> None:
         """Send ``item``: POSTed directly when it qualifies and the session is known, otherwise

@@ -56,6 +56,10 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 KEEPALIVE_EXPIRY_S = 4.0
 #: Same-origin redirects followed per request (the first one is remembered for the next ones).
 MAX_REDIRECTS = 2
+#: Resuming a request stream (2025 era): the delay when the server names none (the SDK's
+#: default), and how many failed attempts in a row end the exchange (the SDK's bound).
+RESUME_DELAY_MS = 1000
+MAX_RESUME_FAILURES = 2
 
 
 #: Receives each message on a response stream that is not the response (in order, awaited).
@@ -103,6 +107,8 @@ class _Response:
     sse_offset: int = 0
     answer: dict[str, Any] | None = None
     sse: bool | None = None
+    last_event_id: str | None = None  # the stream's resumption point (2025 era: Last-Event-ID)
+    retry_ms: int | None = None  # the server's reconnection delay
 
     def is_sse(self, parser: Any) -> bool:
         if self.sse is None and self.headers:
@@ -122,11 +128,33 @@ class _Response:
                 return out
             block = body[self.sse_offset : end].decode("utf-8")
             self.sse_offset = end + sep
-            for message in _sse_messages(block):
+            for message in self._events(block):
                 if _is_response(message, self.request_id):
                     self.answer = message
                 else:
                     out.append(message)
+
+    def _events(self, text: str) -> Any:
+        """The messages of complete SSE events ``text``, noting their ids and retry delays."""
+        for message, event_id, retry in _sse_events(text):
+            if event_id is not None:
+                self.last_event_id = event_id
+            if retry is not None:
+                self.retry_ms = retry
+            if message is not None:
+                yield message
+
+    def unanswered(self) -> bool:
+        """Whether this was an SSE stream that ended without this request's response (checked
+        after the exchange; an event the stream's end completed is parsed here)."""
+        if not self.sse or self.answer is not None:
+            return False
+        rest = b"".join(self.body)[self.sse_offset :].decode("utf-8")
+        self.sse_offset += len(rest.encode())
+        for message in self._events(rest):
+            if _is_response(message, self.request_id):
+                self.answer = message
+        return self.answer is None
 
 
 class JsonRpcPoster:
@@ -163,20 +191,57 @@ class JsonRpcPoster:
                 await stream.aclose()
 
     async def post(
-        self, message: Mapping[str, Any], headers: Mapping[str, str], on_message: OnMessage | None = None
+        self,
+        message: Mapping[str, Any],
+        headers: Mapping[str, str],
+        on_message: OnMessage | None = None,
+        *,
+        resume: bool = False,
     ) -> dict[str, Any]:
         """Send ``message`` (a JSON-RPC request with an ``id``) with ``headers`` added and return
         its response's ``result``. Every other message on an SSE response stream (a log record
-        the request opted into, say) is awaited through ``on_message`` as it arrives, in order,
-        before this returns (skipped without one). Raises :class:`ResponseError` for a JSON-RPC
-        error, :class:`UpstreamUnavailableError` when the exchange breaks."""
+        the request opted into, a 2025-era server's own request) is awaited through
+        ``on_message`` as it arrives, in order, before this returns (skipped without one).
+        ``resume``: an SSE stream that ends before the response, after an event with an id, is
+        resumed as the 2025-11-25 era does it (:meth:`_resume`). Raises :class:`ResponseError`
+        for a JSON-RPC error, :class:`UpstreamUnavailableError` when the exchange breaks."""
         for _ in range(MAX_REDIRECTS + 1):
             response = await self._post_once(self._encode(message, headers), message.get("id"), on_message)
             location = response.headers.get(b"location") if response.status in (307, 308) else None
             if location is None or not self._follow(location.decode("latin-1")):
                 self.exchanges += 1
+                if resume and response.unanswered() and response.last_event_id is not None:
+                    response = await self._resume(response, headers, on_message)
                 return _result_of(response)
         raise ResponseError({"code": -32600, "message": "too many redirects"})
+
+    async def _resume(
+        self, broken: _Response, headers: Mapping[str, str], on_message: OnMessage | None
+    ) -> _Response:
+        """Follow a request stream the server ended before the response (servers do it on
+        purpose, to make clients poll): after the server's ``retry`` delay (else
+        :data:`RESUME_DELAY_MS`), ``GET`` the endpoint with ``Last-Event-ID`` and read on, as
+        the SDK's transport does. A resumed stream that ends again is resumed again; after
+        :data:`MAX_RESUME_FAILURES` attempts in a row that fail, the exchange is broken."""
+        last_id, retry_ms, failures = broken.last_event_id, broken.retry_ms, 0
+        while True:
+            await anyio.sleep((retry_ms if retry_ms is not None else RESUME_DELAY_MS) / 1000)
+            head = {**headers, "accept": "text/event-stream", "last-event-id": str(last_id)}
+            try:
+                get = self._encode_get(head)
+                response = await self._post_once(get, broken.request_id, on_message, until_answer=True)
+            except UpstreamUnavailableError:
+                response = None
+            if response is None or not response.sse:
+                failures += 1
+                if failures >= MAX_RESUME_FAILURES:
+                    raise UpstreamUnavailableError("the response stream ended and could not be resumed")
+                continue
+            if not response.unanswered():
+                return response
+            failures = 0
+            last_id = response.last_event_id or last_id
+            retry_ms = response.retry_ms if response.retry_ms is not None else retry_ms
 
     async def send(self, message: Mapping[str, Any], headers: Mapping[str, str]) -> int:
         """POST ``message`` — a notification, or a response to the server's own request — with
@@ -200,12 +265,14 @@ class JsonRpcPoster:
         self._target = ((parts.path or "/") + (f"?{parts.query}" if parts.query else "")).encode()
         return True
 
-    async def _post_once(self, request: bytes, request_id: Any, on_message: OnMessage | None) -> _Response:
+    async def _post_once(
+        self, request: bytes, request_id: Any, on_message: OnMessage | None, *, until_answer: bool = False
+    ) -> _Response:
         for attempt in (0, 1):
             stream, reused = await self._checkout()
             done = False
             try:
-                response, keep = await self._exchange(stream, request, request_id, on_message)
+                response, keep = await self._exchange(stream, request, request_id, on_message, until_answer)
                 done = True
             except _StaleConnection:
                 if not reused or attempt:
@@ -224,6 +291,12 @@ class JsonRpcPoster:
                     await stream.aclose()
             return response
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _encode_get(self, headers: Mapping[str, str]) -> bytes:
+        merged = {**self._fixed, **{k.lower(): v for k, v in headers.items()}}
+        merged.pop("content-type", None)
+        head = b"GET " + self._target + b" HTTP/1.1\r\n"
+        return head + "".join(f"{k}: {v}\r\n" for k, v in merged.items()).encode("latin-1") + b"\r\n"
 
     def _encode(self, message: Mapping[str, Any], headers: Mapping[str, str]) -> bytes:
         body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
@@ -248,7 +321,7 @@ class JsonRpcPoster:
             raise UpstreamUnavailableError(type(exc).__name__) from None
 
     async def _exchange(
-        self, stream: SocketStream, request: bytes, request_id: Any, on_message: OnMessage | None
+        self, stream: SocketStream, request: bytes, request_id: Any, on_message: OnMessage | None, until_answer: bool
     ) -> tuple[_Response, bool]:
         response = _Response(request_id=request_id)
         parser = httptools.HttpResponseParser(response)
@@ -274,6 +347,12 @@ class JsonRpcPoster:
                         await on_message(other)
                     else:
                         log.debug("fast lane: skipped a message on a response stream")
+                if response.answer is not None and until_answer and not response.complete:
+                    # A resumed stream may stay open after the response: stop there, and do not
+                    # pool a connection whose stream was not read to its end.
+                    response.status = parser.get_status_code()
+                    response.parser = None
+                    return response, False
         if not response.complete:
             raise anyio.EndOfStream  # the connection ended inside the response
         response.status = parser.get_status_code()
@@ -342,16 +421,32 @@ def _result_of(response: _Response) -> dict[str, Any]:
     raise UpstreamUnavailableError("the response stream ended without a response")
 
 
-def _sse_messages(text: str) -> Any:
-    """The JSON messages of SSE text (events of type ``message``; empty priming events skipped)."""
+def _sse_events(text: str) -> Any:
+    """``(message, id, retry)`` for each SSE event of ``text``: ``message`` is its JSON (events of
+    type ``message`` with data; ``None`` for a priming event, which carries only an id), ``id`` and
+    ``retry`` its fields or ``None``."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     for block in text.split("\n\n"):
         data: list[str] = []
         event = "message"
+        event_id: str | None = None
+        retry: int | None = None
         for line in block.split("\n"):
             if line.startswith("data:"):
                 data.append(line[6:] if line.startswith("data: ") else line[5:])
             elif line.startswith("event:"):
                 event = line[6:].strip()
-        if data and event == "message" and any(data):
-            yield json.loads("\n".join(data))
+            elif line.startswith("id:"):
+                event_id = line[3:].strip() or None
+            elif line.startswith("retry:") and line[6:].strip().isdigit():
+                retry = int(line[6:].strip())
+        message = json.loads("\n".join(data)) if data and event == "message" and any(data) else None
+        if message is not None or event_id is not None or retry is not None:
+            yield message, event_id, retry
+
+
+def _sse_messages(text: str) -> Any:
+    """The JSON messages of SSE text (events of type ``message``; empty priming events skipped)."""
+    for message, _, _ in _sse_events(text):
+        if message is not None:
+            yield message

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Self, TextIO
 
 import anyio
@@ -29,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_reconciler.reconciler.direct_answers import DirectAnswers, SessionHeaders
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.keepalive import KeepAliveTransport
+from mcp_reconciler.reconciler.legacy_lane import LegacyLane
 from mcp_reconciler.reconciler.logsource import pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.upstream_auth import client_credentials_auth
@@ -152,6 +153,8 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
     if kind not in STREAM_TYPES:
         raise ValueError(f"source {spec.name!r}: unknown transport kind {kind!r} (use stdio, http or sse)")
 
+    target = Target()
+
     @asynccontextmanager
     async def connect() -> AsyncIterator[tuple[ObservedReadStream, Any]]:
         if kind == "stdio" and errlog is not None:
@@ -179,8 +182,11 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
                 ) as http:
                     async with streamable_http_client(str(t["url"]), http_client=http) as (read, write):
                         out = DirectAnswers(write, poster, session) if poster is not None else write
+                        if isinstance(out, DirectAnswers):
+                            target.lane = LegacyLane(out)  # used only if the session is 2025-era
                         yield ObservedReadStream(read, on_end), out
             finally:
+                target.lane = None
                 if poster is not None:
                     await poster.aclose()
         else:
@@ -194,4 +200,22 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
             ) as (read, write):
                 yield ObservedReadStream(read, on_end), write
 
-    return connect()
+    target.connect = connect()
+    return target
+
+
+class Target:
+    """What ``mcp.Client`` connects to (a ``Transport``: entered once), and the lane the HTTP
+    transport offers while it is open (``reconciler/legacy_lane.py``; ``None`` otherwise)."""
+
+    def __init__(self) -> None:
+        self.connect: AbstractAsyncContextManager[tuple[ObservedReadStream, Any]] | None = None
+        self.lane: LegacyLane | None = None
+
+    async def __aenter__(self) -> tuple[ObservedReadStream, Any]:
+        assert self.connect is not None
+        return await self.connect.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        assert self.connect is not None
+        return await self.connect.__aexit__(*exc)

@@ -42,6 +42,7 @@ from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.errors import ReconnectThrottledError, SourceReadError, UpstreamUnavailableError
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
+from mcp_reconciler.reconciler.legacy_lane import LegacyLane
 from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
@@ -76,6 +77,8 @@ LISTEN_STABLE_S = 30.0
 
 
 _NOTIFICATION: TypeAdapter[Any] = TypeAdapter(types.ServerNotification)
+_REQUEST: TypeAdapter[Any] = TypeAdapter(types.ServerRequest)
+_REQUEST_METHODS = frozenset({"ping", "sampling/createMessage", "elicitation/create", "roots/list"})
 
 
 class _Probe(BaseModel):
@@ -220,6 +223,47 @@ class UpstreamConnection:
         """Whether this connection speaks the 2025-11-25 era (sessions, server→client requests)
         rather than 2026-07-28 (``InputRequiredResult`` instead of server→client requests)."""
         return (self.protocol_version or "").startswith("2025")
+
+    @property
+    def lane(self) -> LegacyLane | None:
+        """The legacy fast lane (``reconciler/legacy_lane.py``) for a 2025-era plain-HTTP
+        connection whose session is established, else ``None`` (the SDK's transport)."""
+        lane: LegacyLane | None = getattr(self._target, "lane", None)
+        return lane if lane is not None and self.legacy and lane.ready else None
+
+    async def serve_request(self, message: dict[str, Any]) -> types.JSONRPCResponse | types.JSONRPCError:
+        """Answer a server→client request that arrived outside the SDK's transport (the legacy
+        lane's streams) as the SDK's session answers one: ``ping`` at once, the rest through the
+        session's callbacks (:meth:`_on_sampling` and its siblings)."""
+        request_id = message["id"]
+        try:
+            request = _REQUEST.validate_python(
+                {"method": message.get("method"), "params": message.get("params")}, by_name=False
+            )
+        except ValidationError:
+            known = message.get("method") in _REQUEST_METHODS
+            error = (
+                types.ErrorData(code=types.INVALID_PARAMS, message="Invalid params")
+                if known
+                else types.ErrorData(code=types.METHOD_NOT_FOUND, message="Method not found")
+            )
+            return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+        answer: Any
+        if isinstance(request, types.PingRequest):
+            answer = types.EmptyResult()
+        else:
+            session, params = self.client.session, request.params
+            context = ClientRequestContext(session=session, request_id=request_id, meta=params.meta if params else None)
+            try:
+                answer = await session.dispatch_input_request(context, request)
+            except MCPError as exc:
+                answer = exc.error
+            except UpstreamUnavailableError:
+                answer = types.ErrorData(code=types.INTERNAL_ERROR, message="the gateway is closing this connection")
+        if isinstance(answer, types.ErrorData):
+            return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=answer)
+        result = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result)
 
     @overload
     async def send(
