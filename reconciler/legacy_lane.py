@@ -107,14 +107,19 @@ class LegacyLane:
                 else:
                     await deliver(incoming)
 
+            failure: Exception | None = None
             try:
                 result = await poster.post(message, {**headers, **session}, on_message, resume=True)
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_NOTICE_S):
                     await self._cancelled(message.get("id"), session)
                 raise
+            except Exception as exc:  # raised after the task group, not wrapped in its group
+                failure = exc
             finally:
                 tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
         _calls.add(1)
         return result
 

@@ -389,6 +389,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bad-tools", type=int, default=0, help="also list N invalid tool definitions")
     p.add_argument("--linger", action="store_true", help="stdio: ignore stdin close and SIGTERM")
     p.add_argument("--noisy", action="store_true", help="also list the garbage and stderr control tools")
+    p.add_argument(
+        "--era", choices=("both", "legacy"), default="both", help="legacy: refuse server/discover (2025-11-25 only)"
+    )
     p.add_argument("--listen-backlog", type=int, default=100_000, help="subscriptions/listen backlog per subscriber")
     args = p.parse_args(argv)
     if args.transport in ("http", "sse") and not args.port:
@@ -407,6 +410,10 @@ def load_tools(args: argparse.Namespace) -> list[str]:
     return [t for t in (s.strip() for s in args.tools.split(",")) if t]
 
 
+async def _no_discover(ctx: ServerRequestContext[Any], params: types.RequestParams) -> Any:
+    raise MCPError(types.METHOD_NOT_FOUND, "this server speaks only the 2025-11-25 handshake")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     upstream = UpstreamServer(
@@ -416,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         listen_backlog=args.listen_backlog,
         noisy=args.noisy,
     )
+    if args.era == "legacy":  # an auto client (the gateway) falls back to the 2025-11-25 handshake
+        upstream.server.add_request_handler("server/discover", types.RequestParams, _no_discover)
     if args.transport == "stdio":
         anyio.run(serve_stdio, upstream, args.pid_file, args.linger)
     else:
