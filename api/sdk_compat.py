@@ -47,8 +47,9 @@ naming the attribute if an SDK release moves it:
    session's stamp and dispatcher (``ClientSession._stamp``, ``._dispatcher``; the SDK's own
    ``listen()`` does the same) and returns the raw result for the caller to validate.
 
-8. **A request sent on the fast lane** (issue 12, ADR 0019). :func:`post_fast` sends a 2026-era
-   request through the connection's :class:`~reconciler.fasthttp.JsonRpcPoster` instead of the
+8. **A request sent on the fast lane** (issue 12, ADR 0019; 2025 era: ADR 0024). :func:`post_fast`
+   sends a request through the connection's :class:`~reconciler.fasthttp.JsonRpcPoster` (2026
+   era) or its :class:`~reconciler.legacy_lane.LegacyLane` (2025 era) instead of the
    SDK's transport, stamped by the session exactly as ``send_request`` stamps it
    (``ClientSession._stamp``, the same private as 7.) and its result checked exactly as
    ``send_request`` checks it (``mcp.client.session._clamp_inbound_ttl`` and

@@ -24,9 +24,12 @@ Failure semantics:
   request stream end, which is the 2026 wire's cancellation (the SDK does the same);
 - a non-2xx status answers the JSON-RPC error in its body if there is one, else the same stand-in
   errors the SDK's transport uses;
-- other messages on an SSE response stream (log records the request opted into; a 2026 server
-  sends no requests) are handed to the caller's ``on_message`` as each event completes, in
-  order, before the result; without one they are skipped.
+- other messages on an SSE response stream (log records the request opted into; a 2025-era
+  server's own requests, which ``reconciler/legacy_lane.py`` answers) are handed to the
+  caller's ``on_message`` as each event completes, in order, before the result; without one
+  they are skipped;
+- ``post(resume=True)`` (the 2025 era) follows a stream the server ended before the response
+  with ``GET`` + ``Last-Event-ID``, as the SDK's transport does (:meth:`JsonRpcPoster._resume`).
 
 No task is started: every exchange runs in its caller's task, so its owner is whoever awaits it."""
 

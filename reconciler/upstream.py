@@ -94,7 +94,8 @@ def fast_poster(spec: SourceSpec, protocol_version: str | None) -> JsonRpcPoster
     """The fast lane's pool for a connection to ``spec`` speaking ``protocol_version``, or
     ``None`` when its calls must use the SDK's transport: no plain-HTTP poster for the source
     (:func:`~reconciler.transports.poster_for`), or the 2025-11-25 era (server→client requests
-    ride response streams; its answers go up directly instead: ``reconciler/direct_answers.py``)."""
+    ride response streams: its calls take :attr:`UpstreamConnection.lane`, over the poster its
+    answers go up on, ``reconciler/legacy_lane.py`` and ``direct_answers.py``)."""
     if (protocol_version or "2025").startswith("2025"):
         return None
     return poster_for(spec)
