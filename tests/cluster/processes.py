@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.api.sdk_compat import mcp_http_client
+from mcp_reconciler.reconciler.freshness import DEFAULT_RACY_WINDOW_NS
 from tests.chaos.gateway_process import OPERATOR, GatewayProcess
 from tests.e2e.conftest import Changes, upstream_source
 
@@ -41,7 +43,13 @@ def cluster_config(tmp: Path, tools_file: Path, *, staleness_s: float = 1.5) -> 
 
 
 def write_tools(path: Path, tools: list[str]) -> None:
+    """Write the upstream's tool list, stamped outside the freshness racy window
+    (``reconciler/freshness.py``): a stamp that recent makes every replica reload the source once
+    more on a later sweep, with a new connection and so a new local revision, at a moment no test
+    can wait for — the revisions the tests compare would then race that reload."""
     path.write_text(json.dumps(tools))
+    settled = time.time() - 2 * DEFAULT_RACY_WINDOW_NS / 1e9
+    os.utime(path, (settled, settled))
 
 
 @contextlib.contextmanager
