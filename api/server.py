@@ -15,7 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import uvicorn
@@ -42,6 +42,7 @@ from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.oauth.resource_server import ResourceServer
 from mcp_reconciler.api.routes import routes as control_routes
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
+from mcp_reconciler.api.stdio_input import stdin_lines
 from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.config import GatewaySettings
 from mcp_reconciler.reconciler.gateway import Gateway
@@ -429,7 +430,9 @@ async def _stdio(config_path: Path) -> int:
 
                 await tg.start(front.run)
                 tg.start_soon(on_signals)
-                async with stdio_server() as (read, write):
-                    await front.server.run(read, write, front.server.create_initialization_options())
+                # stdin read on the event loop, so a signal can stop an idle session (stdio_input.py)
+                with stdin_lines() as lines:
+                    async with stdio_server(stdin=cast(Any, lines)) as (read, write):
+                        await front.server.run(read, write, front.server.create_initialization_options())
                 tg.cancel_scope.cancel()
     return 0

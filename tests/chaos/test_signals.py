@@ -138,9 +138,13 @@ async def test_unwritable_stdout_never_stops_the_gateway(stdout: str, tmp_path: 
         gw.close()
 
 
-async def test_sigterm_stops_the_stdio_gateway_and_its_upstreams(tmp_path: Path) -> None:
+@pytest.mark.parametrize("moment", ["starting", "idle_session"])
+async def test_sigterm_stops_the_stdio_gateway_and_its_upstreams(tmp_path: Path, moment: str) -> None:
     """``mcp-reconciler stdio`` too: SIGTERM while its session is open stops every upstream
-    (the lingering one included) and exits 0."""
+    (the lingering one included) and exits 0 — sent while it starts, or once its session is
+    initialized and idle, with its stdin still held open by the client (the SDK's reader
+    blocked in a thread there until the client wrote or closed: ``api/stdio_input.py``)."""
+    import json
     import subprocess
     import sys
 
@@ -155,11 +159,20 @@ async def test_sigterm_stops_the_stdio_gateway_and_its_upstreams(tmp_path: Path)
         [sys.executable, "-m", "mcp_reconciler.api.cli", "stdio", "--config", str(cfg)],
         cwd=REPO_ROOT,
         stdin=subprocess.PIPE,  # held open: the session does not end by itself
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if moment == "idle_session" else subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     try:
         upstream_pid = await read_pid(pid_file)
+        if moment == "idle_session":  # initialized, answered, and then nothing more on stdin
+            assert proc.stdin is not None and proc.stdout is not None
+            init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}).encode())
+            proc.stdin.write(b"\n")
+            proc.stdin.flush()
+            with anyio.fail_after(30):  # the thread ends when the line comes, or when the process dies
+                answer = json.loads(await anyio.to_thread.run_sync(proc.stdout.readline))
+            assert answer["id"] == 1 and "result" in answer, answer
         proc.send_signal(signal.SIGTERM)
         with anyio.fail_after(30):
             while proc.poll() is None:
