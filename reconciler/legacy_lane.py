@@ -130,6 +130,8 @@ class LegacyLane:
             with scope:
                 answer = await serve(request)
                 await self._answers.send(SessionMessage(answer))
+        except Exception as exc:  # the connection is closing: this request dies with it, not the call
+            log.debug("upstream request %r not answered: %s", request.get("method"), type(exc).__name__)
         finally:
             if running.get(request["id"]) is scope:
                 del running[request["id"]]

@@ -250,3 +250,19 @@ async def test_the_lane_posts_on_one_kept_alive_connection(monkeypatch: pytest.M
             for _ in range(5):
                 assert await call(conn, "log") == "logged"
     assert exchanges == [1, 2, 3, 4, 5]
+
+
+async def test_a_request_that_cannot_be_answered_does_not_fail_the_call() -> None:
+    """The connection closing under an answer (or any answer failing) loses that answer, never
+    the call whose stream carried the request."""
+    upstream, peer = Upstream(), Peer()
+    upstream.finish.set()
+    async with connection(upstream, peer) as conn:
+
+        async def failing(message: dict[str, Any]) -> Any:
+            upstream.peer_asked.set()  # the server withdraws its request once this is set
+            raise RuntimeError("the connection is closing")
+
+        conn.serve_request = failing  # type: ignore[method-assign]
+        with anyio.fail_after(WAIT):
+            assert await call(conn, "withdraw") == "withdrew"
