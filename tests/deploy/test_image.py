@@ -99,7 +99,9 @@ def detached(argv: list[str], name: str, port: int, *extra: str) -> list[str]:
         i = args.index("-p")
         assert args[i + 1] == "8765:8765"
         del args[i : i + 2]
-    return ["run", "--detach", "--name", name, *FLAGS, "-e", f"MCP_RECONCILER_PORT={port}", *args, *extra, IMAGE]
+    # Only what the README mounts is writable (podman adds tmpfs on /run, /var/tmp, /tmp otherwise).
+    own = ["--read-only-tmpfs=false", "-e", f"MCP_RECONCILER_PORT={port}"]
+    return ["run", "--detach", "--name", name, *FLAGS, *own, *args, *extra, IMAGE]
 
 
 async def wait_healthy(base_url: str, podman: str, name: str) -> None:
@@ -139,9 +141,14 @@ def test_image_config(podman: str) -> None:
 
 async def test_demo_container_serves_and_stops_on_sigterm(podman: str, container: str) -> None:
     port = free_port()
-    run(podman, *detached(readme_run_line(config=False), container, port))
+    # No tokens, as the Kubernetes base's Secret sets them (empty): /v1 stays closed.
+    run(podman, *detached(readme_run_line(config=False), container, port, "-e", "MCP_RECONCILER_OPERATOR_TOKENS="))
     base_url = f"http://127.0.0.1:{port}"
     await wait_healthy(base_url, podman, container)
+    async with httpx2.AsyncClient(timeout=10) as http:
+        closed = await http.get(f"{base_url}/v1/status", headers={"Authorization": "Bearer guess"})
+        assert closed.status_code == 401, closed.text
+    assert "no control-API tokens configured" in run(podman, "logs", container).stderr
     async with mcp_http_client() as http:
         async with Client(streamable_http_client(f"{base_url}/mcp", http_client=http)) as client:
             assert {t.name for t in (await client.list_tools()).tools} == DEMO_TOOLS
