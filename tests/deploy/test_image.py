@@ -137,6 +137,9 @@ def test_image_config(podman: str) -> None:
     assert proc.stdout.startswith("mcp-reconciler "), proc
     proc = run(podman, "run", "--rm", *FLAGS, "--entrypoint", "id", IMAGE)
     assert proc.stdout.startswith("uid=10001"), proc.stdout
+    # A config that is named but missing is an error, never the demo.
+    proc = run(podman, "run", "--rm", *FLAGS, "-e", "MCP_RECONCILER_CONFIG=/etc/nowhere.yaml", IMAGE, check=False)
+    assert proc.returncode == 1 and "/etc/nowhere.yaml is not a file" in proc.stderr, proc
 
 
 async def test_demo_container_serves_and_stops_on_sigterm(podman: str, container: str) -> None:

@@ -144,6 +144,10 @@ def test_redis_overlay(tmp_path: Path) -> None:
     # Only the gateway's pods count against its disruption budget.
     pdb = one(docs, "PodDisruptionBudget")
     assert not pdb["spec"]["selector"]["matchLabels"].items() <= redis["spec"]["template"]["metadata"]["labels"].items()
+    # The overlay's config is the base's plus the cluster section.
+    overlay_config = yaml.safe_load((KUSTOMIZE / "overlays" / "redis" / "gateway.yaml").read_text())
+    assert overlay_config.pop("cluster")
+    assert overlay_config == yaml.safe_load((KUSTOMIZE / "base" / "gateway.yaml").read_text())
     # Everything else is the base's.
     base = {(d["kind"], d["metadata"]["name"]) for d in render("base") if d["kind"] != "ConfigMap"}
     assert base <= {(d["kind"], d["metadata"]["name"]) for d in docs}
