@@ -92,12 +92,13 @@ def readme_run_line(*, config: bool) -> list[str]:
 
 def detached(argv: list[str], name: str, port: int, *extra: str) -> list[str]:
     """The README's ``podman run ARGS IMAGE`` detached, named, with this machine's flags, on ``port``
-    (README: -p 8765:8765; with --network host the port is the container's own, MCP_RECONCILER_PORT)."""
+    (README: ``-p [127.0.0.1:]8765:8765``; with --network host the port is the container's own,
+    MCP_RECONCILER_PORT)."""
     assert argv[:2] == ["podman", "run"] and argv[-1] == "localhost/mcp-reconciler:dev", argv
     args = [a for a in argv[2:-1] if a not in ("--rm", "-it")]
     if "-p" in args:
         i = args.index("-p")
-        assert args[i + 1] == "8765:8765"
+        assert args[i + 1] in ("8765:8765", "127.0.0.1:8765:8765"), args
         del args[i : i + 2]
     # Only what the README mounts is writable (podman adds tmpfs on /run, /var/tmp, /tmp otherwise).
     own = ["--read-only-tmpfs=false", "-e", f"MCP_RECONCILER_PORT={port}"]
@@ -135,6 +136,9 @@ def test_image_config(podman: str) -> None:
     # A command line passes through to mcp-reconciler (README: check-config in the image).
     proc = run(podman, "run", "--rm", *FLAGS, IMAGE, "--version")
     assert proc.stdout.startswith("mcp-reconciler "), proc
+    mount = f"{K8S_CONFIG}:/etc/mcp-reconciler/gateway.yaml:ro"
+    proc = run(podman, "run", "--rm", *FLAGS, "-v", mount, IMAGE, "check-config", "/etc/mcp-reconciler/gateway.yaml")
+    assert proc.returncode == 0, proc
     proc = run(podman, "run", "--rm", *FLAGS, "--entrypoint", "id", IMAGE)
     assert proc.stdout.startswith("uid=10001"), proc.stdout
     # A config that is named but missing is an error, never the demo.
