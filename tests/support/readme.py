@@ -36,6 +36,11 @@ CHECKED = {
     "cluster-config": "tests/cluster/test_readme_cluster.py::test_cluster_config_block",
     "cluster-recipe": "tests/cluster/test_readme_cluster.py::test_recipe_and_haproxy_stickiness (slow)",
     "cluster-haproxy": "tests/cluster/test_readme_cluster.py::test_recipe_and_haproxy_stickiness (slow)",
+    "deploy-allowed-hosts": "tests/deploy/test_kubernetes.py::test_readme_allowed_hosts_block",
+    "deploy-image": "tests/deploy/test_image.py (slow: podman runs the lines, `make image-test`)",
+    "deploy-layer": "tests/deploy/test_image.py::test_readme_layer_block",
+    "deploy-kubernetes": "tests/deploy/test_kubernetes.py::test_readme_kubernetes_block",
+    "deploy-systemd": "tests/deploy/test_systemd.py::test_readme_systemd_block",
 }
 
 
