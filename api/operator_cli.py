@@ -1,9 +1,11 @@
 """Operator commands of the CLI (``status``, ``refresh``, ``sources``, ``generations``,
 ``sessions``): human tables by default, ``--json`` for scripts.
 
-Exit codes scripts can rely on: 0 success (``status``: the gateway is ready) · 1 the API
-answered an error (auth, not found, invalid) · 2 usage error · 3 gateway unreachable ·
-4 ``status``: not ready (starting, degraded or error) · 5 ``refresh``: the cycle failed or timed out."""
+Exit codes scripts can rely on: 0 success (``status``: the gateway serves, as ``/readyz`` 200
+says — degraded included) · 1 the API answered an error (auth, not found, invalid) · 2 usage
+error · 3 gateway unreachable · 4 ``status``: not ready (``/readyz`` 503: nothing published,
+shutting down, cluster unconfirmed) · 5 ``refresh``: the cycle failed or timed out ·
+6 ``status --strict``: serving, but degraded or with a config error."""
 
 from __future__ import annotations
 
@@ -18,11 +20,12 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
+from mcp_reconciler.api import wire
 from mcp_reconciler.sdk.auth import CommandTokenProvider, TokenProvider, TokenProviderError
 from mcp_reconciler.sdk.client import ReconcilerClient
 from mcp_reconciler.sdk.errors import ReconcilerAPIError, RefreshTimeout, Unreachable
 
-EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_READY, EXIT_CYCLE = 0, 1, 2, 3, 4, 5
+EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_READY, EXIT_CYCLE, EXIT_DEGRADED = 0, 1, 2, 3, 4, 5, 6
 DEFAULT_URL = "http://127.0.0.1:8765"
 
 
@@ -72,7 +75,18 @@ def _emit_json(value: Any) -> None:
 
 
 async def _status(rc: ReconcilerClient, args: argparse.Namespace) -> int:
-    st = await rc.status()
+    # The exit code is /readyz's answer (ADR 0027): a gateway serving a revision is ready even
+    # when degraded (a stale source, an invalid edit while the last good config serves);
+    # ``--strict`` turns "serving, but not everything is well" into exit 6.
+    ready = await rc.readyz()
+    try:
+        st = await rc.status()
+    except ReconcilerAPIError as exc:
+        if ready.ready:
+            raise
+        # Not ready (shutting down, say) and no status to show: the readiness answer is the news.
+        print(f"not ready: {ready.reason or exc.code}")
+        return EXIT_NOT_READY
     if args.json:
         _emit_json(st)
     else:
@@ -95,10 +109,13 @@ async def _status(rc: ReconcilerClient, args: argparse.Namespace) -> int:
                 ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "NEXT ATTEMPT"),
             )
         )
+        _print_causes(st.sources)
         if st.retiring:
             print()
             print(table([(r.revision, r.pins, r.operations) for r in st.retiring], ("RETIRING", "PINS", "OPS")))
-    return EXIT_OK if st.state == "ready" else EXIT_NOT_READY
+    if not ready.ready:
+        return EXIT_NOT_READY
+    return EXIT_DEGRADED if args.strict and st.state != "ready" else EXIT_OK
 
 
 async def _refresh(rc: ReconcilerClient, args: argparse.Namespace) -> int:
@@ -147,7 +164,21 @@ async def _sources(rc: ReconcilerClient, args: argparse.Namespace) -> int:
                 ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "DIAGNOSTICS"),
             )
         )
+        _print_causes(sources)
     return EXIT_OK
+
+
+def _print_causes(sources: Sequence[wire.SourceOut]) -> None:
+    """Under the table: each failed source's setting to change and its upstream's last stderr
+    lines (redacted), which the LAST ERROR column has no room for."""
+    for s in sources:
+        cause = s.cause
+        if cause is None or not (cause.setting or cause.stderr_tail):
+            continue
+        print()
+        print(f"{s.name}: {cause.kind}" + (f" (setting: {cause.setting})" if cause.setting else ""))
+        for line in cause.stderr_tail:
+            print(f"  stderr | {line}")
 
 
 async def _generations(rc: ReconcilerClient, args: argparse.Namespace) -> int:
@@ -178,7 +209,7 @@ async def _sessions(rc: ReconcilerClient, args: argparse.Namespace) -> int:
 Operation = Callable[[ReconcilerClient, argparse.Namespace], Awaitable[int]]
 
 _COMMANDS: tuple[tuple[str, str, Operation], ...] = (
-    ("status", "provenance: revision, freshness, sources (exit 0 ready, 4 not ready)", _status),
+    ("status", "provenance: revision, freshness, sources (exit 0 serving, 4 not ready, as /readyz)", _status),
     ("sources", "every source's live state", _sources),
     ("generations", "live generations (current and retiring)", _generations),
     ("sessions", "agent sessions", _sessions),
@@ -193,6 +224,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         parser = sub.add_parser(name, help=text)
         add_common(parser)
         parser.set_defaults(func=run, operation=operation)
+        if operation is _status:
+            parser.add_argument(
+                "--strict", action="store_true", help="exit 6 when serving but degraded or with a config error"
+            )
         if operation is _refresh:
             parser.add_argument("--source", help="only this source")
             parser.add_argument("--no-wait", action="store_true", help="return once the request is queued (202)")

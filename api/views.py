@@ -41,6 +41,7 @@ def status_out(st: EngineStatus) -> wire.StatusOut:
                 next_attempt_at=s.next_attempt_at,
                 diagnostics=s.diagnostics,
                 trust=s.trust,  # type: ignore[arg-type]  # "trusted" | "untrusted" from Trust
+                cause=wire.FailureCauseOut(**s.cause.as_dict()) if s.cause is not None else None,
             )
             for s in st.sources
         ],

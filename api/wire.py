@@ -25,6 +25,22 @@ class ErrorOut(_Model):
     error: ErrorBody
 
 
+class FailureCauseOut(_Model):
+    """Why a source's last read failed, typed (``reconciler/failure_cause.py``). For operators:
+    ``stderr_tail`` holds the upstream's last stderr lines, redacted like the log."""
+
+    kind: str = Field(
+        description="timeout | connection_refused | dns | tls | http_status | process_not_found | "
+        "process_exited | protocol | bound_exceeded | rejected | unavailable"
+    )
+    summary: str = Field(description="sanitized sentence; the same text as last_error")
+    setting: str | None = Field(default=None, description="the config key to change, e.g. timeouts.connect_s")
+    timeout_s: float | None = None
+    http_status: int | None = None
+    exit_code: int | None = None
+    stderr_tail: list[str] = Field(default_factory=list, description="the upstream's last stderr lines, redacted")
+
+
 class SourceOut(_Model):
     """One source's live health and listing state (``/v1/sources``, ``/v1/status``)."""
 
@@ -40,6 +56,7 @@ class SourceOut(_Model):
     trust: Literal["trusted", "untrusted"] | None = Field(
         default=None, description="untrusted: the source's metadata is projected before it is served (I20)"
     )
+    cause: FailureCauseOut | None = Field(default=None, description="the typed cause of last_error")
 
 
 class DiagnosticOut(_Model):

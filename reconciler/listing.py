@@ -130,6 +130,7 @@ async def list_source(
                 raise SourceReadError(
                     f"listing exceeded {bounds.pages_per_source} pages",
                     detail=f"source {spec.name}: more than {bounds.pages_per_source} list pages",
+                    cause_kind="bound_exceeded",
                 )
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
             try:
@@ -172,18 +173,22 @@ async def list_source(
                     raise SourceReadError(
                         f"listing exceeded {bounds.entries_per_generation} entries",
                         detail=f"source {spec.name}: too many entries",
+                        cause_kind="bound_exceeded",
                     )
                 if total_bytes > bounds.bytes_per_candidate:
                     raise SourceReadError(
                         f"listing exceeded {bounds.bytes_per_candidate} bytes",
                         detail=f"source {spec.name}: definitions too large",
+                        cause_kind="bound_exceeded",
                     )
             cursor = page.next_cursor
             if not cursor:
                 break
             if cursor in cursors:
                 raise SourceReadError(
-                    "listing returned a repeated page cursor", detail=f"source {spec.name}: cursor loop"
+                    "listing returned a repeated page cursor",
+                    detail=f"source {spec.name}: cursor loop",
+                    cause_kind="protocol",
                 )
             cursors.add(cursor)
     if metadata_diags > METADATA_DIAGNOSTICS_PER_SOURCE:

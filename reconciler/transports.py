@@ -27,10 +27,11 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.reconciler.direct_answers import DirectAnswers, SessionHeaders
+from mcp_reconciler.reconciler.failure_cause import Evidence, exit_reporting
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.keepalive import KeepAliveTransport
 from mcp_reconciler.reconciler.legacy_lane import LegacyLane
-from mcp_reconciler.reconciler.logsource import pump_stderr
+from mcp_reconciler.reconciler.logsource import StderrSink, pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.upstream_auth import client_credentials_auth
 
@@ -99,9 +100,16 @@ def stdio_parameters(transport: Mapping[str, Any]) -> StdioServerParameters:
 
 
 @asynccontextmanager
-async def _stdio_with_stderr_pump(source: str, params: StdioServerParameters) -> AsyncIterator[tuple[Any, Any]]:
-    """``stdio_client`` with the process's stderr on a pipe that :func:`pump_stderr` logs.
+async def _stdio_with_stderr_pump(
+    source: str, params: StdioServerParameters, evidence: Evidence, noise: Any = ()
+) -> AsyncIterator[tuple[Any, Any]]:
+    """``stdio_client`` with the process's stderr on a pipe that :func:`pump_stderr` logs and
+    notes in ``evidence`` (with the exit status, ``failure_cause.exit_reporting``).
     The spawn happens before any task group of ours, so a spawn failure propagates as itself."""
+    command, args = exit_reporting(
+        params.command, list(params.args), evidence, cwd=None if params.cwd is None else str(params.cwd), env=params.env
+    )
+    params = params.model_copy(update={"command": command, "args": args})
     read_fd, write_fd = os.pipe()
     pumping = False
     try:
@@ -109,7 +117,7 @@ async def _stdio_with_stderr_pump(source: str, params: StdioServerParameters) ->
             async with stdio_client(params, errlog=errlog) as streams:
                 errlog.close()  # the child has its copy; ours would keep the pipe from ending
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(pump_stderr, read_fd, source)
+                    tg.start_soon(pump_stderr, read_fd, StderrSink(source, evidence, tuple(noise)))
                     pumping = True
                     try:
                         yield streams
@@ -161,7 +169,10 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
             async with stdio_client(stdio_parameters(t), errlog=errlog) as (read, write):
                 yield ObservedReadStream(read, on_end), write
         elif kind == "stdio":
-            async with _stdio_with_stderr_pump(spec.name, stdio_parameters(t)) as (read, write):
+            pumped = _stdio_with_stderr_pump(
+                spec.name, stdio_parameters(t), target.evidence, t.get("stderr_noise") or ()
+            )
+            async with pumped as (read, write):
                 yield ObservedReadStream(read, on_end), write
         elif kind == "http":
             timeouts = t.get("timeouts") or {}
@@ -174,7 +185,7 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
             transport = KeepAliveTransport(limits=limits)
             # Answers to the server's requests go up without the SDK's writer (direct_answers.py).
             session = SessionHeaders()
-            hooks = {"request": [session.observe]}
+            hooks: dict[str, list[Any]] = {"request": [session.observe], "response": [target.observe_response]}
             poster = poster_for(spec)
             try:
                 async with httpx2.AsyncClient(
@@ -211,6 +222,14 @@ class Target:
     def __init__(self) -> None:
         self.connect: AbstractAsyncContextManager[tuple[ObservedReadStream, Any]] | None = None
         self.lane: LegacyLane | None = None
+        #: What the transport saw of its upstream, for a failure's cause (``failure_cause.py``).
+        self.evidence = Evidence()
+
+    async def observe_response(self, response: httpx2.Response) -> None:
+        """httpx2 response hook: note a POST's status (the SDK turns an error status into a
+        generic JSON-RPC error; the operator needs "HTTP 401")."""
+        if response.request.method == "POST":
+            self.evidence.observe_status(response.status_code)
 
     async def __aenter__(self) -> tuple[ObservedReadStream, Any]:
         assert self.connect is not None

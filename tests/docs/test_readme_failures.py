@@ -1,0 +1,61 @@
+"""README "When a source fails": the broken config shown really produces the ``sources`` output
+shown, byte for byte (every source fails, so no column depends on the clock), and the timeouts
+example means what the text says (issue 28, ADR 0027)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcp_reconciler.api.server import serve_http
+from mcp_reconciler.reconciler.config import load_config
+from tests.support.readme import REPO_ROOT, block
+
+pytestmark = pytest.mark.anyio
+TOKEN = "readme-operator-token"
+WAIT_S = 30.0
+
+
+async def test_failure_config_and_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(block("failure-config").text)
+    monkeypatch.setenv("MCP_RECONCILER_OPERATOR_TOKENS", TOKEN)
+    async with serve_http(cfg, port=0) as served:
+        health = served.gateway.rec.health
+        names = ("tickets", "files", "db", "slowpoke")
+        with anyio.fail_after(WAIT_S):
+            while not all(health.get(n).cause is not None for n in names):
+                await anyio.sleep(0.05)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
+        env.update(MCP_RECONCILER_URL=served.base_url, MCP_RECONCILER_TOKEN=TOKEN)
+        with anyio.fail_after(WAIT_S):
+            run = await anyio.run_process(
+                [sys.executable, "-m", "mcp_reconciler.api.cli", "sources"], cwd=REPO_ROOT, env=env, check=False
+            )
+    assert run.returncode == 0, run.stderr.decode()
+    assert run.stdout.decode() == block("failure-output").text
+
+
+def test_source_timeouts_block(tmp_path: Path) -> None:
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(block("source-timeouts").text)
+    (spec,) = load_config(cfg).specs
+    assert spec.transport["timeouts"] == {"connect_s": 10.0, "call_s": 300.0, "startup_s": 90.0}
+    assert spec.transport["stderr_noise"] == ("running on stdio$",)
+
+
+async def test_env_settings_block(tmp_path: Path) -> None:
+    """The block runs as written (its file under this test's tmp dir); check-config reads
+    MCP_RECONCILER_CONFIG, and ``${GW_PORT}`` in a flow mapping is a number."""
+    script = block("env-settings").text.replace("/tmp/gw-env.yaml", str(tmp_path / "gw-env.yaml"))
+    script = script.replace(".venv/bin/mcp-reconciler", f"{sys.executable} -m mcp_reconciler.api.cli")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
+    with anyio.fail_after(WAIT_S):
+        run = await anyio.run_process(["bash", "-euc", script], cwd=REPO_ROOT, env=env, check=False)
+    assert run.returncode == 0, (run.stdout.decode(), run.stderr.decode())
+    loaded = load_config(tmp_path / "gw-env.yaml", environ={"GW_PORT": "8766"})
+    assert loaded.settings.port == 8766
