@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file without serving (exit 0 valid, 1 invalid)")
     check.add_argument("file", nargs="?", help="the config file (default: $MCP_RECONCILER_CONFIG)")
     check.set_defaults(func=_check_config)
+    from mcp_reconciler.api.import_config import add_parser as add_import
+
+    add_import(sub)
     return parser
 
 

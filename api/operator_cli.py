@@ -1,5 +1,6 @@
 """Operator commands of the CLI (``status``, ``refresh``, ``sources``, ``generations``,
-``sessions``): human tables by default, ``--json`` for scripts.
+``sessions``, ``holds``; the last two in ``api/session_cli.py``): human tables by default,
+``--json`` for scripts.
 
 Exit codes scripts can rely on: 0 success (``status``: the gateway serves, as ``/readyz`` 200
 says — degraded included) · 1 the API answered an error (auth, not found, invalid) · 2 usage
@@ -194,15 +195,15 @@ async def _generations(rc: ReconcilerClient, args: argparse.Namespace) -> int:
 
 
 async def _sessions(rc: ReconcilerClient, args: argparse.Namespace) -> int:
-    sessions = await rc.sessions()
-    if args.json:
-        _emit_json(sessions)
-    else:
-        session_rows: list[tuple[Any, ...]] = [
-            (s.id, s.owner, s.granted, s.pinned_revision, _ago(s.created_at), len(s.drifted)) for s in sessions
-        ]
-        print(table(session_rows, ("SESSION", "OWNER", "GRANTED", "PINNED", "CREATED", "DRIFTED")))
-    return EXIT_OK
+    from mcp_reconciler.api.session_cli import sessions  # imports this module: imported late
+
+    return await sessions(rc, args)
+
+
+async def _holds(rc: ReconcilerClient, args: argparse.Namespace) -> int:
+    from mcp_reconciler.api.session_cli import holds
+
+    return await holds(rc, args)
 
 
 #: One operator command: talks to the gateway through ``rc``, prints, returns the exit code.
@@ -212,7 +213,8 @@ _COMMANDS: tuple[tuple[str, str, Operation], ...] = (
     ("status", "provenance: revision, freshness, sources (exit 0 serving, 4 not ready, as /readyz)", _status),
     ("sources", "every source's live state", _sources),
     ("generations", "live generations (current and retiring)", _generations),
-    ("sessions", "agent sessions", _sessions),
+    ("sessions", "agent sessions: list, show, create, grant, revoke, delete", _sessions),
+    ("holds", "revision holds: list, create, release", _holds),
     ("refresh", "reconcile now and print the resulting revision", _refresh),
 )
 
@@ -224,6 +226,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         parser = sub.add_parser(name, help=text)
         add_common(parser)
         parser.set_defaults(func=run, operation=operation)
+        if operation in (_sessions, _holds):
+            from mcp_reconciler.api.session_cli import add_hold_actions, add_session_actions
+
+            (add_session_actions if operation is _sessions else add_hold_actions)(parser)
         if operation is _status:
             parser.add_argument(
                 "--strict", action="store_true", help="exit 6 when serving but degraded or with a config error"

@@ -331,6 +331,12 @@ class GrantsOut(_Model):
     added: list[str]
 
 
+class RevokedOut(_Model):
+    """What a revocation took away from a session (``POST /v1/sessions/{id}/revoke``)."""
+
+    removed: list[str]
+
+
 class HoldIn(_Model):
     """``POST /v1/revisions/{n}/holds``: how long to keep the revision live (at most an hour)."""
 

@@ -5,6 +5,7 @@ example means what the text says (issue 28, ADR 0027)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -59,3 +60,35 @@ async def test_env_settings_block(tmp_path: Path) -> None:
     assert run.returncode == 0, (run.stdout.decode(), run.stderr.decode())
     loaded = load_config(tmp_path / "gw-env.yaml", environ={"GW_PORT": "8766"})
     assert loaded.settings.port == 8766
+
+
+def _cli_script(name: str) -> str:
+    return block(name).text.replace(".venv/bin/mcp-reconciler", f"{sys.executable} -m mcp_reconciler.api.cli")
+
+
+async def test_sessions_cli_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block, run by bash against the demo config served here: every step exits 0 and the
+    session it manages ends as the block says."""
+    monkeypatch.setenv("MCP_RECONCILER_OPERATOR_TOKENS", "demo-operator-token")
+    async with serve_http(REPO_ROOT / "examples" / "demo" / "gateway.yaml", port=0) as served:
+        assert served.gateway.rec.runtime.current_revision == 1  # the block holds revision 1
+        script = _cli_script("sessions-cli").replace("http://127.0.0.1:8765", served.base_url)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
+        with anyio.fail_after(60):
+            run = await anyio.run_process(["bash", "-euxc", script], cwd=REPO_ROOT, env=env, check=False)
+        out, err = run.stdout.decode(), run.stderr.decode()
+        assert run.returncode == 0, (out, err)
+        assert re.search(r"^token: \S+$", out, re.M) and "shown once" in out
+        assert "revoked: clock__now" in out and "granted     1: notes__count_notes" in out, out
+        sessions = served.gateway.engine.sessions.sessions()
+        assert [s.owner for s in sessions] == ["owner::alice"]  # ci's session was deleted
+        assert re.search(r"^hold \S+ keeps revision 1 live", out, re.M)
+
+
+async def test_import_blocks(tmp_path: Path) -> None:
+    script = _cli_script("import-cli").replace("/tmp/imported.yaml", str(tmp_path / "imported.yaml"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
+    with anyio.fail_after(60):
+        run = await anyio.run_process(["bash", "-euc", script], cwd=REPO_ROOT, env=env, check=False)
+    assert run.returncode == 0, (run.stdout.decode(), run.stderr.decode())
+    assert (tmp_path / "imported.yaml").read_text().startswith(block("import-output").text)
