@@ -46,7 +46,8 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _ago(ts: float | None) -> str:
+def ago(ts: float | None) -> str:
+    """``ts`` (wall clock) as "12s ago", "3m ago", "1.5h ago"; "-" for None."""
     if ts is None:
         return "-"
     delta = max(0.0, time.time() - ts)
@@ -67,7 +68,8 @@ def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _emit_json(value: Any) -> None:
+def emit_json(value: Any) -> None:
+    """Print ``value`` (a wire model, a list of them, or plain JSON data) as indented JSON."""
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     elif isinstance(value, list):
@@ -89,10 +91,10 @@ async def _status(rc: ReconcilerClient, args: argparse.Namespace) -> int:
         print(f"not ready: {ready.reason or exc.code}")
         return EXIT_NOT_READY
     if args.json:
-        _emit_json(st)
+        emit_json(st)
     else:
         print(f"state       {st.state}")
-        print(f"revision    {st.revision}   built {_ago(st.built_at)}   digest {(st.digest or '-')[:12]}")
+        print(f"revision    {st.revision}   built {ago(st.built_at)}   digest {(st.digest or '-')[:12]}")
         print(f"reloading   {st.reload_mode}, {st.tracked_files} tracked files, reconciling={st.reconciling}")
         for c in st.conditions:
             print(f"condition   {c.type} ({c.reason}): {c.message}")
@@ -104,7 +106,7 @@ async def _status(rc: ReconcilerClient, args: argparse.Namespace) -> int:
         print(
             table(
                 [
-                    (s.name, s.state, s.entries, _ago(s.last_ok_at), s.last_error, _ago(s.next_attempt_at))
+                    (s.name, s.state, s.entries, ago(s.last_ok_at), s.last_error, ago(s.next_attempt_at))
                     for s in st.sources
                 ],
                 ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "NEXT ATTEMPT"),
@@ -141,7 +143,7 @@ async def _refresh(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     if failure is not None:
         raise failure
     if args.json:
-        _emit_json(out)
+        emit_json(out)
     elif hasattr(out, "ticket"):
         print(f"accepted: cycle {out.ticket} will answer; current revision {out.revision}")
     else:
@@ -157,11 +159,11 @@ async def _refresh(rc: ReconcilerClient, args: argparse.Namespace) -> int:
 async def _sources(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     sources = await rc.sources()
     if args.json:
-        _emit_json(sources)
+        emit_json(sources)
     else:
         print(
             table(
-                [(s.name, s.state, s.entries, _ago(s.last_ok_at), s.last_error, s.diagnostics) for s in sources],
+                [(s.name, s.state, s.entries, ago(s.last_ok_at), s.last_error, s.diagnostics) for s in sources],
                 ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "DIAGNOSTICS"),
             )
         )
@@ -185,9 +187,9 @@ def _print_causes(sources: Sequence[wire.SourceOut]) -> None:
 async def _generations(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     gens = await rc.generations()
     if args.json:
-        _emit_json(gens)
+        emit_json(gens)
     else:
-        rows = [(g.revision, g.state, g.pins, g.entries, _ago(g.built_at), g.digest[:12]) for g in gens.generations]
+        rows = [(g.revision, g.state, g.pins, g.entries, ago(g.built_at), g.digest[:12]) for g in gens.generations]
         print(table(rows, ("REVISION", "STATE", "PINS", "ENTRIES", "BUILT", "DIGEST")))
         if gens.pending_publication:
             print("a publication is deferred until a retiring generation drains")

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from mcp_reconciler.api import wire
-from mcp_reconciler.api.operator_cli import EXIT_OK, _ago, _emit_json, table
+from mcp_reconciler.api.operator_cli import EXIT_OK, ago, emit_json, table
 from mcp_reconciler.sdk.client import ReconcilerClient
 
 POLICIES = ("current", "none", "explicit", "follow")
@@ -69,7 +69,7 @@ def add_hold_actions(holds: argparse.ArgumentParser) -> None:
 
 def _session_rows(sessions: list[wire.SessionOut]) -> str:
     rows: list[tuple[Any, ...]] = [
-        (s.id, s.owner, s.grant_policy, s.granted, s.pinned_revision, _ago(s.created_at), len(s.drifted))
+        (s.id, s.owner, s.grant_policy, s.granted, s.pinned_revision, ago(s.created_at), len(s.drifted))
         for s in sessions
     ]
     return table(rows, ("SESSION", "OWNER", "POLICY", "GRANTED", "PINNED", "CREATED", "DRIFTED"))
@@ -80,7 +80,7 @@ def _show(s: wire.SessionOut) -> None:
     print(f"owner       {s.owner}{'   (declared in the config)' if s.declared else ''}")
     print(f"policy      {s.grant_policy}" + (f"   sources: {', '.join(s.sources)}" if s.sources else ""))
     print(f"pinned      {s.pinned_revision if s.pinned_revision is not None else '-'}")
-    print(f"created     {_ago(s.created_at)}")
+    print(f"created     {ago(s.created_at)}")
     print(f"granted     {s.granted}: {', '.join(s.names) or '-'}")
     if s.drifted:
         print(f"drifted     {', '.join(s.drifted)}")
@@ -94,10 +94,10 @@ async def sessions(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     as_json = bool(getattr(args, "json", False))
     if action == "list":
         found = await rc.sessions()
-        _emit_json(found) if as_json else print(_session_rows(found))
+        emit_json(found) if as_json else print(_session_rows(found))
     elif action == "show":
         one = await rc.session(args.session_id)
-        _emit_json(one) if as_json else _show(one)
+        emit_json(one) if as_json else _show(one)
     elif action == "create":
         created = await rc.create_session(
             owner=args.owner,
@@ -108,22 +108,22 @@ async def sessions(rc: ReconcilerClient, args: argparse.Namespace) -> int:
             control_tools=args.control_tools,
         )
         if as_json:
-            _emit_json(created)
+            emit_json(created)
         else:
             print(f"created session {created.id} for {created.owner} ({created.grant_policy}, {created.granted} names)")
             print(f"token: {created.token}")
             print("the token is shown once: store it now (agents send it as 'Authorization: Bearer <token>')")
     elif action == "grant":
         granted = await rc.grant(args.session_id, args.names)
-        _emit_json(granted) if as_json else print(
+        emit_json(granted) if as_json else print(
             f"granted at revision {granted.revision}: {', '.join(granted.added) or 'nothing new'}"
         )
     elif action == "revoke":
         revoked = await rc.revoke(args.session_id, args.names)
-        _emit_json(revoked) if as_json else print(f"revoked: {', '.join(revoked.removed)}")
+        emit_json(revoked) if as_json else print(f"revoked: {', '.join(revoked.removed)}")
     else:  # delete
         await rc.delete_session(args.session_id)
-        _emit_json({"deleted": args.session_id}) if as_json else print(f"deleted session {args.session_id}")
+        emit_json({"deleted": args.session_id}) if as_json else print(f"deleted session {args.session_id}")
     return EXIT_OK
 
 
@@ -135,18 +135,18 @@ async def holds(rc: ReconcilerClient, args: argparse.Namespace) -> int:
         gens = await rc.generations()
         found = [(g.revision, g.state, h) for g in gens.generations for h in g.holds]
         if as_json:
-            _emit_json([{"revision": r, "state": st, **h.model_dump(mode="json")} for r, st, h in found])
+            emit_json([{"revision": r, "state": st, **h.model_dump(mode="json")} for r, st, h in found])
         else:
             rows = [(h.id, r, st, h.owner, _until(h.expires_at)) for r, st, h in found]
             print(table(rows, ("HOLD", "REVISION", "STATE", "OWNER", "EXPIRES")))
     elif action == "create":
         hold = await rc.hold(args.revision, ttl_s=args.ttl)
-        _emit_json(hold) if as_json else print(
+        emit_json(hold) if as_json else print(
             f"hold {hold.id} keeps revision {hold.revision} live until {_until(hold.expires_at)}"
         )
     else:  # release
         await rc.release_hold(args.hold_id)
-        _emit_json({"released": args.hold_id}) if as_json else print(f"released hold {args.hold_id}")
+        emit_json({"released": args.hold_id}) if as_json else print(f"released hold {args.hold_id}")
     return EXIT_OK
 
 
