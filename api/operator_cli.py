@@ -147,13 +147,30 @@ async def _refresh(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     elif hasattr(out, "ticket"):
         print(f"accepted: cycle {out.ticket} will answer; current revision {out.revision}")
     else:
-        change = "new revision" if out.changed else "no change"
+        change = "new revision" if out.changed else "no change" + await _already_current(rc, out)
         print(f"cycle {out.cycle}: {out.cycle_status} — revision {out.revision} ({change})")
         if out.error:
             print(f"error: {out.error}")
     if getattr(out, "cycle_status", None) == "failed":
         return EXIT_CYCLE
     return EXIT_OK
+
+
+async def _already_current(rc: ReconcilerClient, out: wire.RefreshOut) -> str:
+    """For an unchanged refresh: since when the revision is current and what built it. The
+    watcher often publishes an edit before ``refresh`` asks, and "no change" alone reads as
+    "my edit did not take"."""
+    if out.revision is None:
+        return ""
+    current = next((g for g in (await rc.generations()).generations if g.revision == out.revision), None)
+    if current is None:
+        return ""
+    why = ""
+    if current.trigger is not None and current.trigger.reasons:
+        why = ": " + ", ".join(current.trigger.reasons)
+        keys = [k for k in current.trigger.keys if k != "all"]
+        why += f" {', '.join(keys)}" if keys else ""
+    return f"; already current since {ago(current.published_at)}{why}"
 
 
 async def _sources(rc: ReconcilerClient, args: argparse.Namespace) -> int:
