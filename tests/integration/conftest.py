@@ -158,6 +158,20 @@ def child_pids(parent: int | None = None) -> set[int]:
     return out
 
 
+def descendant_pids(parent: int | None = None) -> set[int]:
+    """Children of ``parent`` (default: this process) and their children, zombies included: a
+    stdio upstream runs under the exit-report shell (``reconciler/failure_cause.py``, ADR 0027),
+    so the server is the gateway's grandchild."""
+    out: set[int] = set()
+    todo = [os.getpid() if parent is None else parent]
+    while todo:
+        for pid in child_pids(todo.pop()):
+            if pid not in out:
+                out.add(pid)
+                todo.append(pid)
+    return out
+
+
 def _describe(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
