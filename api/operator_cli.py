@@ -169,7 +169,7 @@ async def _already_current(rc: ReconcilerClient, out: wire.RefreshOut) -> str:
     if current.trigger is not None and current.trigger.reasons:
         why = ": " + ", ".join(current.trigger.reasons)
         keys = [k for k in current.trigger.keys if k != "all"]
-        why += f" {', '.join(keys)}" if keys else ""
+        why += f" [{', '.join(keys)}]" if keys else ""
     return f"; already current since {ago(current.published_at)}{why}"
 
 

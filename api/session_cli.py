@@ -142,7 +142,7 @@ async def holds(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     elif action == "create":
         hold = await rc.hold(args.revision, ttl_s=args.ttl)
         emit_json(hold) if as_json else print(
-            f"hold {hold.id} keeps revision {hold.revision} live until {_until(hold.expires_at)}"
+            f"hold {hold.id} keeps revision {hold.revision} live (expires {_until(hold.expires_at)})"
         )
     else:  # release
         await rc.release_hold(args.hold_id)
