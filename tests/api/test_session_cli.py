@@ -14,7 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.api.sdk_compat import mcp_http_client
-from tests.api.conftest import OPERATOR_TOKEN, served_gateway, upstream_source, write_config
+from tests.api.conftest import ALICE, BOB, OPERATOR_TOKEN, served_gateway, upstream_source, write_config
 from tests.api.test_cli import cli
 
 pytestmark = pytest.mark.anyio
@@ -92,3 +92,48 @@ async def test_holds_from_the_cli(tmp_path: Path) -> None:
         released = await cli("holds", "release", hold["id"], **env)
         assert released.code == 0 and hold["id"] in released.out
         assert json.loads((await cli("holds", "--json", **env)).out) == []
+
+
+async def test_revoke_over_the_api_is_all_or_nothing_and_scoped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``POST /v1/sessions/{id}/revoke``: an owner revokes only in their own sessions (another
+    owner's is "not found"), a name not granted refuses the whole batch (422, nothing revoked),
+    a standing grant (follow) refuses (422), a session declared in the config is changed there (409)."""
+    monkeypatch.setenv("DECLARED_TOKEN", "declared-token-0123456789")
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(
+        json.dumps(
+            {
+                "gateway": {"cooldown_s": 0.05},
+                "sources": [upstream_source("up", "a", "b")],
+                "sessions": [{"name": "ci", "token": "${DECLARED_TOKEN}", "grant_policy": "current"}],
+            }
+        )
+    )
+    async with served_gateway(cfg) as served:
+        async with httpx2.AsyncClient(base_url=served.base_url) as http:
+
+            async def post(path: str, token: str, body: dict[str, object]) -> httpx2.Response:
+                return await http.post(path, json=body, headers={"Authorization": f"Bearer {token}"})
+
+            made = await post("/v1/sessions", ALICE, {"grant_policy": "explicit", "names": ["up__a", "up__b"]})
+            assert made.status_code == 201, made.text
+            sid = made.json()["id"]
+            foreign = await post(f"/v1/sessions/{sid}/revoke", BOB, {"names": ["up__a"]})
+            assert foreign.status_code == 404
+            partial = await post(f"/v1/sessions/{sid}/revoke", ALICE, {"names": ["up__a", "up__zzz"]})
+            assert partial.status_code == 422 and "nothing was revoked" in partial.json()["error"]["message"]
+            session = served.gateway.engine.sessions.get(sid)
+            assert session is not None and len(session.grants) == 2
+            ok = await post(f"/v1/sessions/{sid}/revoke", ALICE, {"names": ["up__a"]})
+            assert ok.status_code == 200 and ok.json() == {"removed": ["up__a"]}
+            assert sorted(session.grants) == ["tool:up__b"]
+
+            follow = await post("/v1/sessions", ALICE, {"grant_policy": "follow"})
+            refused = await post(f"/v1/sessions/{follow.json()['id']}/revoke", ALICE, {"names": ["up__a"]})
+            assert refused.status_code == 422 and "standing grant" in refused.json()["error"]["message"]
+
+            declared = next(s for s in served.gateway.engine.sessions.sessions() if s.declared == "ci")
+            conflict = await post(f"/v1/sessions/{declared.id}/revoke", OPERATOR_TOKEN, {"names": ["up__a"]})
+            assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "declared_session"
