@@ -92,3 +92,25 @@ async def test_import_blocks(tmp_path: Path) -> None:
         run = await anyio.run_process(["bash", "-euc", script], cwd=REPO_ROOT, env=env, check=False)
     assert run.returncode == 0, (run.stdout.decode(), run.stderr.decode())
     assert (tmp_path / "imported.yaml").read_text().startswith(block("import-output").text)
+
+
+def test_source_keys_block(tmp_path: Path) -> None:
+    """Every key in the annotated block loads and means what its comment says."""
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(block("source-keys").text)
+    loaded = load_config(cfg)
+    assert (loaded.settings.host, loaded.settings.port, loaded.settings.expose_control_tools) == (
+        "127.0.0.1",
+        8765,
+        False,
+    )
+    (spec,) = loaded.specs
+    t = spec.transport
+    assert spec.name == "files" and spec.prefix == "fs_" and spec.uri_prefix == "files+"
+    assert (t["command"], t["cwd"], dict(t["env"])) == ("npx", "/srv", {"LOG_LEVEL": "info"})
+    assert t["stderr_noise"] == ("running on stdio$",)
+    assert t["timeouts"] == {"connect_s": 10.0, "call_s": 300.0, "startup_s": 90.0}
+    assert [dict(r) for r in t["roots"]] == [{"uri": "file:///srv/shared", "name": "shared"}]
+    assert spec.watch == ("/srv/shared/**/*.md",) and spec.poll_seconds == 300
+    assert spec.trust.value == "untrusted"
+    assert spec.policy.overrides["read_file"].description == "Read a file under /srv/shared."

@@ -38,6 +38,7 @@ CHECKED = {
     "sessions-cli": "tests/docs/test_readme_failures.py::test_sessions_cli_block",
     "import-cli": "tests/docs/test_readme_failures.py::test_import_blocks",
     "import-output": "tests/docs/test_readme_failures.py::test_import_blocks",
+    "source-keys": "tests/docs/test_readme_failures.py::test_source_keys_block",
     "env-settings": "tests/docs/test_readme_failures.py::test_env_settings_block",
     "source-timeouts": "tests/docs/test_readme_failures.py::test_source_timeouts_block",
     "cluster-config": "tests/cluster/test_readme_cluster.py::test_cluster_config_block",
