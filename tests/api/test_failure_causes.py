@@ -24,6 +24,7 @@ from mcp import MCPError
 from mcp_reconciler.reconciler.failure_cause import DEFAULT_STARTUP_S, launcher, startup_allowance
 from mcp_reconciler.reconciler.redaction import MASK
 from tests.api.conftest import (
+    ALICE,
     OPERATOR_TOKEN,
     WAIT,
     mcp_client,
@@ -120,6 +121,10 @@ async def test_each_failure_cause_is_typed_in_v1_and_the_cli(tmp_path: Path, mon
                 for path in ("/v1/sources", "/v1/status", "/v1/sources/exits"):
                     text = (await http.get(path)).text
                     assert PLANTED not in text and PATTERN_SECRET not in text, path
+                # An owner (not an operator) gets the typed cause, not the upstream's own words.
+                owner = await http.get("/v1/sources/exits", headers={"Authorization": f"Bearer {ALICE}"})
+                assert owner.status_code == 200, owner.text
+                assert owner.json()["cause"]["exit_code"] == 3 and owner.json()["cause"]["stderr_tail"] == []
 
             env = {"url": served.base_url, "token": OPERATOR_TOKEN}
             for command in ("sources", "status"):
