@@ -276,6 +276,7 @@ class Reconciler:
                 tracked_files=desired.tracked_files,
                 warnings=desired.warnings,
                 config_error=desired.config_error,
+                curation=desired.curation,
             )
         with telemetry.tracer.start_as_current_span("reconciler.publish"):
             revision: int | None = None
