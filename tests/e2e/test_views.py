@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import mcp_types as types
 import pytest
@@ -28,6 +30,7 @@ from tests.e2e.conftest import (
     call_error,
     downstream,
     notifier_caught_up,
+    stdio_gateway,
     tool_names,
     upstream_source,
 )
@@ -178,3 +181,26 @@ async def test_a_curation_edit_reaches_a_follow_session_in_the_view_as_list_chan
             await notifier_caught_up(served, bindings, now.revision)
             (clock_binding,) = [b for b in bindings if b.session.view == "clock"]
             assert clock_binding.notifications == 0 and not clock_binding.pending and clock_changes.tools == 0
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_stdio_serves_one_view(mode: str, tmp_path: Path) -> None:
+    cfg = curated_config(tmp_path, work_deny=["up__b"])
+    params = stdio_gateway(cfg)
+    params = params.model_copy(update={"args": [*params.args, "--view", "work"]})
+    async with downstream(params, mode) as (client, _changes):
+        assert await tool_names(client) == {"notes__count_notes", "notes__get_note", "up__a", "up__set_tools"}
+        assert json.loads((await client.call_tool("up__a", {})).content[0].text)["tool"] == "a"  # type: ignore[union-attr]
+        for name in ("up__b", "time_now"):
+            assert unknown_tool(await call_error(client, name))
+
+
+async def test_stdio_refuses_a_view_the_config_does_not_declare(tmp_path: Path) -> None:
+    cfg = curated_config(tmp_path, work_deny=[])
+    params = stdio_gateway(cfg)
+    with anyio.fail_after(WAIT):
+        done = await anyio.run_process(
+            [params.command, *params.args, "--view", "nope"], cwd=params.cwd, check=False, stdin=subprocess.DEVNULL
+        )
+    assert done.returncode == 2
+    assert "no view named 'nope' in the config (declared: clock, work)" in done.stderr.decode()

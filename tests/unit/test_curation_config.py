@@ -6,7 +6,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from mcp_reconciler.reconciler.config import check_config, load_config
+from mcp_reconciler.reconciler.config_source import ConfigDesiredState
 from mcp_reconciler.reconciler.model import EntryKind
 
 
@@ -130,3 +133,17 @@ def test_the_misspelt_key_from_the_issue_gets_a_useful_answer(tmp_path: Path) ->
         """,
     )
     assert problems(cfg) == [f"{cfg}:4: sources[0].tools.include: unknown key (allowed keys: allow, deny)"]
+
+
+@pytest.mark.anyio
+async def test_I11_an_invalid_curation_edit_keeps_the_last_good_curation_with_a_file_line_error(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "g.yaml", GOOD)
+    src = ConfigDesiredState(cfg, environ={})
+    good = await src.load()
+    assert good.curation.digest and good.config_error is None
+    cfg.write_text(textwrap.dedent(GOOD).lstrip("\n").replace('deny: ["convert_*"]', 'deny: ["convert_["]'))
+    broken = await src.load()
+    assert broken.curation is good.curation  # the last good curation keeps serving
+    assert broken.config_error is not None and broken.config_error.startswith(
+        f"{cfg}:5: sources[0].tools.deny: unclosed"
+    )

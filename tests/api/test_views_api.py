@@ -1,0 +1,60 @@
+"""Named views on the control API and in config-declared sessions (issue 27, ADR 0026): a session
+created for a view with ``POST /v1/sessions`` or declared with ``view:`` sees and calls only its
+view's names, on ``/mcp/<view>``, and ``/v1/status`` lists the views with their entry counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+
+from mcp_reconciler.api.sdk_compat import mcp_http_client
+from mcp_reconciler.sdk import ReconcilerClient
+from mcp_reconciler.sdk.errors import InvalidRequest
+from tests.api.conftest import OPERATOR_TOKEN, served_gateway, tool_names, upstream_source, write_config
+from tests.support.calls import call_error
+
+pytestmark = pytest.mark.anyio
+
+
+def config(tmp_path: Path) -> Path:
+    cfg = write_config(tmp_path, sources=[upstream_source("up", "a", "b"), upstream_source("other", "x")])
+    doc = json.loads(cfg.read_text())
+    doc["sources"][0]["tools"] = {"allow": ["a", "b"]}
+    doc["sources"][1]["tools"] = {"allow": ["x"]}
+    doc["views"] = [
+        {"name": "ops", "sources": ["up"], "rename": {"up__a": "alpha"}},
+        {"name": "other", "sources": ["other"]},
+    ]
+    doc["sessions"] = [
+        {"name": "bot", "token": "bot-token-0123456789abcdef", "grant_policy": "follow", "view": "other"},
+    ]
+    cfg.write_text(json.dumps(doc))
+    return cfg
+
+
+async def test_sessions_for_a_view_over_the_api_and_the_config(tmp_path: Path) -> None:
+    async with served_gateway(config(tmp_path)) as served:
+        async with ReconcilerClient(served.base_url, OPERATOR_TOKEN) as rc:
+            status = await rc.status()
+            assert [(v.name, v.entries, v.tools) for v in status.views] == [("ops", 2, 2), ("other", 1, 1)]
+            created = await rc.create_session(view="ops")
+            assert created.view == "ops" and sorted(created.names) == ["alpha", "up__b"]
+            with pytest.raises(InvalidRequest) as info:
+                await rc.create_session(view="nope")
+            assert info.value.code == "unknown_view"
+            declared = {s.id: s for s in await rc.sessions()}["cfg-bot"]
+            assert declared.view == "other" and declared.names == ["other__x"]
+
+        for token, path, expected, foreign in (
+            (created.token, "/ops", {"alpha", "up__b"}, "other__x"),
+            ("bot-token-0123456789abcdef", "/other", {"other__x"}, "up__b"),
+        ):
+            async with mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+                async with Client(streamable_http_client(served.url + path, http_client=http), mode="auto") as mcp:
+                    assert await tool_names(mcp) == expected
+                    error = await call_error(mcp, foreign)
+                    assert isinstance(error, MCPError) and "unknown tool" in error.error.message
