@@ -58,3 +58,19 @@ async def test_sessions_for_a_view_over_the_api_and_the_config(tmp_path: Path) -
                     assert await tool_names(mcp) == expected
                     error = await call_error(mcp, foreign)
                     assert isinstance(error, MCPError) and "unknown tool" in error.error.message
+
+
+def test_check_config_names_the_views_and_reports_a_bad_glob_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mcp_reconciler.api.check_config import run
+
+    cfg = config(tmp_path)
+    assert run(str(cfg)) == 0
+    assert "2 source(s): up, other; 2 view(s): ops, other;" in capsys.readouterr().out
+    doc = json.loads(cfg.read_text())
+    doc["sources"][0]["tools"] = {"deny": ["a["]}
+    cfg.write_text(json.dumps(doc))
+    assert run(str(cfg)) == 1
+    err = capsys.readouterr().err
+    assert f"{cfg}:1: sources[0].tools.deny: unclosed '['" in err, err
