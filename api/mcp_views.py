@@ -22,12 +22,17 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, McpIdentity
+from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
 
 __all__ = ["VIEW_KEY", "ViewGate", "request_view"]
 
 #: Where the view a request was addressed to lives in the ASGI scope (absent: ``/mcp``).
 VIEW_KEY = "mcp_reconciler.view"
+
+_refusals = telemetry.meter.create_counter(
+    "frontdoor.views.refused", description="/mcp/<view> requests refused, by reason (unknown_view, wrong_view)"
+)
 
 
 def request_view(scope: Scope) -> str | None:
@@ -66,6 +71,7 @@ class ViewGate:
 
 
 async def _refuse(send: Send, status: int, error: str, description: str) -> None:
+    _refusals.add(1, {"reason": error})
     raw = json.dumps({"error": error, "error_description": description}).encode()
     await send(
         {
