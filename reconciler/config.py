@@ -653,7 +653,7 @@ class _MainFile(_Frozen):
     sessions: tuple[SessionConfig, ...] = ()
     oauth: OAuthConfig | None = None
     cluster: ClusterConfig | None = None
-    views: tuple[ViewConfig, ...] = ()
+    views: tuple[ViewConfig, ...] = Field(default=(), max_length=64)  # each is a table per publication
 
     @field_validator("sources", "include", "sessions", "views", mode="before")
     @classmethod
