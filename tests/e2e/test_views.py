@@ -204,3 +204,39 @@ async def test_stdio_refuses_a_view_the_config_does_not_declare(tmp_path: Path) 
         )
     assert done.returncode == 2
     assert "no view named 'nope' in the config (declared: clock, work)" in done.stderr.decode()
+
+
+async def test_a_legacy_transport_session_opened_on_one_view_is_refused_on_another(tmp_path: Path) -> None:
+    cfg = curated_config(tmp_path, work_deny=[])
+    async with serve_http(cfg, port=0) as served:
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+        def answer(body: str) -> dict[str, Any]:
+            data = [line[5:].strip() for line in body.splitlines() if line.startswith("data:") and line[5:].strip()]
+            return dict(json.loads(data[-1] if data else body))
+
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        async with httpx2.AsyncClient(timeout=WAIT) as raw:
+            opened = await raw.post(served.url + "/clock", json=init, headers=headers)
+            assert opened.status_code == 200, opened.text
+            session = {
+                **headers,
+                "Mcp-Session-Id": opened.headers["mcp-session-id"],
+                "MCP-Protocol-Version": "2025-11-25",
+            }
+            done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await raw.post(served.url + "/clock", json=done, headers=session)).status_code == 202
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+            here = answer((await raw.post(served.url + "/clock", json=listing, headers=session)).text)
+            assert [t["name"] for t in here["result"]["tools"]] == ["time_now"]
+            there = answer((await raw.post(served.url + "/work", json=listing, headers=session)).text)
+            assert there["error"]["code"] == -32018 and there["error"]["data"]["code"] == "wrong_view", there
