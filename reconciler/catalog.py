@@ -151,7 +151,11 @@ def merge(
             table = tables[entry.kind]
             winner = table.get(entry.exposed_name)
             if winner is not None:
-                advice = collision_advice(entry.kind, entry.source)
+                advice = (
+                    "rename one of them (overrides: {name: {rename: ...}})"
+                    if curation.renamed(entry) or curation.renamed(winner)
+                    else collision_advice(entry.kind, entry.source)
+                )
                 diagnostics.append(
                     Diagnostic(
                         code="name_collision",

@@ -214,6 +214,11 @@ class Curation:
         """The curation of source ``name`` (``None``: served as listed)."""
         return self.sources.get(name)
 
+    def renamed(self, entry: CatalogEntry) -> bool:
+        """Whether ``entry`` is served under a rename of its source's curation."""
+        chosen = self.sources.get(entry.source)
+        return chosen is not None and chosen.renames.get(entry.upstream_name) == entry.exposed_name
+
     def view(self, name: str) -> ViewSpec | None:
         """The view called ``name``, if configured."""
         for view in self.views:

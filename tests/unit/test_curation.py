@@ -111,7 +111,7 @@ def test_rename_collisions_name_both_sources_and_bad_renames_keep_the_default_na
     found = codes(gen)
     assert gen.tools["shared"].source == "a" and "a__y" in gen.tools and "b__z" not in gen.tools
     collision = found["name_collision"][0]
-    assert "'b'" in collision and "'a'" in collision
+    assert "'b'" in collision and "'a'" in collision and "rename one of them" in collision
     assert "curation_invalid_rename" in found and "curation_rename_unused" in found
 
 
