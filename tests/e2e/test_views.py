@@ -126,7 +126,7 @@ async def test_a_view_lists_exactly_its_entries_calls_a_renamed_tool_and_refuses
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_a_session_of_one_view_cannot_call_a_name_of_another(mode: str, tmp_path: Path) -> None:
+async def test_I9_a_session_of_one_view_cannot_call_a_name_of_another(mode: str, tmp_path: Path) -> None:
     cfg = curated_config(tmp_path, work_deny=[])
     async with serve_http(cfg, port=0) as served:
         engine = served.gateway.engine

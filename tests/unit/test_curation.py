@@ -100,7 +100,7 @@ def test_a_rename_serves_the_new_name_and_provenance_names_the_original() -> Non
     assert "upstream_name" not in json.loads(gen.tools["time__convert_time"].raw)["_meta"][PROVENANCE_META]
 
 
-def test_rename_collisions_name_both_sources_and_bad_renames_keep_the_default_name() -> None:
+def test_I13_rename_collisions_name_both_sources_and_bad_renames_keep_the_default_name() -> None:
     cur = Curation(
         sources={
             "a": SourceCuration(renames={"x": "shared", "y": "bad name!", "gone": "ghost"}),
@@ -156,7 +156,7 @@ def test_glob_problems(pattern: str, ok: bool) -> None:
     assert (glob_problem(pattern) is None) is ok
 
 
-def test_denied_names_never_reach_a_session_whatever_it_was_granted() -> None:
+def test_I9_denied_names_never_reach_a_session_whatever_it_was_granted() -> None:
     auth = Authority(Bounds())
     gen1 = build([source("a", ["x", "y"])])
     s = auth.create(principal_id("owner", "o"), gen1, policy=GrantPolicy.CURRENT)
@@ -171,7 +171,7 @@ def test_denied_names_never_reach_a_session_whatever_it_was_granted() -> None:
         auth.resolve(fresh, gen2, T, "a__y")
 
 
-def test_a_view_session_is_granted_resolves_and_follows_only_inside_its_view() -> None:
+def test_I9_a_view_session_is_granted_resolves_and_follows_only_inside_its_view() -> None:
     cur = Curation(views=(ViewSpec("v", sources=("a",), renames={"a__x": "x"}),))
     auth = Authority(Bounds())
     gen1 = build([source("a", ["x"]), source("b", ["z"])], cur)
@@ -191,7 +191,7 @@ def test_a_view_session_is_granted_resolves_and_follows_only_inside_its_view() -
 
 
 @pytest.mark.anyio
-async def test_a_curation_only_change_publishes_a_new_revision_and_nothing_else() -> None:
+async def test_I3_a_curation_only_change_publishes_a_new_revision_and_nothing_else() -> None:
     reader = FakeReader({"a": ["x", "y"]})
     desired = StaticDesiredState([spec("a")])
     async with Reconciler(desired, reader, bounds=Bounds(cooldown_s=0.0)) as rec:
