@@ -11,10 +11,23 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
+from mcp_reconciler.api.check_config import run
 from mcp_reconciler.api.sdk_compat import mcp_http_client
+from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.sdk import ReconcilerClient
 from mcp_reconciler.sdk.errors import InvalidRequest
-from tests.api.conftest import OPERATOR_TOKEN, served_gateway, tool_names, upstream_source, write_config
+from tests.api.conftest import (
+    OPERATOR_TOKEN,
+    authenticator,
+    backdate,
+    served_gateway,
+    tool_names,
+    upstream_source,
+    write_config,
+)
+from tests.api.test_oauth_gateway import gateway_config
+from tests.integration.conftest import free_port
+from tests.support.authz_server import authz_server
 from tests.support.calls import call_error
 
 pytestmark = pytest.mark.anyio
@@ -63,7 +76,6 @@ async def test_sessions_for_a_view_over_the_api_and_the_config(tmp_path: Path) -
 def test_check_config_names_the_views_and_reports_a_bad_glob_with_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mcp_reconciler.api.check_config import run
 
     cfg = config(tmp_path)
     assert run(str(cfg)) == 0
@@ -74,3 +86,28 @@ def test_check_config_names_the_views_and_reports_a_bad_glob_with_file_and_line(
     assert run(str(cfg)) == 1
     err = capsys.readouterr().err
     assert f"{cfg}:1: sources[0].tools.deny: unclosed '['" in err, err
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_an_oauth_subject_on_a_view_gets_a_session_bound_to_it(mode: str, tmp_path: Path) -> None:
+
+    up, other = upstream_source("up", "a", "b"), upstream_source("other", "x")
+    up["tools"], other["tools"] = {"allow": ["a", "b"]}, {"allow": ["x"]}
+    async with authz_server() as az:
+        port = free_port()
+        cfg = gateway_config(tmp_path, port, az, [up, other], grants={"policy": "current"})
+        doc = json.loads(cfg.read_text())
+        doc["views"] = [{"name": "ops", "sources": ["up"]}]
+        cfg.write_text(json.dumps(doc))
+        backdate(cfg)
+        async with serve_http(cfg, host="127.0.0.1", port=port, authenticator=authenticator()) as served:
+            az.audience = served.url  # the gateway's /mcp resource: the same for every view
+            token = az.mint("alice", scope="mcp")
+            async with (
+                mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+                Client(streamable_http_client(served.url + "/ops", http_client=http), mode=mode) as mcp,
+            ):
+                assert await tool_names(mcp) == {"up__a", "up__b"}
+                assert "unknown tool" in (await call_error(mcp, "other__x")).error.message
+                (session,) = [s for s in served.gateway.engine.sessions.sessions() if s.owner.startswith("oauth:")]
+                assert session.view == "ops"
