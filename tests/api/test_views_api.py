@@ -1,6 +1,8 @@
-"""Named views on the control API and in config-declared sessions (issue 27, ADR 0026): a session
-created for a view with ``POST /v1/sessions`` or declared with ``view:`` sees and calls only its
-view's names, on ``/mcp/<view>``, and ``/v1/status`` lists the views with their entry counts."""
+"""Named views on the control API, in config-declared sessions and for OAuth subjects (issue 27,
+ADR 0026): a session created for a view with ``POST /v1/sessions``, declared with ``view:`` or
+opened by an access token on ``/mcp/<view>`` sees and calls only its view's names; ``/v1/status``
+lists the views with their entry counts; ``check-config`` names them and reports a bad glob with
+``file:line``."""
 
 from __future__ import annotations
 
