@@ -117,15 +117,15 @@ def build_app(
             scope=oauth.scope if oauth is not None else (),
         )
 
-    def views() -> frozenset[str]:
+    def has_view(name: str) -> bool:
         live = front.catalog.current()
-        return frozenset(live.generation.catalog.views) if live is not None else frozenset()
+        return live is not None and name in live.generation.catalog.views
 
     mcp = StreamableHTTPASGIApp(manager)
     routes: list[BaseRoute] = [
         Route("/mcp", endpoint=guarded(mcp)),
         # Named views (api/mcp_views.py): the same endpoint and session manager, the view in the scope.
-        Route("/mcp/{view}", endpoint=guarded(ViewGate(mcp, authority=front.authority, views=views))),
+        Route("/mcp/{view}", endpoint=guarded(ViewGate(mcp, authority=front.authority, has_view=has_view))),
         Route("/healthz", endpoint=healthz, methods=["GET"]),
         Route("/readyz", endpoint=readyz, methods=["GET"]),
         *(oauth.routes if oauth is not None else ()),

@@ -42,14 +42,14 @@ def request_view(scope: Scope) -> str | None:
 
 
 class ViewGate:
-    """ASGI middleware for ``/mcp/{view}`` (module docstring). ``views()`` answers the view names
-    the current catalog has (read per request: a reload that adds or removes a view applies at
-    once)."""
+    """ASGI middleware for ``/mcp/{view}`` (module docstring). ``has_view(name)`` says whether the
+    current catalog has that view (asked per request: a reload that adds or removes a view applies
+    at once)."""
 
-    def __init__(self, app: ASGIApp, *, authority: Authority, views: Callable[[], frozenset[str]]) -> None:
+    def __init__(self, app: ASGIApp, *, authority: Authority, has_view: Callable[[str], bool]) -> None:
         self.app = app
         self.authority = authority
-        self.views = views
+        self.has_view = has_view
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Admit a request to an existing view, for a caller that may use it (module docstring)."""
@@ -57,7 +57,7 @@ class ViewGate:
             await self.app(scope, receive, send)
             return
         view = str((scope.get("path_params") or {}).get("view", ""))
-        if view not in self.views():
+        if not self.has_view(view):
             await _refuse(send, 404, "unknown_view", "there is no view by that name")
             return
         identity = scope.get(IDENTITY_KEY)
