@@ -23,6 +23,8 @@ CHECKED = {
     "demo-output": "tests/docs/test_readme.py::test_demo_output",
     "config-commands": "tests/docs/test_readme.py::test_config_commands",
     "config-example": "tests/docs/test_readme.py::test_config_example",
+    "curation-config": "tests/docs/test_readme_curation.py::test_two_views_for_two_agents_as_the_readme_says",
+    "curation-names": "tests/docs/test_readme_curation.py::test_two_views_for_two_agents_as_the_readme_says",
     "anonymous-config": "tests/docs/test_readme.py::test_security_blocks",
     "anonymous-warning": "tests/docs/test_readme.py::test_security_blocks",
     "sessions-config": "tests/docs/test_readme.py::test_security_blocks",
