@@ -47,6 +47,7 @@ from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
 from mcp_reconciler.reconciler.peer import PeerSwitch
+from mcp_reconciler.reconciler.peer_contract import MessageBoundError
 from mcp_reconciler.reconciler.task_support import honest_listing, runs_tool_tasks
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
@@ -299,8 +300,12 @@ class UpstreamConnection:
             return await client.session.send_request(
                 request, result_type, request_read_timeout_seconds=timeout_s, progress_callback=progress_callback
             )
-        except MCPError:
-            raise
+        except MCPError as exc:
+            # A bound the channel enforced while reading: its own type, with the bound's name and size.
+            bound = MessageBoundError.from_mcp_error(exc)
+            if bound is None:
+                raise
+            raise bound from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             self.dead = True
             self._emit("dead")
@@ -496,9 +501,18 @@ class UpstreamReader:
         connect_timeout_s: float = 10.0,
         peer: PeerSwitch | None = None,
     ) -> None:
-        self._targets = target_factory
         self._peer = peer
         self.bounds = bounds or Bounds()
+        self._targets = target_factory
+        if target_factory is default_targets:
+            # The default transports read under this reader's bounds (ADR 0025): every message,
+            # and list pages under the listing's byte bound.
+            message_bytes, list_bytes = self.bounds.upstream_message_bytes, self.bounds.bytes_per_candidate
+
+            def bounded_targets(spec: SourceSpec, on_end: Callable[[], None]) -> Any:
+                return transport_for(spec, on_end, message_bytes=message_bytes, list_bytes=list_bytes)
+
+            self._targets = bounded_targets
         self._on_dirty = on_dirty
         self._mode = mode
         self.backoff = backoff or Backoff(
@@ -583,6 +597,11 @@ class UpstreamReader:
                     await conn.aclose()
             if isinstance(exc, SourceReadError):
                 raise
+            if isinstance(exc, MessageBoundError):
+                raise SourceReadError(
+                    f"listing refused while reading: a page passed {exc.bound} ({exc.limit} bytes)",
+                    detail=f"source {spec.name}: a list page was refused after {exc.size} bytes",
+                ) from exc
             if isinstance(exc, MCPError):
                 raise SourceReadError("upstream rejected the listing", detail=f"{exc.error.code}: {exc}") from exc
             if isinstance(exc, Exception):

@@ -1,7 +1,8 @@
 """Fixtures for integration tests against real MCP upstreams running as subprocesses.
 
 - :func:`stdio_spec` builds a ``SourceSpec`` that spawns ``tests.support.upstream_server`` over
-  stdio (the SDK's ``stdio_client`` owns that process; the reconciler's supervisor stops it).
+  stdio (the gateway's stdio channel, ``reconciler/stdio_peer.py``, owns that process; the
+  reconciler's supervisor stops it).
 - ``http_upstreams`` starts the server over streamable HTTP on 127.0.0.1 as a subprocess owned by
   the test; teardown always kills and reaps every one it started.
 - ``no_leaked_children`` (autouse) asserts that no child process of the test process outlives

@@ -24,11 +24,15 @@ and callable beside the catalog:
 - ``fail_protocol`` raises an MCP protocol error (code -32000) whose message is ``text`` (plus
   the server's pid and working directory: upstream detail a gateway must never forward);
 - ``fail_result`` returns a tool result with ``is_error=True`` whose content is ``text``;
-With ``--noisy``, two more control tools are listed:
+With ``--noisy``, four more control tools are listed:
 
 - ``garbage`` writes ``n`` lines that are not JSON-RPC to stdout (stdio only: a misbehaving
   upstream), then returns ``{"garbage": n}``;
-- ``stderr`` writes ``n`` lines of ``text`` to stderr, then returns ``{"stderr": n}``.
+- ``stderr`` writes ``n`` lines of ``text`` to stderr, then returns ``{"stderr": n}``;
+- ``big`` returns one text content block of ``bytes`` characters (``x``), or, with ``blocks``,
+  that many blocks sharing the bytes (many small objects: the parser's worst case);
+- ``noline`` writes ``bytes`` bytes to stdout with no newline (stdio only: a line that never
+  ends), then answers (its answer lands on that same unfinished line).
 
 ``--linger`` models an upstream that does not exit when its stdin closes: after stdin ends it
 ignores SIGTERM and sleeps (up to 10 minutes), so only a process-group SIGKILL stops it.
@@ -79,7 +83,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 CONTROL_TOOLS = ("block", "crash", "flood", "set_tools", "progress", "fail_protocol", "fail_result")
-NOISY_TOOLS = ("garbage", "stderr")  # listed only with --noisy
+NOISY_TOOLS = ("garbage", "stderr", "big", "noline")  # listed only with --noisy
 BAD_TOOL_SECRET = "token=bad-tool-s3cr3t-0123456789"
 CRASH_EXIT_CODE = 3
 
@@ -102,6 +106,12 @@ _CONTROL_SCHEMAS: dict[str, dict[str, Any]] = {
     "fail_protocol": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
     "fail_result": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
     "garbage": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
+    "big": {
+        "type": "object",
+        "properties": {"bytes": {"type": "integer", "minimum": 0}, "blocks": {"type": "integer", "minimum": 1}},
+        "required": ["bytes"],
+    },
+    "noline": {"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 0}}, "required": ["bytes"]},
     "stderr": {
         "type": "object",
         "properties": {"n": {"type": "integer", "minimum": 0}, "text": {"type": "string"}},
@@ -244,6 +254,16 @@ class UpstreamServer:
             # points fd 1 at stderr while it serves; the wire is the duplicate taken before).
             os.write(WIRE_FD, b"".join(b"garbage line %d: not json-rpc\n" % i for i in range(n)))
             return _text({"tool": name, "garbage": n})
+        if name == "big" and name in self.control_tools:
+            size, blocks = int(args.get("bytes", 0)), int(args.get("blocks", 1))
+            each = max(size // blocks, 0)
+            return types.CallToolResult(content=[types.TextContent(type="text", text="x" * each)] * blocks)
+        if name == "noline" and name in self.control_tools:
+            size = int(args.get("bytes", 0))
+            chunk = b"y" * 65536
+            for start in range(0, size, len(chunk)):
+                os.write(WIRE_FD, chunk[: min(len(chunk), size - start)])
+            return _text({"tool": name, "noline": size})
         if name == "stderr" and name in self.control_tools:
             n, text = int(args.get("n", 0)), str(args.get("text", ""))
             sys.stderr.write("".join(f"{text}\n" for _ in range(n)))
