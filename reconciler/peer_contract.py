@@ -77,14 +77,22 @@ class MessageBoundError(MCPError):
             return None
 
 
+#: The bound a list page's entry count is held to while read (not a config key: ``Bounds``).
+ENTRIES_BOUND = "entries_per_generation"
+
+
+def bound_unit(bound: str) -> str:
+    """What ``bound`` counts: ``entries`` for the entry bound, ``bytes`` for the others."""
+    return "entries" if bound == ENTRIES_BOUND else "bytes"
+
+
 def bound_error(bound: str, limit: int, size: int) -> types.ErrorData:
     """The JSON-RPC error a call gets when its upstream answer passed ``bound``."""
+    unit = bound_unit(bound)
+    hint = f"ask for less, or raise gateway.{bound}" if bound == MESSAGE_BOUND_KEY else "ask for less"
     return types.ErrorData(
         code=MESSAGE_TOO_LARGE_CODE,
-        message=(
-            f"the upstream's answer is larger than {bound} ({limit} bytes; refused at {size} bytes): "
-            f"ask for less, or raise gateway.{bound}"
-        ),
+        message=f"the upstream's answer is larger than {bound} ({limit} {unit}; refused at {size} {unit}): {hint}",
         data={"code": MESSAGE_TOO_LARGE, "retryable": False, "bound": bound, "limit": limit, "size": size},
     )
 
@@ -105,6 +113,10 @@ class UpstreamChannel(Protocol):
     async def aclose(self) -> None:
         """Close this end."""
         ...
+
+
+#: The fields of a list result that hold its entries.
+LIST_FIELDS = ("tools", "resources", "resourceTemplates", "prompts")
 
 
 def is_list_method(message: Any) -> bool:

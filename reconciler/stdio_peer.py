@@ -36,7 +36,13 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from mcp_reconciler.reconciler import telemetry
-from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, bound_error, is_list_method
+from mcp_reconciler.reconciler.peer_contract import (
+    ENTRIES_BOUND,
+    LIST_FIELDS,
+    MESSAGE_BOUND_KEY,
+    bound_error,
+    is_list_method,
+)
 
 log = logging.getLogger("mcp_reconciler.upstream.stdio")
 
@@ -239,13 +245,17 @@ def _id_value(text: str, start: int) -> int | str | None:
     return int(text[i:j])
 
 
-def parse_line(line: bytes) -> SessionMessage | Exception:
+def parse_line(line: bytes, lists: _Lists | None = None) -> SessionMessage | Exception:
     """One line as the session's message, or the exception a malformed one is (the session
     hands those to its message handler, as with the SDK's reader). ``from_json`` then
     ``validate_python``: the same model as the SDK's ``validate_json`` at a tenth of the cost
-    for results with many small objects (the result stays a plain ``dict``, not rebuilt)."""
+    for results with many small objects (the result stays a plain ``dict``, not rebuilt). An
+    answer to a list request with more entries than ``lists`` allows becomes the bound's error
+    before anything validates its entries (the session would validate each one)."""
     try:
         data = pydantic_core.from_json(line)
+        if lists is not None and (refused := lists.refuse(data)) is not None:
+            return SessionMessage(refused)
         message = types.jsonrpc_message_adapter.validate_python(data, by_name=False)
     except (ValueError, ValidationError) as exc:
         return exc
@@ -253,15 +263,36 @@ def parse_line(line: bytes) -> SessionMessage | Exception:
 
 
 class _Lists:
-    """Ids of list requests in flight (their answers have the listing's byte bound)."""
+    """Ids of list requests in flight: their answers have the listing's bounds, ``limit``
+    bytes (while read) and ``entries`` entries (once parsed, before any entry is validated)."""
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, source: str, limit: int | None, entries: int | None = None) -> None:
+        self.source = source
         self.limit = limit
+        self.entries = entries
         self.ids: set[int | str] = set()
 
     def watch(self, message: Any) -> None:
-        if self.limit is not None and is_list_method(message):
+        if (self.limit is not None or self.entries is not None) and is_list_method(message):
             self.ids.add(message.id)
+
+    def refuse(self, data: Any) -> types.JSONRPCError | None:
+        """The bound's error for a parsed answer to a list request with too many entries, else None."""
+        if self.entries is None or not isinstance(data, dict):
+            return None
+        request_id = data.get("id")
+        result = data.get("result")
+        if not isinstance(request_id, int | str) or request_id not in self.ids or not isinstance(result, dict):
+            return None
+        count = max((len(v) for k in LIST_FIELDS if isinstance(v := result.get(k), list)), default=0)
+        if count <= self.entries:
+            return None
+        self.ids.discard(request_id)
+        log.warning(
+            "upstream %s: a list page of %d entries refused (%s is %d)", self.source, count, ENTRIES_BOUND, self.entries
+        )
+        telemetry.upstream_messages_refused.add(1, {"source": self.source, "bound": ENTRIES_BOUND})
+        return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=bound_error(ENTRIES_BOUND, self.entries, count))
 
     def limit_for(self, message_limit: int) -> LimitFor:
         def decide(prefix: bytes) -> tuple[str, int]:
@@ -287,11 +318,12 @@ async def stdio_channel(
     *,
     message_bytes: int,
     list_bytes: int | None = None,
+    list_entries: int | None = None,
     stderr: int | IO[Any] | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start ``params``'s process and yield the (read, write) streams a client session speaks
     through (:class:`~reconciler.peer_contract.UpstreamChannel`). ``message_bytes`` bounds every
-    line; ``list_bytes`` (if given) bounds the answers to list requests. ``stderr`` is where the
+    line; ``list_bytes`` and ``list_entries`` (if given) bound the answers to list requests. ``stderr`` is where the
     process's stderr goes (a file descriptor or file; default: inherited). Spawn failures
     (``OSError``) propagate before anything else starts."""
     process = await anyio.open_process(
@@ -304,7 +336,7 @@ async def stdio_channel(
     # From here, no await until the task group is entered (a cancellation would leak the process).
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-    lists = _Lists(list_bytes)
+    lists = _Lists(source, list_bytes, list_entries)
     writer_done = anyio.Event()
     soft = min(message_bytes, list_bytes) if list_bytes is not None else message_bytes
     splitter = LineSplitter(message_bytes, limit_for=lists.limit_for(message_bytes), soft=soft)
@@ -346,7 +378,7 @@ async def stdio_channel(
                     chunk = await process.stdout.receive(CHUNK_BYTES)
                     for item in splitter.feed(chunk):
                         if isinstance(item, bytes):
-                            message = parse_line(item)
+                            message = parse_line(item, lists)
                             if isinstance(message, Exception):
                                 # Labeled with the source and rate-limited by the edge's log filter.
                                 log.warning(

@@ -104,7 +104,12 @@ def stdio_parameters(transport: Mapping[str, Any]) -> StdioServerParameters:
 
 @asynccontextmanager
 async def _stdio_with_stderr_pump(
-    source: str, params: StdioServerParameters, *, message_bytes: int, list_bytes: int | None
+    source: str,
+    params: StdioServerParameters,
+    *,
+    message_bytes: int,
+    list_bytes: int | None,
+    list_entries: int | None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Our stdio channel (``reconciler/stdio_peer.py``) with the process's stderr on a pipe that
     :func:`pump_stderr` logs. The spawn happens before any task group of ours, so a spawn
@@ -112,7 +117,14 @@ async def _stdio_with_stderr_pump(
     read_fd, write_fd = os.pipe()
     pumping = False
     try:
-        channel = stdio_channel(source, params, message_bytes=message_bytes, list_bytes=list_bytes, stderr=write_fd)
+        channel = stdio_channel(
+            source,
+            params,
+            message_bytes=message_bytes,
+            list_bytes=list_bytes,
+            list_entries=list_entries,
+            stderr=write_fd,
+        )
         async with channel as streams:
             os.close(write_fd)  # the child has its copy; ours would keep the pipe from ending
             write_fd = -1
@@ -158,6 +170,7 @@ def transport_for(
     *,
     message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES,
     list_bytes: int | None = None,
+    list_entries: int | None = None,
 ) -> Any:
     """An ``mcp.Client`` transport for ``spec`` whose end calls ``on_end``.
 
@@ -165,8 +178,8 @@ def transport_for(
     or ``sse`` (url, headers, oauth). Anything else is a configuration error. ``oauth`` makes
     the connection authenticate with its own client-credentials token
     (:mod:`reconciler.upstream_auth`); a downstream client's token is never sent upstream.
-    ``message_bytes`` bounds each message a stdio upstream sends, ``list_bytes`` its list pages
-    (ADR 0025)."""
+    ``message_bytes`` bounds each message a stdio upstream sends, ``list_bytes`` and
+    ``list_entries`` its list pages (ADR 0025)."""
     t = spec.transport
     kind = t.get("kind")
     if kind not in STREAM_TYPES:
@@ -179,12 +192,21 @@ def transport_for(
         if kind == "stdio" and errlog is not None:
             params = stdio_parameters(t)
             async with stdio_channel(
-                spec.name, params, message_bytes=message_bytes, list_bytes=list_bytes, stderr=errlog
+                spec.name,
+                params,
+                message_bytes=message_bytes,
+                list_bytes=list_bytes,
+                list_entries=list_entries,
+                stderr=errlog,
             ) as (read, write):
                 yield ObservedReadStream(read, on_end), write
         elif kind == "stdio":
             async with _stdio_with_stderr_pump(
-                spec.name, stdio_parameters(t), message_bytes=message_bytes, list_bytes=list_bytes
+                spec.name,
+                stdio_parameters(t),
+                message_bytes=message_bytes,
+                list_bytes=list_bytes,
+                list_entries=list_entries,
             ) as (read, write):
                 yield ObservedReadStream(read, on_end), write
         elif kind == "http":

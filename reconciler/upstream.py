@@ -47,7 +47,7 @@ from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
 from mcp_reconciler.reconciler.peer import PeerSwitch
-from mcp_reconciler.reconciler.peer_contract import MessageBoundError
+from mcp_reconciler.reconciler.peer_contract import MessageBoundError, bound_unit
 from mcp_reconciler.reconciler.task_support import honest_listing, runs_tool_tasks
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
@@ -507,10 +507,16 @@ class UpstreamReader:
         if target_factory is default_targets:
             # The default transports read under this reader's bounds (ADR 0025): every message,
             # and list pages under the listing's byte bound.
-            message_bytes, list_bytes = self.bounds.upstream_message_bytes, self.bounds.bytes_per_candidate
+            bounds = self.bounds
 
             def bounded_targets(spec: SourceSpec, on_end: Callable[[], None]) -> Any:
-                return transport_for(spec, on_end, message_bytes=message_bytes, list_bytes=list_bytes)
+                return transport_for(
+                    spec,
+                    on_end,
+                    message_bytes=bounds.upstream_message_bytes,
+                    list_bytes=bounds.bytes_per_candidate,
+                    list_entries=bounds.entries_per_generation,
+                )
 
             self._targets = bounded_targets
         self._on_dirty = on_dirty
@@ -598,9 +604,10 @@ class UpstreamReader:
             if isinstance(exc, SourceReadError):
                 raise
             if isinstance(exc, MessageBoundError):
+                unit = bound_unit(exc.bound)
                 raise SourceReadError(
-                    f"listing refused while reading: a page passed {exc.bound} ({exc.limit} bytes)",
-                    detail=f"source {spec.name}: a list page was refused after {exc.size} bytes",
+                    f"listing refused while reading: a page passed {exc.bound} ({exc.limit} {unit})",
+                    detail=f"source {spec.name}: a list page was refused at {exc.size} {unit}",
                 ) from exc
             if isinstance(exc, MCPError):
                 raise SourceReadError("upstream rejected the listing", detail=f"{exc.error.code}: {exc}") from exc

@@ -148,3 +148,20 @@ async def test_a_list_page_past_bytes_per_candidate_is_refused_while_read() -> N
         assert "bytes_per_candidate" in state.error and "65536" in state.error
         # The refused page was an answer like any other: the connection still serves calls.
         assert (await call(rec, "progress", {"n": 0}))["steps"] == 0
+
+
+async def test_a_single_page_past_entries_per_generation_is_refused_before_its_entries_are_validated() -> None:
+    """One page of 200 entries against a bound of 50: the channel counts the parsed page's
+    entries and answers the list request with the bound's error; the session never builds a
+    model of any of them (what stalled the loop for seconds with 100,000 tools)."""
+    bounds = dataclasses.replace(FAST, entries_per_generation=50)
+    spec = stdio_spec("up", "--tools", "a,b", "--page-size", "1000")
+    async with engine(spec, bounds=bounds) as (_reader, rec, pubs):
+        good = await pubs.wait_for(lambda g: status(g).value == "ready")
+        await call(rec, "set_tools", {"names": [f"t{i}" for i in range(200)]})
+        bad = await pubs.wait_for(lambda g: g.revision > good.revision and status(g) is SourceStatus.STALE)
+        assert "up__a" in bad.tools and "up__t0" not in bad.tools
+        state = bad.source_state("up")
+        assert state is not None
+        assert state.error == "listing refused while reading: a page passed entries_per_generation (50 entries)"
+        assert (await call(rec, "progress", {"n": 0}))["steps"] == 0
