@@ -146,7 +146,7 @@ def _headers(transport: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (transport.get("headers") or {}).items()}
 
 
-def poster_for(spec: SourceSpec) -> JsonRpcPoster | None:
+def poster_for(spec: SourceSpec, message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES) -> JsonRpcPoster | None:
     """A keep-alive poster for ``spec``'s endpoint (``reconciler/fasthttp.py``), or ``None`` when
     only the SDK's transport may talk to it: not streamable HTTP, not ``http://``, OAuth (the
     SDK's auth flow adds the token), or the fast lane switched off (``MCP_RECONCILER_FAST_LANE=0``)."""
@@ -160,7 +160,13 @@ def poster_for(spec: SourceSpec) -> JsonRpcPoster | None:
     ):
         return None
     timeouts = t.get("timeouts") or {}
-    return JsonRpcPoster(url, _headers(t), connect_timeout_s=float(timeouts.get("connect_s", 10.0)))
+    return JsonRpcPoster(
+        url,
+        _headers(t),
+        connect_timeout_s=float(timeouts.get("connect_s", 10.0)),
+        max_message_bytes=message_bytes,
+        source=spec.name,
+    )
 
 
 def transport_for(
@@ -221,12 +227,15 @@ def transport_for(
             # Answers to the server's requests go up without the SDK's writer (direct_answers.py).
             session = SessionHeaders()
             hooks = {"request": [session.observe]}
-            poster = poster_for(spec)
+            poster = poster_for(spec, message_bytes)
             try:
                 async with httpx2.AsyncClient(
                     headers=_headers(t), timeout=timeout, transport=transport, auth=auth, event_hooks=hooks
                 ) as http:
-                    async with streamable_http_client(str(t["url"]), http_client=http) as (read, write):
+                    # The SDK's own bound on one SSE event is 1 MiB; the gateway's is the config's.
+                    async with streamable_http_client(
+                        str(t["url"]), http_client=http, max_sse_event_size=message_bytes
+                    ) as (read, write):
                         out = DirectAnswers(write, poster, session) if poster is not None else write
                         if isinstance(out, DirectAnswers):
                             target.lane = LegacyLane(out)  # used only if the session is 2025-era

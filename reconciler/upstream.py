@@ -47,7 +47,7 @@ from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
 from mcp_reconciler.reconciler.peer import PeerSwitch
-from mcp_reconciler.reconciler.peer_contract import MessageBoundError, bound_unit
+from mcp_reconciler.reconciler.peer_contract import DEFAULT_UPSTREAM_MESSAGE_BYTES, MessageBoundError, bound_unit
 from mcp_reconciler.reconciler.task_support import honest_listing, runs_tool_tasks
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
@@ -91,7 +91,9 @@ def _mismatch(kind: str) -> types.ErrorData:
     return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the gateway could not answer the {kind} request")
 
 
-def fast_poster(spec: SourceSpec, protocol_version: str | None) -> JsonRpcPoster | None:
+def fast_poster(
+    spec: SourceSpec, protocol_version: str | None, message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES
+) -> JsonRpcPoster | None:
     """The fast lane's pool for a connection to ``spec`` speaking ``protocol_version``, or
     ``None`` when its calls must use the SDK's transport: no plain-HTTP poster for the source
     (:func:`~reconciler.transports.poster_for`), or the 2025-11-25 era (server→client requests
@@ -99,7 +101,7 @@ def fast_poster(spec: SourceSpec, protocol_version: str | None) -> JsonRpcPoster
     answers go up on, ``reconciler/legacy_lane.py`` and ``direct_answers.py``)."""
     if (protocol_version or "2025").startswith("2025"):
         return None
-    return poster_for(spec)
+    return poster_for(spec, message_bytes)
 
 
 class UpstreamConnection:
@@ -115,8 +117,10 @@ class UpstreamConnection:
         connect_timeout_s: float = 10.0,
         health_interval_s: float | None = None,
         peer: PeerSwitch | None = None,
+        message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES,
     ) -> None:
         self.spec = spec
+        self._message_bytes = message_bytes  # the fast lane's bound (limits.upstream_message_bytes)
         self._peer = peer or PeerSwitch()  # unattached: requests refused, logs dropped
         self.source = spec.name
         self._id = f"{spec.name}#{next(_ids)}"
@@ -187,7 +191,7 @@ class UpstreamConnection:
                     self.protocol_version = client.protocol_version
                     self.capabilities = client.server_capabilities
                     started = True
-                    self.poster = fast_poster(self.spec, self.protocol_version)
+                    self.poster = fast_poster(self.spec, self.protocol_version, self._message_bytes)
                     self.connected_at = anyio.current_time()
                     task_status.started()
                     async with anyio.create_task_group() as tg:
@@ -648,6 +652,7 @@ class UpstreamReader:
             connect_timeout_s=self._connect_timeout_s,
             health_interval_s=self._health_interval_s if spec.transport.get("kind") in ("http", "sse") else None,
             peer=self._peer,
+            message_bytes=self.bounds.upstream_message_bytes,
         )
         telemetry.reconnects.add(1, {"source": spec.name})
         self.opened += 1
