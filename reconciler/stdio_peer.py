@@ -50,6 +50,8 @@ log = logging.getLogger("mcp_reconciler.upstream.stdio")
 #: envelopes put those first in every SDK we know; a line whose id is not in here is
 #: unattributable and ends the channel (guarantee 3).
 PREFIX_BYTES = 4096
+#: A list answer longer than this is first parsed in growing prefixes (``_Lists.refuse_early``).
+PARTIAL_PARSE_BYTES = 1024 * 1024
 #: Bytes read from the pipe at once.
 CHUNK_BYTES = 256 * 1024
 #: After stdin closes, how long the process has to exit before its group is signalled.
@@ -253,6 +255,8 @@ def parse_line(line: bytes, lists: _Lists | None = None) -> SessionMessage | Exc
     answer to a list request with more entries than ``lists`` allows becomes the bound's error
     before anything validates its entries (the session would validate each one)."""
     try:
+        if lists is not None and (refused := lists.refuse_early(line)) is not None:
+            return SessionMessage(refused)
         data = pydantic_core.from_json(line)
         if lists is not None and (refused := lists.refuse(data)) is not None:
             return SessionMessage(refused)
@@ -276,6 +280,43 @@ class _Lists:
         if (self.limit is not None or self.entries is not None) and is_list_method(message):
             self.ids.add(message.id)
 
+    def refuse_early(self, line: bytes) -> types.JSONRPCError | None:
+        """For a long answer to a list request: parse growing prefixes of it (``allow_partial``)
+        and refuse it as soon as one holds more entries than allowed, so an oversized page costs
+        the parse of a prefix, not of the whole page (a 100,000-tool page stalled the loop for
+        0.7 s being parsed whole): the first prefix tells the entries' density, the next one is
+        sized to hold one entry more than allowed. A page within the bound is parsed whole after
+        at most a few prefixes (at most about twice its parse in all)."""
+        if self.entries is None or len(line) <= PARTIAL_PARSE_BYTES:
+            return None
+        env = envelope(line[:PREFIX_BYTES])
+        if env.has_method or env.id not in self.ids:
+            return None
+        size = PARTIAL_PARSE_BYTES
+        while size < len(line):
+            try:
+                data = pydantic_core.from_json(line[:size], allow_partial=True)
+            except ValueError:
+                return None  # malformed: the full parse says so
+            refused = self.refuse(data)
+            if refused is not None:
+                return refused
+            # The next prefix is where entry ``entries + 1`` should be, at the density seen so far.
+            seen = self.count(data)
+            if seen == 0:
+                return None  # no entries in the first bytes: nothing to extrapolate from
+            wanted = int(size * (self.entries + 1) / seen * 1.05)
+            size = wanted if wanted > size else size * 2
+        return None
+
+    @staticmethod
+    def count(data: Any) -> int:
+        """How many entries a (possibly partial) parsed list answer holds."""
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, dict):
+            return 0
+        return max((len(v) for k in LIST_FIELDS if isinstance(v := result.get(k), list)), default=0)
+
     def refuse(self, data: Any) -> types.JSONRPCError | None:
         """The bound's error for a parsed answer to a list request with too many entries, else None."""
         if self.entries is None or not isinstance(data, dict):
@@ -284,7 +325,7 @@ class _Lists:
         result = data.get("result")
         if not isinstance(request_id, int | str) or request_id not in self.ids or not isinstance(result, dict):
             return None
-        count = max((len(v) for k in LIST_FIELDS if isinstance(v := result.get(k), list)), default=0)
+        count = self.count(data)
         if count <= self.entries:
             return None
         self.ids.discard(request_id)
