@@ -96,10 +96,12 @@ class HttpUpstreams:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._n = 0
 
+    transport = "http"  # the upstream server's --transport
+
     def _spawn(self, port: int, pid_file: Path, server_args: tuple[str, ...]) -> subprocess.Popen[bytes]:
         port_args = ("--port", str(port)) if port else ("--port", "0", "--port-file", str(pid_file) + ".port")
         proc = subprocess.Popen(
-            server_argv("--transport", "http", *port_args, "--pid-file", str(pid_file), *server_args),
+            server_argv("--transport", self.transport, *port_args, "--pid-file", str(pid_file), *server_args),
             cwd=REPO_ROOT,
             stdin=subprocess.DEVNULL,
         )
