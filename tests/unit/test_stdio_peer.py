@@ -121,3 +121,29 @@ def test_the_bound_error_round_trips_as_its_own_type() -> None:
     assert typed is not None and (typed.bound, typed.limit, typed.size) == (MESSAGE_BOUND_KEY, 1024, 2048)
     assert typed.error == error
     assert MessageBoundError.from_mcp_error(MCPError(-32000, "Connection closed")) is None
+
+
+def test_a_long_list_page_over_the_entry_bound_is_refused_from_a_prefix() -> None:
+    """An answer to a list request with more entries than allowed is refused by parsing a
+    prefix, not the page; a page within the bound comes through whole; other answers are untouched."""
+    from mcp_reconciler.reconciler.stdio_peer import PARTIAL_PARSE_BYTES, _Lists
+
+    tools = [{"name": f"tool_{i}", "inputSchema": {"type": "object"}} for i in range(60_000)]
+    line = json.dumps({"jsonrpc": "2.0", "id": 5, "result": {"tools": tools}}).encode()
+    assert len(line) > 2 * PARTIAL_PARSE_BYTES
+    lists = _Lists("s", None, 10_000)
+    lists.ids.add(5)
+    refused = parse_line(line, lists)
+    assert not isinstance(refused, Exception) and isinstance(refused.message, types.JSONRPCError)
+    error = refused.message.error
+    assert error.code == -32020 and error.data["bound"] == "entries_per_generation"
+    assert 10_000 < error.data["size"] < 60_000  # counted in a prefix, not the whole page
+    assert 5 not in lists.ids
+    lists.ids.add(6)
+    within = json.dumps({"jsonrpc": "2.0", "id": 6, "result": {"tools": tools[:10_000]}}).encode()
+    ok = parse_line(within, lists)
+    assert not isinstance(ok, Exception) and isinstance(ok.message, types.JSONRPCResponse)
+    assert len(ok.message.result["tools"]) == 10_000
+    other = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"tools": tools}}).encode()  # not a list request
+    passed = parse_line(other, lists)
+    assert not isinstance(passed, Exception) and isinstance(passed.message, types.JSONRPCResponse)
