@@ -194,3 +194,39 @@ async def test_a_30_MB_answer_is_delivered(tmp_path: Path) -> None:
         print(
             f"30 MB through the gateway: {cpu:.2f} s CPU, /healthz worst {health.worst * 1000:.0f} ms of {health.count}"
         )
+
+
+async def test_an_abandoned_call_is_cancelled_upstream_and_the_gateway_goes_idle(tmp_path: Path) -> None:
+    """A client that gives up on a call: the upstream observes the cancellation (its marker),
+    and a client that gives up on a 100 MB answer leaves the gateway idle again within seconds
+    (the SDK's reader kept it busy for 84 s). The bound is raised so the answer is read, not refused."""
+    async with served(tmp_path, message_bytes=256 * MiB) as (gw, client):
+        marker, cancelled = tmp_path / "in-flight", tmp_path / "cancelled"
+        with anyio.move_on_after(WAIT) as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def blocked() -> None:
+                    await client.call_tool("up__block", {"marker": str(marker), "cancelled": str(cancelled)})
+
+                tg.start_soon(blocked)
+                while not marker.exists():  # the upstream is running the call (an external process)
+                    await anyio.sleep(0.02)
+                tg.cancel_scope.cancel()  # the client gives up
+            while not cancelled.exists():  # ... and the upstream is told
+                await anyio.sleep(0.02)
+        assert not scope.cancelled_caught, "the upstream never observed the cancellation"
+
+        with anyio.move_on_after(0.5) as gave_up:  # give up on a 100 MB answer while it is being sent
+            await client.call_tool("up__big", {"bytes": 100_000_000})
+        assert gave_up.cancelled_caught
+        abandoned = anyio.current_time()
+        with anyio.fail_after(WAIT):
+            while True:  # idle: under 5 % of a core over a half-second window
+                before = cpu_s(gw.pid)
+                await anyio.sleep(0.5)
+                if cpu_s(gw.pid) - before < 0.025:
+                    break
+        idle_after = anyio.current_time() - abandoned
+        assert idle_after < 10.0, f"the gateway was busy for {idle_after:.1f} s after the client left"
+        assert not (await client.call_tool("up__a", {})).is_error  # and it still serves the source
+        print(f"idle {idle_after:.2f} s after abandoning a 100 MB answer")
