@@ -177,7 +177,8 @@ def run_row(kind: str, impl: str, arg: int) -> dict[str, Any]:
 def fig(r: dict[str, Any]) -> str:
     return (
         f"{r['wall_s']:.2f} s wall, {r['cpu_s']:.2f} s CPU, loop late p99 {r['late_p99_ms']:.0f} ms"
-        f" max {r['late_max_ms']:.0f} ms (own CPU in one tick max {r['busy_max_ms']:.0f} ms), RSS {r['peak_rss_mib']:.0f} MiB"
+        f" max {r['late_max_ms']:.0f} ms (own CPU in one tick max {r['busy_max_ms']:.0f} ms),"
+        f" RSS {r['peak_rss_mib']:.0f} MiB"
     )
 
 

@@ -71,14 +71,21 @@ class MessageBoundError(MCPError):
         data = exc.error.data
         if not isinstance(data, dict) or data.get("code") != MESSAGE_TOO_LARGE:
             return None
-        try:
-            return cls(str(data["bound"]), int(data["limit"]), int(data["size"]))
-        except (KeyError, TypeError, ValueError):
+        # The error travels through the client session like an upstream's own, so an upstream
+        # could send one: only known bound names and integers are taken from it, and the message
+        # is rebuilt from them (no upstream text reaches a client, I12).
+        bound, limit, size = data.get("bound"), data.get("limit"), data.get("size")
+        if bound not in KNOWN_BOUNDS or type(limit) is not int or type(size) is not int:
             return None
+        return cls(bound, limit, size)
 
 
 #: The bound a list page's entry count is held to while read (not a config key: ``Bounds``).
 ENTRIES_BOUND = "entries_per_generation"
+
+
+#: Every bound a channel refuses a message at.
+KNOWN_BOUNDS = frozenset({MESSAGE_BOUND_KEY, ENTRIES_BOUND, "bytes_per_candidate"})
 
 
 def bound_unit(bound: str) -> str:
