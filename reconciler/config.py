@@ -585,6 +585,9 @@ class LimitsConfig(_Frozen):
     transport_sessions_per_client: int = Field(default=256, ge=1)
     #: A transport session with no request in flight and no open stream for this long is closed.
     session_idle_s: float = Field(default=300.0, gt=0)
+    #: One message an upstream sends (a stdio line), in bytes: refused while it is read beyond
+    #: this, and the call it answers fails naming this key (ADR 0025).
+    upstream_message_bytes: int = Field(default=32 * 1024 * 1024, ge=64 * 1024)
 
 
 class GatewaySettings(_Frozen):
@@ -621,6 +624,7 @@ class GatewaySettings(_Frozen):
             cooldown_s=self.cooldown_s,
             retiring_max=self.retiring_max,
             operation_deadline_s=self.operation_deadline_s,
+            upstream_message_bytes=self.limits.upstream_message_bytes,
         )
 
 

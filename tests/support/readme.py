@@ -35,6 +35,7 @@ CHECKED = {
     "metadata-served": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
     "metadata-status": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
     "limits-defaults": "tests/docs/test_readme.py::test_limits_defaults",
+    "upstream-message-error": "tests/e2e/test_upstream_bounds.py::test_an_oversized_answer_is_refused",
     "cluster-config": "tests/cluster/test_readme_cluster.py::test_cluster_config_block",
     "cluster-recipe": "tests/cluster/test_readme_cluster.py::test_recipe_and_haproxy_stickiness (slow)",
     "cluster-haproxy": "tests/cluster/test_readme_cluster.py::test_recipe_and_haproxy_stickiness (slow)",
