@@ -20,5 +20,7 @@ def run(path: str) -> int:
         print(f"{path}: cannot read the config file: {exc.strerror}", file=sys.stderr)
         return 1
     names = ", ".join(s.name for s in loaded.specs) or "none"
-    print(f"{path}: valid — {len(loaded.specs)} source(s): {names}; {len(loaded.files)} file(s) read")
+    declared = [v.name for v in loaded.curation.views]
+    views = f"; {len(declared)} view(s): {', '.join(declared)}" if declared else ""
+    print(f"{path}: valid — {len(loaded.specs)} source(s): {names}{views}; {len(loaded.files)} file(s) read")
     return 0

@@ -29,7 +29,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _stdio(args: argparse.Namespace) -> int:
     from mcp_reconciler.api.server import run_stdio
 
-    return _run_gateway(run_stdio, args.config)
+    return _run_gateway(run_stdio, args.config, args.view)
 
 
 def _run_gateway(func: Callable[..., Awaitable[int]], *func_args: object) -> int:
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
     stdio = sub.add_parser("stdio", help="serve one MCP session over stdin/stdout")
     stdio.add_argument("--config", help="gateway YAML (default: $MCP_RECONCILER_CONFIG, else the bundled demo config)")
+    stdio.add_argument("--view", help="serve this named view of the config's views: (default: the whole catalog)")
     stdio.set_defaults(func=_stdio)
     demo = sub.add_parser("demo", help="run the bundled engine demo (in-process MCP servers, no network)")
     demo.set_defaults(func=_demo)

@@ -138,6 +138,7 @@ class Control:
             declared=session.declared is not None,
             quarantined=quarantined_names(session, self.engine),
             last_active_at=session.last_active_at,
+            view=session.view,
             **extra,
         )
 
@@ -348,6 +349,8 @@ class Control:
         except RevisionUnavailableError as exc:
             raise ApiError(409, exc.code, str(exc)) from None
         gen = live.generation if live is not None else None
+        if body.view is not None and (gen is None or body.view not in gen.catalog.views):
+            raise ApiError(422, "unknown_view", "no such view (declare it under views: in the config)")
         self.engine.require_writable()
         try:
             session = self.engine.sessions.create(
@@ -358,6 +361,7 @@ class Control:
                 sources=body.sources,
                 control_tools=body.control_tools,
                 shared=self.engine.clustered,
+                view=body.view,
             )
         except GrantError as exc:
             raise ApiError(422, exc.code, str(exc)) from None

@@ -1,4 +1,5 @@
-"""The HTTP surface: ``/mcp`` (streamable HTTP, both protocol eras), ``/healthz``, ``/readyz``.
+"""The HTTP surface: ``/mcp`` (streamable HTTP, both protocol eras), ``/mcp/<view>`` (a named
+view of the catalog, ``api/mcp_views.py``), ``/healthz``, ``/readyz``.
 
 DNS-rebinding protection is on for ``/mcp``, ``/v1`` and the console at ``/ui`` alike
 (``api/host_check.py``): only loopback Host/Origin values are accepted unless the operator lists
@@ -38,6 +39,7 @@ from mcp_reconciler.api.event_store import BoundedEventStore
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.host_check import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, HostOriginCheck
 from mcp_reconciler.api.mcp_auth import CredentialSource, McpGuard, SessionTokens
+from mcp_reconciler.api.mcp_views import ViewGate
 from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
@@ -105,15 +107,25 @@ def build_app(
     sources = list(credentials if credentials is not None else [SessionTokens(front.authority)])
     if oauth is not None:
         sources.append(oauth.credentials)  # after the session tokens: those never reach an issuer
-    guard = McpGuard(
-        StreamableHTTPASGIApp(manager),
-        credentials=sources,
-        anonymous=anonymous,
-        resource_metadata_url=oauth.resource_metadata_url if oauth is not None else None,
-        scope=oauth.scope if oauth is not None else (),
-    )
+
+    def guarded(app: ASGIApp) -> McpGuard:
+        return McpGuard(
+            app,
+            credentials=sources,
+            anonymous=anonymous,
+            resource_metadata_url=oauth.resource_metadata_url if oauth is not None else None,
+            scope=oauth.scope if oauth is not None else (),
+        )
+
+    def has_view(name: str) -> bool:
+        live = front.catalog.current()
+        return live is not None and name in live.generation.catalog.views
+
+    mcp = StreamableHTTPASGIApp(manager)
     routes: list[BaseRoute] = [
-        Route("/mcp", endpoint=guard),
+        Route("/mcp", endpoint=guarded(mcp)),
+        # Named views (api/mcp_views.py): the same endpoint and session manager, the view in the scope.
+        Route("/mcp/{view}", endpoint=guarded(ViewGate(mcp, authority=front.authority, has_view=has_view))),
         Route("/healthz", endpoint=healthz, methods=["GET"]),
         Route("/readyz", endpoint=readyz, methods=["GET"]),
         *(oauth.routes if oauth is not None else ()),

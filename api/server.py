@@ -89,7 +89,7 @@ def anonymous_grants(settings: GatewaySettings | None) -> GrantSet | None:
     return GrantSet(anonymous.grant_policy, sources=frozenset(anonymous.sources))
 
 
-def _front(gw: Gateway) -> FrontDoor:
+def _front(gw: Gateway, view: str | None = None) -> FrontDoor:
     settings = gw.settings
     engine = gw.engine
 
@@ -104,6 +104,7 @@ def _front(gw: Gateway) -> FrontDoor:
         engine,
         engine.sessions,
         local=GrantSet(settings.grant_policy if settings else "current"),
+        local_view=view,
         expose_control_tools=bool(settings and settings.expose_control_tools),
         status=status,
         refresh=refresh,
@@ -404,23 +405,32 @@ def _sole_error() -> Iterator[None]:
         raise
 
 
-async def run_stdio(config_path: str | Path | None) -> int:
+async def run_stdio(config_path: str | Path | None, view: str | None = None) -> int:
     """One downstream session over this process's stdin/stdout (logs go to stderr);
     ``config_path=None`` serves the bundled demo. SIGTERM and SIGINT end the session and stop the
     gateway the same way stdin's end does (I14), exit 0. stdio is a local, single-user
     transport: its caller is the process owner (``local::<user>``), needs no token, gets
-    ``gateway.grant_policy`` and may use the control tools when they are exposed."""
+    ``gateway.grant_policy`` and may use the control tools when they are exposed. ``view``: serve
+    that named view (``views:``, ADR 0026) instead of the whole catalog; a view the config does not
+    declare is an error (exit 2)."""
     if config_path is None:
         with bundled_demo() as demo:
             print(describe(demo).strip(), file=sys.stderr, flush=True)  # stdout carries the protocol
-            return await _stdio(demo.config)
-    return await _stdio(Path(config_path))
+            return await _stdio(demo.config, view)
+    return await _stdio(Path(config_path), view)
 
 
-async def _stdio(config_path: Path) -> int:
+async def _stdio(config_path: Path, view: str | None = None) -> int:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals, _sole_error():
         async with Gateway(config_path) as gw:
-            front = _front(gw)
+            loaded = gw.desired.last_good
+            curation = loaded.curation if loaded is not None else None
+            if view is not None and (curation is None or curation.view(view) is None):
+                declared = ", ".join(v.name for v in curation.views) if curation is not None else ""
+                declared = declared or "none"
+                print(f"mcp-reconciler: no view named {view!r} in the config (declared: {declared})", file=sys.stderr)
+                return 2
+            front = _front(gw, view)
             async with anyio.create_task_group() as tg:
 
                 async def on_signals() -> None:

@@ -79,6 +79,17 @@ def status_out(st: EngineStatus) -> wire.StatusOut:
         inputs=[
             wire.InputOut(path=i.path, source=i.source, exists=i.exists, modified_at=i.modified_at) for i in st.inputs
         ],
+        views=[
+            wire.ViewOut(
+                name=v.name,
+                entries=v.entries,
+                tools=v.counts.get("tool", 0),
+                resources=v.counts.get("resource", 0),
+                resource_templates=v.counts.get("resource_template", 0),
+                prompts=v.counts.get("prompt", 0),
+            )
+            for v in st.views
+        ],
     )
 
 
@@ -115,7 +126,7 @@ def quarantined_names(session: Session, engine: Engine, limit: int = 1000) -> li
     out: list[str] = []
     for key, seen in session.grants.items():
         kind, _, name = key.partition(":")
-        entry = live.generation.routes[EntryKind(kind)].get(name)
+        entry = live.generation.routes_for(session.view)[EntryKind(kind)].get(name)
         if seen and entry is not None and entry.digest != seen:
             out.append(name)
             if len(out) >= limit:

@@ -1,5 +1,8 @@
 """Wire models of the control API (JSON under ``/v1``). The OpenAPI document is generated
-from these and the route table in ``api/control.py`` (``api/openapi.json``)."""
+from these and the route table in ``api/control.py`` (``api/openapi.json``).
+
+It is over 400 lines because it holds every model of the API's wire format in one module: the
+OpenAPI document, the SDK and the CLI all read the same definitions, and each model is small."""
 
 from __future__ import annotations
 
@@ -121,6 +124,18 @@ class InputOut(_Model):
     modified_at: float | None = Field(description="mtime as of the newest load (wall clock)")
 
 
+class ViewOut(_Model):
+    """One named view (``views:`` in the config), served at ``/mcp/<name>``: its entry counts in
+    the current revision, in all and by kind."""
+
+    name: str
+    entries: int
+    tools: int = 0
+    resources: int = 0
+    resource_templates: int = 0
+    prompts: int = 0
+
+
 class StatusOut(_Model):
     """One consistent reading of the gateway (``GET /v1/status``). ``state``: ``starting`` before the
     first publication, ``error`` while the newest config is invalid (the last good one serves),
@@ -159,6 +174,9 @@ class StatusOut(_Model):
     cluster: ClusterOut | None = Field(default=None, description="many replicas: this replica's view (ADR 0020)")
     inputs: list[InputOut] = Field(
         default_factory=list, description="tracked files as of the newest load (operators only; at most 200)"
+    )
+    views: list[ViewOut] = Field(
+        default_factory=list, description="the named views of the current revision, served at /mcp/<name>"
     )
 
 
@@ -276,6 +294,12 @@ class SessionIn(_Model):
     control_tools: bool = Field(
         default=False, description="operators only: the session may call the built-in gateway_status/gateway_refresh"
     )
+    view: str | None = Field(
+        default=None,
+        max_length=64,
+        description="bind the session to this named view (views: in the config): it sees and calls only its names, "
+        "on /mcp/<view> (or /mcp)",
+    )
 
 
 class SessionOut(_Model):
@@ -297,6 +321,7 @@ class SessionOut(_Model):
         description="granted names whose definition changed since the grant, refused under drift_policy quarantine",
     )
     last_active_at: float | None = Field(default=None, description="newest call or read by the session")
+    view: str | None = Field(default=None, description="the named view the session is bound to (null: none)")
 
 
 class SessionCreated(SessionOut):

@@ -35,7 +35,13 @@ hot path reads: every change to a shared session is reported to the shared-chang
 wrote are installed with :meth:`Authority.put_shared` / :meth:`Authority.remove` (``announce=False``).
 While the store cannot be confirmed within its staleness bound, :attr:`Authority.unconfirmed`
 is set and shared sessions' calls fail with a retryable ``ClusterUnavailableError``;
-sessions local to this replica (connection-owned, config-declared) are unaffected."""
+sessions local to this replica (connection-owned, config-declared) are unaffected.
+
+Views (ADR 0026): a session bound to a named view (:attr:`Session.view`) is granted, resolves and
+lists only through that view's routing table (``Generation.routes_for``). Every method here reads
+a generation's names through :func:`_routes`, so lists, calls, reads, prompts, completion,
+subscriptions and tasks — which all go through :meth:`Authority.resolve` / :meth:`Authority.view`
+— cannot reach a name outside the view, whatever the session was granted."""
 
 from __future__ import annotations
 
@@ -96,11 +102,12 @@ class StandingGrant:
     sources: frozenset[str] | None = None
     names: frozenset[str] | None = None
 
-    def covers(self, entry: CatalogEntry) -> bool:
-        """Whether ``entry`` falls under this standing grant."""
+    def covers(self, entry: CatalogEntry, name: str | None = None) -> bool:
+        """Whether ``entry`` (served as ``name``, default its exposed name) falls under this
+        standing grant."""
         if self.sources is not None and entry.source not in self.sources:
             return False
-        return self.names is None or entry.exposed_name in self.names
+        return self.names is None or (entry.exposed_name if name is None else name) in self.names
 
 
 class DriftPolicy(enum.StrEnum):
@@ -111,6 +118,11 @@ class DriftPolicy(enum.StrEnum):
     ALLOW = "allow"
     FLAG = "flag"
     QUARANTINE = "quarantine"
+
+
+def _routes(session: Session, generation: Generation) -> Mapping[EntryKind, Mapping[str, CatalogEntry]]:
+    """The routing table ``session`` sees of ``generation``: its view's, or the catalog's."""
+    return generation.routes_for(session.view)
 
 
 def grant_key(kind: EntryKind, name: str) -> str:
@@ -144,6 +156,9 @@ class Session:
     declared: str | None = None
     declared_digest: str = ""
     control_tools: bool = False
+    #: The named view the session is bound to (``None``: the whole catalog); fixed at creation
+    #: except for config-declared sessions, whose declaration may change it.
+    view: str | None = None
     over_bound_logged: bool = False
     #: Mirrored to the cluster store (see the module docstring); ``version`` is the store's
     #: compare-and-set version of the record this replica last wrote or read.
@@ -322,6 +337,7 @@ class Authority:
         control_tools: bool = False,
         transport_owned: bool = False,
         shared: bool = False,
+        view: str | None = None,
     ) -> Session:
         """Create a session owned by the principal ``owner`` with grants per ``policy`` from
         ``generation``: ``current`` (every visible name), ``none``, ``explicit`` (``names``,
@@ -333,7 +349,8 @@ class Authority:
         for one downstream connection and removed with it) is bounded by the transport's own
         session limit instead, so a flood of connections can never use up the slots of API
         sessions (issue 10, item 6). ``shared``: mirror it to the cluster store (control-API
-        sessions when a store is configured)."""
+        sessions when a store is configured). ``view``: bind the session to that named view (its
+        grants come from the view's names, and it can never reach another)."""
         if not transport_owned and len(self._sessions) - len(self._transport_owned) >= self.bounds.sessions:
             raise SessionLimitError(f"at most {self.bounds.sessions} sessions may exist; delete unused sessions")
         sid = session_id or f"s{next(_ids)}-{secrets.token_hex(6)}"
@@ -346,6 +363,7 @@ class Authority:
             token=token if token is not None else secrets.token_urlsafe(24),
             control_tools=control_tools,
             shared=shared,
+            view=view,
         )
         if session.token_hash in self._by_token_hash:
             raise GrantError("that token is already in use by another session")
@@ -379,17 +397,17 @@ class Authority:
         standing: StandingGrant | None = None
         keys: list[tuple[EntryKind, str]] = []
         if policy is GrantPolicy.CURRENT and generation is not None:
-            keys = self._all_visible(generation)
+            keys = self._all_visible(session, generation)
         elif policy is GrantPolicy.EXPLICIT and standing_names:
             if len(names) > self.bounds.names_per_grant:
                 raise GrantError(f"a grant may name at most {self.bounds.names_per_grant} entries; got {len(names)}")
             standing = StandingGrant(names=frozenset(names))
-            keys = self._covered(generation, standing) if generation is not None else []
+            keys = self._covered(session, generation, standing) if generation is not None else []
         elif policy is GrantPolicy.EXPLICIT:
-            keys = self._validate(names, generation)
+            keys = self._validate(session, names, generation)
         elif policy is GrantPolicy.FOLLOW:
             standing = StandingGrant(sources=scope)
-            keys = self._covered(generation, standing) if generation is not None else []
+            keys = self._covered(session, generation, standing) if generation is not None else []
         self._set_grants(session, keys, generation)
         session.policy = policy
         session.standing = standing
@@ -471,6 +489,7 @@ class Authority:
                         session_id=f"cfg-{spec.name}",
                         token=spec.token,
                         control_tools=spec.control_tools,
+                        view=spec.view,
                     )
                     try:
                         self._apply_declaration(session, spec, policy, generation)
@@ -509,6 +528,7 @@ class Authority:
     def _apply_declaration(
         self, session: Session, spec: SessionSpec, policy: GrantPolicy, generation: Generation | None
     ) -> None:
+        session.view = spec.view  # before the grants: they are names of the view
         self._apply_policy(session, policy, spec.names, spec.sources, generation, standing_names=True)
         session.control_tools = spec.control_tools
         session.declared_digest = spec.grants_digest
@@ -549,6 +569,7 @@ class Authority:
             session.standing = record.standing
             session.pinned_revision = record.pinned_revision
             session.control_tools = record.control_tools
+            session.view = record.view
             session.version = record.version
         session.shared = True
         self._by_token_hash[session.token_hash] = session
@@ -557,10 +578,10 @@ class Authority:
             self._standing[session.id] = session
             if generation is not None:
                 keys = [
-                    (e.kind, e.exposed_name)
-                    for kind in EntryKind
-                    for e in generation.routes[kind].values()
-                    if session.standing.covers(e) and grant_key(e.kind, e.exposed_name) not in session.grants
+                    (kind, name)
+                    for kind, table in _routes(session, generation).items()
+                    for name, e in table.items()
+                    if session.standing.covers(e, name) and grant_key(kind, name) not in session.grants
                 ]
                 session.followed_revision = generation.revision
                 if keys:
@@ -580,22 +601,24 @@ class Authority:
         Synchronous: no request can observe ``new`` before the grants are in place."""
         if not self._standing:
             return
-        gained: list[CatalogEntry] | None = None
+        gained: dict[str | None, list[tuple[EntryKind, str, CatalogEntry]]] = {}  # per view
         changed = False
         for session in list(self._standing.values()):
             standing = session.standing
             if standing is None:
                 continue
             if previous is not None and session.followed_revision == previous.revision:
-                if gained is None:
-                    gained = _gained(new, previous)
-                candidates: Iterable[CatalogEntry] = gained
+                if session.view not in gained:
+                    gained[session.view] = _gained(new.routes_for(session.view), previous.routes_for(session.view))
+                candidates: Iterable[tuple[EntryKind, str, CatalogEntry]] = gained[session.view]
             else:
-                candidates = (e for kind in EntryKind for e in new.routes[kind].values())
+                candidates = (
+                    (kind, name, e) for kind, table in new.routes_for(session.view).items() for name, e in table.items()
+                )
             keys = [
-                (e.kind, e.exposed_name)
-                for e in candidates
-                if standing.covers(e) and grant_key(e.kind, e.exposed_name) not in session.grants
+                (kind, name)
+                for kind, name, e in candidates
+                if standing.covers(e, name) and grant_key(kind, name) not in session.grants
             ]
             session.followed_revision = new.revision
             if keys and self._add_bounded(session, keys, new):
@@ -603,9 +626,14 @@ class Authority:
         if changed:
             self._notify_changed()
 
-    def _covered(self, generation: Generation, standing: StandingGrant) -> list[tuple[EntryKind, str]]:
+    def _covered(
+        self, session: Session, generation: Generation, standing: StandingGrant
+    ) -> list[tuple[EntryKind, str]]:
         return [
-            (kind, e.exposed_name) for kind in EntryKind for e in generation.routes[kind].values() if standing.covers(e)
+            (kind, name)
+            for kind, table in _routes(session, generation).items()
+            for name, e in table.items()
+            if standing.covers(e, name)
         ]
 
     def _add_bounded(self, session: Session, keys: list[tuple[EntryKind, str]], generation: Generation) -> bool:
@@ -632,7 +660,7 @@ class Authority:
         """Grant a batch of exposed names (all or nothing). A name is looked up as a tool,
         prompt, resource URI or resource template. Re-granting a drifted name accepts its new
         definition. Returns the grant keys that were added or refreshed."""
-        keys = self._validate(list(names), generation)
+        keys = self._validate(session, list(names), generation)
         changed = self._set_grants(session, keys, generation, merge=True)
         self.mark_shared(session)
         return changed
@@ -668,14 +696,16 @@ class Authority:
 
     def grant_all_visible(self, session: Session, generation: Generation) -> list[str]:
         """Grant every name present in ``generation`` (a session refresh)."""
-        changed = self._set_grants(session, self._all_visible(generation), generation, merge=True)
+        changed = self._set_grants(session, self._all_visible(session, generation), generation, merge=True)
         self.mark_shared(session)
         return changed
 
-    def _all_visible(self, generation: Generation) -> list[tuple[EntryKind, str]]:
-        return [(kind, name) for kind in EntryKind for name in generation.routes[kind]]
+    def _all_visible(self, session: Session, generation: Generation) -> list[tuple[EntryKind, str]]:
+        return [(kind, name) for kind, table in _routes(session, generation).items() for name in table]
 
-    def _validate(self, names: list[str], generation: Generation | None) -> list[tuple[EntryKind, str]]:
+    def _validate(
+        self, session: Session, names: list[str], generation: Generation | None
+    ) -> list[tuple[EntryKind, str]]:
         if len(names) > self.bounds.names_per_grant:
             raise GrantError(f"a grant may name at most {self.bounds.names_per_grant} entries; got {len(names)}")
         out: list[tuple[EntryKind, str]] = []
@@ -685,8 +715,9 @@ class Authority:
                 raise GrantError("every granted name must be a non-empty string of at most 2048 characters")
             found = False
             if generation is not None:
+                routes = _routes(session, generation)
                 for kind in EntryKind:
-                    if name in generation.routes[kind]:
+                    if name in routes[kind]:
                         out.append((kind, name))
                         found = True
             if not found:
@@ -701,8 +732,9 @@ class Authority:
     ) -> list[str]:
         new = dict(session.grants) if merge else {}
         changed: list[str] = []
+        routes = _routes(session, generation) if generation is not None else None
         for kind, name in keys:
-            entry = generation.lookup(kind, name) if generation is not None else None
+            entry = routes[kind].get(name) if routes is not None else None
             key = grant_key(kind, name)
             digest = entry.digest if entry is not None else ""
             if new.get(key) != digest:
@@ -725,7 +757,8 @@ class Authority:
         key = grant_key(kind, name)
         session.last_active_at = time.time()
         granted = session.grants.get(key)
-        entry = generation.routes[kind].get(name)
+        routes = generation.catalog.routes if session.view is None else generation.routes_for(session.view)
+        entry = routes[kind].get(name)
         if granted is None:
             if kind is EntryKind.RESOURCE and entry is None:
                 return self._resolve_templated(session, generation, name)
@@ -745,7 +778,7 @@ class Authority:
 
     def _resolve_templated(self, session: Session, generation: Generation, uri: str) -> Resolved:
         """A resource URI not listed by itself may be read through a granted template."""
-        for name, entry in generation.routes[EntryKind.RESOURCE_TEMPLATE].items():
+        for name, entry in _routes(session, generation)[EntryKind.RESOURCE_TEMPLATE].items():
             if grant_key(EntryKind.RESOURCE_TEMPLATE, name) not in session.grants:
                 continue
             try:
@@ -760,10 +793,11 @@ class Authority:
         entries: dict[EntryKind, list[CatalogEntry]] = {k: [] for k in EntryKind}
         drifted: set[str] = set()
         parts: dict[EntryKind, list[str]] = {k: [] for k in EntryKind}
+        routes = _routes(session, generation)
         for key, digest in sorted(session.grants.items()):
             kind_s, _, name = key.partition(":")
             kind = EntryKind(kind_s)
-            entry = generation.routes[kind].get(name)
+            entry = routes[kind].get(name)
             if entry is None:
                 continue
             if digest and entry.digest != digest:
@@ -783,10 +817,12 @@ class Authority:
         )
 
 
-def _gained(new: Generation, previous: Generation) -> list[CatalogEntry]:
-    """The entries of ``new`` whose exposed name ``previous`` did not have (per kind)."""
-    out: list[CatalogEntry] = []
+def _gained(
+    new: Mapping[EntryKind, Mapping[str, CatalogEntry]], previous: Mapping[EntryKind, Mapping[str, CatalogEntry]]
+) -> list[tuple[EntryKind, str, CatalogEntry]]:
+    """(kind, name, entry) of the routing table ``new`` for each name ``previous`` did not have."""
+    out: list[tuple[EntryKind, str, CatalogEntry]] = []
     for kind in EntryKind:
-        old = previous.routes[kind]
-        out.extend(e for name, e in new.routes[kind].items() if name not in old)
+        old = previous[kind]
+        out.extend((kind, name, e) for name, e in new[kind].items() if name not in old)
     return out

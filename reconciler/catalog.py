@@ -8,7 +8,10 @@ prompts, a ``uri_prefix`` for resources and templates) — nothing is dropped si
 A source whose entries would push the candidate over the entry or byte bound contributes
 nothing (I2: all or nothing) and gets a diagnostic. An untrusted entry whose text names another
 source's tool is flagged (or, under the quarantine policy, left out) here, where all sources
-are known (I20, ``metadata.cross_source``); those findings are catalog diagnostics."""
+are known (I20, ``metadata.cross_source``); those findings are catalog diagnostics.
+Curation (``reconciler/curation.py``, ADR 0026) is applied here too: each source's entries pass
+its allow/deny filters and renames before they enter the routing table, and every named view is
+projected from the merged table; the curation digest is part of the catalog digest."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.curation import NO_CURATION, Curation, curate_source, project_view
 from mcp_reconciler.reconciler.digest import digest_parts
 from mcp_reconciler.reconciler.metadata import admit, cross_source
 from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec, SourceState, SourceStatus
@@ -75,6 +79,11 @@ class Catalog:
     warnings: tuple[str, ...] = ()
     config_error: str | None = None
     by_source: Mapping[str, SourceState] = field(default_factory=lambda: MappingProxyType({}))
+    #: Named views (``curation.ViewSpec``): view name → its routing table, projected from ``routes``.
+    views: Mapping[str, Mapping[EntryKind, Mapping[str, CatalogEntry]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    curation_digest: str = ""  # "" when nothing is curated
 
     @property
     def stale_sources(self) -> tuple[str, ...]:
@@ -101,8 +110,10 @@ def merge(
     tracked_files: int = 0,
     warnings: Sequence[str] = (),
     config_error: str | None = None,
+    curation: Curation = NO_CURATION,
 ) -> Catalog:
-    """Merge source states (in config order) into one catalog. Pure and deterministic."""
+    """Merge source states (in config order) into one catalog under ``curation``. Pure and
+    deterministic."""
     tables: dict[EntryKind, dict[str, CatalogEntry]] = {k: {} for k in EntryKind}
     diagnostics: list[Diagnostic] = []
     total_entries = 0
@@ -129,11 +140,22 @@ def merge(
         total_bytes += size
         included.append(state)
     for state in included:
-        for entry in state.entries:
+        entries: Sequence[CatalogEntry] = state.entries
+        chosen = curation.for_source(state.source)
+        if chosen is not None:
+            entries, found = curate_source(
+                state, chosen, name_chars=bounds.name_chars, diagnostic_bytes=bounds.diagnostic_bytes
+            )
+            diagnostics.extend(found)
+        for entry in entries:
             table = tables[entry.kind]
             winner = table.get(entry.exposed_name)
             if winner is not None:
-                advice = collision_advice(entry.kind, entry.source)
+                advice = (
+                    "rename one of them (overrides: {name: {rename: ...}})"
+                    if curation.renamed(entry) or curation.renamed(winner)
+                    else collision_advice(entry.kind, entry.source)
+                )
                 diagnostics.append(
                     Diagnostic(
                         code="name_collision",
@@ -156,7 +178,16 @@ def merge(
             tables[kind][name] = flagged
         diagnostics.extend(xref.diagnostics)
     routes = MappingProxyType({k: MappingProxyType(v) for k, v in tables.items()})
-    digest = digest_parts(s.digest for s in states)
+    views: dict[str, Mapping[EntryKind, Mapping[str, CatalogEntry]]] = {}
+    for view in curation.views:
+        views[view.name], found = project_view(
+            view, routes, name_chars=bounds.name_chars, diagnostic_bytes=bounds.diagnostic_bytes
+        )
+        diagnostics.extend(found)
+    parts = [s.digest for s in states]
+    if curation.digest:
+        parts.append(f"curation:{curation.digest}")  # absent when nothing is curated: digests unchanged
+    digest = digest_parts(parts)
     return Catalog(
         digest=digest,
         built_at=built_at,
@@ -168,4 +199,6 @@ def merge(
         warnings=tuple(warnings),
         config_error=config_error,
         by_source=MappingProxyType({s.source: s for s in states}),
+        views=MappingProxyType(views),
+        curation_digest=curation.digest,
     )

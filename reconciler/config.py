@@ -41,6 +41,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_core import PydanticCustomError
 
 from mcp_reconciler.reconciler.bounds import Bounds
+from mcp_reconciler.reconciler.curation import NO_CURATION, Curation
+from mcp_reconciler.reconciler.curation_config import (
+    CuratedSource,
+    FilterConfig,
+    ViewConfig,
+    check_curation,
+    curation_of,
+    filters_of,
+    valid_served_name,
+)
 from mcp_reconciler.reconciler.freshness import raise_if_exhausted, strict_glob
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig, UpstreamOAuthConfig
@@ -397,6 +407,12 @@ class OverrideConfig(_Frozen):
 
     title: str | None = Field(default=None, min_length=1, max_length=_OVERRIDE_TITLE_MAX)
     description: str | None = Field(default=None, min_length=1)
+    rename: str | None = None  # the served name of a tool or prompt (curation.py, ADR 0026)
+
+    @field_validator("rename")
+    @classmethod
+    def _served(cls, value: str | None) -> str | None:
+        return None if value is None else valid_served_name(value)
 
     @field_validator("title", "description")
     @classmethod
@@ -416,8 +432,8 @@ class OverrideConfig(_Frozen):
 
     @model_validator(mode="after")
     def _something_pinned(self) -> OverrideConfig:
-        if self.title is None and self.description is None:
-            raise PydanticCustomError("empty_override", "an override pins a title, a description, or both")
+        if self.title is None and self.description is None and self.rename is None:
+            raise PydanticCustomError("empty_override", "an override pins a title, a description or a rename")
         return self
 
 
@@ -437,6 +453,13 @@ class SourceConfig(_Frozen):
     timeouts: TimeoutsConfig | None = None
     trust: Literal["trusted", "untrusted"] | None = None  # default: gateway.metadata.default_trust
     overrides: dict[str, OverrideConfig] = Field(default_factory=dict)
+    # Curation (reconciler/curation_config.py): filters on the upstream's own names, and
+    # whether `prefix` is used exactly as written instead of joined by the separator.
+    prefix_verbatim: bool = False
+    tools: FilterConfig | None = None
+    resources: FilterConfig | None = None
+    resource_templates: FilterConfig | None = None
+    prompts: FilterConfig | None = None
     # What the gateway answers this source's roots/list with. Unset: a roots/list made while
     # serving a call is relayed to that call's client; one made outside any call is refused.
     roots: tuple[RootConfig, ...] | None = Field(default=None, max_length=64)
@@ -536,6 +559,7 @@ class SessionConfig(_Frozen):
     names: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     control_tools: bool = False
+    view: str | None = None  # a named view (views:): the session sees only that view's names
 
     _check_lists = field_validator("names", "sources")(_nonempty_items)
 
@@ -588,7 +612,11 @@ class MetadataSettings(_Frozen):
             trust=Trust(chosen) if chosen is not None else MetadataPolicy().trust_for(kind),
             budgets=self.budgets.budgets(),
             findings=FindingsPolicy(self.findings),
-            overrides={name: Override(title=o.title, description=o.description) for name, o in overrides.items()},
+            overrides={
+                name: Override(title=o.title, description=o.description)
+                for name, o in overrides.items()
+                if o.title is not None or o.description is not None  # a rename alone is curation
+            },
         )
 
 
@@ -616,6 +644,9 @@ class LimitsConfig(_Frozen):
     transport_sessions_per_client: int = Field(default=256, ge=1)
     #: A transport session with no request in flight and no open stream for this long is closed.
     session_idle_s: float = Field(default=300.0, gt=0)
+    #: One message an upstream sends (a stdio line), in bytes: refused while it is read beyond
+    #: this, and the call it answers fails naming this key (ADR 0025).
+    upstream_message_bytes: int = Field(default=32 * 1024 * 1024, ge=64 * 1024)
 
 
 class GatewaySettings(_Frozen):
@@ -652,6 +683,7 @@ class GatewaySettings(_Frozen):
             cooldown_s=self.cooldown_s,
             retiring_max=self.retiring_max,
             operation_deadline_s=self.operation_deadline_s,
+            upstream_message_bytes=self.limits.upstream_message_bytes,
         )
 
 
@@ -684,8 +716,9 @@ class _MainFile(_Frozen):
     sessions: tuple[SessionConfig, ...] = ()
     oauth: OAuthConfig | None = None
     cluster: ClusterConfig | None = None
+    views: tuple[ViewConfig, ...] = Field(default=(), max_length=64)  # each is a table per publication
 
-    @field_validator("sources", "include", "sessions", mode="before")
+    @field_validator("sources", "include", "sessions", "views", mode="before")
     @classmethod
     def _null_list_is_empty(cls, value: Any) -> Any:
         # "sources:" with nothing after it parses as null; read it as "none" rather than
@@ -721,6 +754,8 @@ class LoadedConfig:
     secret_values: frozenset[str] = field(default=frozenset(), repr=False)
     #: The ``cluster:`` section with ``${VAR}`` expanded (``None``: absent, one replica).
     cluster: ClusterConfig | None = field(default=None, repr=False)
+    #: Per-source filters and renames, and the named views (ADR 0026).
+    curation: Curation = NO_CURATION
 
 
 # --------------------------------------------------------------------------------------------
@@ -930,6 +965,8 @@ def _validation_problems(
                 allowed = [info.alias or name for name, info in parent.model_fields.items()]
                 close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
                 hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(allowed)}"
+                if parent is SourceConfig and loc[-1] == "sources":  # not "resources": a drop-in's list
+                    hint = "a drop-in holds one source mapping (name, stdio/http/sse, ...), not a sources: list"
         elif kind == "transport_count":
             hint = "each source needs exactly one of stdio, http, sse"
         elif kind in ("model_type", "model_attributes_type", "dict_type"):
@@ -1041,6 +1078,7 @@ def _build_spec(
         name=src.name,
         transport=transport,
         prefix=src.prefix,
+        prefix_verbatim=src.prefix_verbatim,
         uri_prefix=src.uri_prefix,
         watch=tuple(os.path.normpath(os.path.join(base_dir, pattern)) for pattern in src.watch),
         poll_seconds=src.poll_seconds,
@@ -1278,6 +1316,7 @@ def _load(
 
     metadata = main.gateway.metadata if main is not None else None
     specs = [_build_spec(item, env, problems, metadata, secrets) for item in declared]
+    curation = _build_curation(declared, main, main_doc, problems)
     sessions = _build_sessions(main, main_doc, env, {item.source.name for item in declared}, problems, secrets)
     oauth = _interpolate_oauth(main.oauth, main_doc, env, problems, secrets) if main is not None else None
     cluster = _interpolate_cluster(main.cluster, main_doc, env, problems, secrets) if main is not None else None
@@ -1298,7 +1337,34 @@ def _load(
         oauth=oauth,
         secret_values=frozenset(secrets),
         cluster=cluster,
+        curation=curation,
     )
+
+
+def _build_curation(
+    declared: Sequence[_Declared], main: _MainFile | None, main_doc: _Document, problems: list[ConfigProblem]
+) -> Curation:
+    """The engine's curation, after the cross-checks (``curation_config.check_curation``)."""
+    sources = [
+        CuratedSource(
+            name=item.source.name,
+            renames={n: o.rename for n, o in item.source.overrides.items() if o.rename is not None},
+            filters=filters_of(item.source),
+            doc=item.doc,
+            loc=item.loc,
+        )
+        for item in declared
+    ]
+    views = main.views if main is not None else ()
+    raw = main_doc.data.get("sources") if isinstance(main_doc.data, Mapping) else None
+    named = (
+        [r["name"] for r in raw if isinstance(r, Mapping) and isinstance(r.get("name"), str)]
+        if isinstance(raw, list)
+        else []
+    )
+    for doc, loc, message, hint in check_curation(sources, views, main_doc, named):
+        problems.append(ConfigProblem(doc.file, _locate(doc.root, loc), _field_path(loc), message, hint))
+    return curation_of(sources, views)
 
 
 def _build_sessions(
@@ -1337,6 +1403,9 @@ def _build_sessions(
             problem((*loc, "name"), f"duplicate session name {declared.name!r}", "each session needs its own name")
         first_name.setdefault(declared.name, index)
         check_sources(declared.sources, (*loc, "sources"))
+        if declared.view is not None and declared.view not in {v.name for v in main.views}:
+            names = ", ".join(dict.fromkeys(v.name for v in main.views)) or "none"
+            problem((*loc, "view"), f"no view named {declared.view!r}", f"declared views: {names}")
         token, issues = _interpolate(declared.token, environ)
         for issue in issues:
             problem((*loc, "token"), issue.message, issue.hint)
@@ -1364,6 +1433,7 @@ def _build_sessions(
                 names=declared.names,
                 sources=declared.sources,
                 control_tools=declared.control_tools,
+                view=declared.view,
             )
         )
     return tuple(out)

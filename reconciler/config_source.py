@@ -157,6 +157,7 @@ class ConfigDesiredState:
                     config_error=None,
                     sessions=outcome.loaded.sessions,
                     inputs=tracked_inputs(tracker),
+                    curation=outcome.loaded.curation,
                 )
             assert outcome.error is not None
             rendered = str(outcome.error)
@@ -182,6 +183,7 @@ class ConfigDesiredState:
                 config_error=rendered,
                 sessions=self._good.sessions,
                 inputs=tracked_inputs(tracker),
+                curation=self._good.curation,
             )
 
     async def poll(self) -> set[str]:

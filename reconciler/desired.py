@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mcp_reconciler.reconciler.curation import NO_CURATION, Curation
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 
 
@@ -39,6 +40,8 @@ class DesiredState:
     config_error: str | None = None
     sessions: tuple[SessionSpec, ...] = ()
     inputs: tuple[TrackedInput, ...] = ()
+    #: Filters, renames and views applied when the states are merged (from the same good config).
+    curation: Curation = NO_CURATION
 
     def spec(self, name: str) -> SourceSpec | None:
         """The spec of source ``name``, or None if this state has no such source (O(sources))."""

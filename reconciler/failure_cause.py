@@ -3,8 +3,8 @@
 A failed connect, initialize or listing used to surface as "upstream unavailable" whatever
 happened. :func:`classify` turns the exception a read raised — its whole chain: ``__cause__``,
 ``__context__`` and exception groups — plus the :class:`Evidence` the connection's transport
-gathered (the HTTP status of the last refused request, the process's exit code and its last
-stderr lines) into one :class:`FailureCause`. It is called at the one place a source's read
+gathered (the HTTP status of the last refused request, the exit code of a process that ended
+on its own and its last stderr lines) into one :class:`FailureCause`. It is called at the one place a source's read
 failure is recorded (``reconciler/reconcile.py``), so ``sources``, ``status``, ``/v1``, the
 console and the log all show the same cause.
 
@@ -19,8 +19,6 @@ from __future__ import annotations
 import collections
 import os
 import re
-import secrets
-import shutil
 import socket
 import ssl
 from collections.abc import Iterator, Mapping
@@ -103,8 +101,6 @@ class Evidence:
         self.http_status: int | None = None
         self.exit_code: int | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-        #: The stdio exit-report line's marker (:func:`exit_reporting`): random per process start.
-        self.marker = f"mcp-reconciler-exit-{secrets.token_hex(8)}:"
 
     @property
     def stderr_tail(self) -> tuple[str, ...]:
@@ -116,50 +112,14 @@ class Evidence:
         generic JSON-RPC error), a success clears it."""
         self.http_status = status if status >= 400 else None
 
-    def stderr_line(self, text: str) -> bool:
-        """Note one stderr line; True if it was the exit report (not the upstream's words)."""
-        if text.startswith(self.marker):
-            code = text[len(self.marker) :].strip()
-            self.exit_code = int(code) if code.isdigit() else None
-            return True
+    def stderr_line(self, text: str) -> None:
+        """Note one stderr line (redacted and cut)."""
         line = redact_text(text)
         self._tail.append(line if len(line) <= STDERR_TAIL_CHARS else line[:STDERR_TAIL_CHARS] + " …(cut)")
-        return False
 
-
-def exit_reporting(
-    command: str, args: list[str], evidence: Evidence, *, cwd: str | None = None, env: Mapping[str, str] | None = None
-) -> tuple[str, list[str]]:
-    """``command args`` run under ``/bin/sh``, which writes the command's exit status to stderr
-    (as ``<marker><code>``) when it ends: the SDK does not expose its process, and an operator
-    needs "exited with code 3". The command runs through ``setpriv --pdeathsig KILL`` so that
-    killing the shell (the gateway's child, the pid an operator sees) kills it too, as killing
-    the upstream did before; both stay in the process group the SDK stops (I14, I15). Without
-    ``/bin/sh`` or ``setpriv`` the command runs as itself and a cause has no exit code.
-    A command that cannot be found (in ``cwd``, on ``env``'s PATH) raises FileNotFoundError
-    here, as spawning it would without the shell."""
-    setpriv = _SETPRIV
-    if setpriv is None:
-        return command, args
-    if os.sep in command:
-        path = command if os.path.isabs(command) else os.path.join(cwd or os.getcwd(), command)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(2, "No such file or directory", command)
-        if not os.access(path, os.X_OK):
-            raise PermissionError(13, "Permission denied", command)
-    elif shutil.which(command, path=(env or {}).get("PATH") or os.environ.get("PATH")) is None:
-        raise FileNotFoundError(2, "No such file or directory", command)
-    script = f'"$@"; printf "\\n{evidence.marker}%s\\n" "$?" >&2'
-    return "/bin/sh", ["-c", script, "sh", setpriv, "--pdeathsig", "KILL", "--", command, *args]
-
-
-def _setpriv() -> str | None:
-    if os.name != "posix" or not os.path.exists("/bin/sh") or os.environ.get("MCP_RECONCILER_EXIT_REPORT") == "0":
-        return None
-    return shutil.which("setpriv")
-
-
-_SETPRIV = _setpriv()
+    def process_exited(self, code: int | None) -> None:
+        """The stdio process ended on its own with ``code`` (``stdio_peer.stdio_channel``'s ``on_exit``)."""
+        self.exit_code = code
 
 
 def startup_allowance(transport: Mapping[str, Any]) -> float | None:
@@ -249,18 +209,12 @@ def classify(exc: BaseException, transport: Mapping[str, Any], evidence: Evidenc
                 return FailureCause(
                     "process_not_found", "process not found: stdio.command is not on PATH or not at its path"
                 )
-        if evidence is not None and evidence.exit_code in (126, 127):
-            return FailureCause(
-                "process_not_found",
-                f"process not found: the shell could not run the command (exit code {evidence.exit_code})",
-                exit_code=evidence.exit_code,
-                stderr_tail=tail,
-            )
         if evidence is not None and evidence.exit_code is not None:
             code = evidence.exit_code
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             return FailureCause(
                 "process_exited",
-                f"process exited with code {code}" + ("; its last stderr lines are in the cause" if tail else ""),
+                f"process {how}" + ("; its last stderr lines are in the cause" if tail else ""),
                 exit_code=code,
                 stderr_tail=tail,
             )

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mcp_reconciler.reconciler.catalog import Catalog
+from mcp_reconciler.reconciler.curation import EMPTY_ROUTES
 from mcp_reconciler.reconciler.digest import digest_parts
 from mcp_reconciler.reconciler.events import Trigger
 from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceState
@@ -43,6 +44,14 @@ class Generation:
         """Every exposed name by kind: the read-only routing table lookups use (O(1) per name)."""
         return self.catalog.routes
 
+    def routes_for(self, view: str | None) -> Mapping[EntryKind, Mapping[str, CatalogEntry]]:
+        """The routing table a session bound to ``view`` resolves and lists through: the whole
+        catalog's for ``None``, the view's projection otherwise (empty for a view this
+        generation does not have: a session of a removed view sees nothing)."""
+        if view is None:
+            return self.catalog.routes
+        return self.catalog.views.get(view, EMPTY_ROUTES)
+
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         """Why entries or sources were left out or changed when the catalog was built."""
@@ -76,5 +85,9 @@ def source_digests(catalog: Catalog) -> dict[str, str]:
 def content_digest(catalog: Catalog) -> str:
     """A replica-independent digest of what a catalog serves (the :func:`source_digests`, in
     source order). Two replicas with the same config and upstreams agree on it, so a client
-    pinned to revision N can say which catalog it means (ADR 0020)."""
-    return digest_parts(source_digests(catalog).values())
+    pinned to revision N can say which catalog it means (ADR 0020). The curation digest is part
+    of it (a curation edit is new content: ADR 0026)."""
+    parts = list(source_digests(catalog).values())
+    if catalog.curation_digest:
+        parts.append(f"curation:{catalog.curation_digest}")
+    return digest_parts(parts)

@@ -39,8 +39,7 @@ MAX_LINE_CHARS = 4096
 class StderrSink:
     """Where one connection's stderr lines go: the log at INFO — DEBUG for a line matching one
     of the source's ``stderr_noise`` patterns (banners an operator marked as noise) — and the
-    connection's failure :class:`~reconciler.failure_cause.Evidence` (its last lines, its exit
-    report, which is never logged as the upstream's words)."""
+    connection's failure :class:`~reconciler.failure_cause.Evidence` (its last lines)."""
 
     def __init__(self, source: str, evidence: Evidence | None = None, noise: Sequence[str] = ()) -> None:
         self.source = source
@@ -50,8 +49,8 @@ class StderrSink:
 
     def line(self, text: str) -> None:
         """Handle one complete stderr line (already decoded and cut)."""
-        if self.evidence is not None and self.evidence.stderr_line(text):
-            return
+        if self.evidence is not None:
+            self.evidence.stderr_line(text)
         level = logging.DEBUG if any(p.search(text) for p in self.noise) else logging.INFO
         stderr_log.log(level, "upstream %s stderr: %s", self.source, text, extra={"source": self.source})
 

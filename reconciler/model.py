@@ -15,6 +15,9 @@ from typing import Any, Protocol, runtime_checkable
 from mcp_reconciler.reconciler.digest import digest_json, digest_parts, freeze
 from mcp_reconciler.reconciler.projection import MetadataPolicy, Trust
 
+#: What joins a source's prefix to a tool's or prompt's name: ``notes`` + ``search`` → ``notes__search``.
+NAME_SEPARATOR = "__"
+
 
 class EntryKind(enum.StrEnum):
     """The four kinds of catalog entry; each kind has its own namespace of exposed names."""
@@ -42,10 +45,12 @@ class SourceSpec:
     ``transport`` is opaque to the engine (the upstream layer interprets it); it is deep-frozen
     and digested so that any change to command, args, env, url or headers changes ``digest``.
     ``prefix`` is the exposed-name prefix for tools and prompts: ``None`` means the default
-    ``"<name>__"``, ``""`` means no prefix. ``uri_prefix`` is prepended to the source's resource
-    URIs and URI templates (``reconciler/uris.py``); ``None`` leaves them as the upstream
-    sends them, and then it is not part of ``digest`` (digests of sources without one are
-    unchanged). ``metadata`` is how the source's tool/prompt/resource
+    ``"<name>__"``, ``""`` means no prefix, any other value is joined to the name by the
+    gateway's separator (:data:`NAME_SEPARATOR`: ``prefix: tz`` serves ``tz__get_time``) unless
+    ``prefix_verbatim`` says to use it exactly as written (ADR 0026). ``uri_prefix`` is
+    prepended to the source's resource URIs and URI templates (``reconciler/uris.py``);
+    ``None`` leaves them as the upstream sends them, and then it is not part of ``digest``
+    (digests of sources without one are unchanged). ``metadata`` is how the source's tool/prompt/resource
     text is treated (I20): ``None`` means the defaults, with trust by transport (remote
     ``http``/``sse`` untrusted, local trusted); when set it is part of ``digest``, so a change
     of trust, budgets, findings policy or overrides re-reads the source."""
@@ -57,6 +62,7 @@ class SourceSpec:
     poll_seconds: float | None = None
     uri_prefix: str | None = None
     metadata: MetadataPolicy | None = None
+    prefix_verbatim: bool = False
     digest: str = field(default="", compare=False)
     trust: Trust = field(default=Trust.TRUSTED, init=False, compare=False, repr=False)
 
@@ -75,14 +81,21 @@ class SourceSpec:
             }
             if self.uri_prefix:
                 parts["uri_prefix"] = self.uri_prefix
+            if self.prefix_verbatim:
+                parts["prefix_verbatim"] = True
             if self.metadata is not None:
                 parts["metadata"] = self.metadata.as_json()
             object.__setattr__(self, "digest", digest_json(parts))
 
     @property
     def effective_prefix(self) -> str:
-        """The prefix exposed names get: ``prefix`` if configured (may be empty), else ``"<name>__"``."""
-        return f"{self.name}__" if self.prefix is None else self.prefix
+        """What precedes a tool's or prompt's name: ``"<name>__"`` by default, ``""`` for an empty
+        ``prefix``, ``"<prefix>__"`` for another, or the ``prefix`` as written when verbatim."""
+        if self.prefix is None:
+            return f"{self.name}{NAME_SEPARATOR}"
+        if not self.prefix or self.prefix_verbatim:
+            return self.prefix
+        return f"{self.prefix}{NAME_SEPARATOR}"
 
     @property
     def policy(self) -> MetadataPolicy:
@@ -103,7 +116,8 @@ class SessionSpec:
     ``follow``; ``names`` are the exposed names an ``explicit`` session is granted (each as soon
     as the catalog has it); ``sources`` scope a ``follow`` session (empty: every source).
     ``control_tools`` lets the session call the built-in ``gateway_status``/``gateway_refresh``
-    tools (with the owner's sanitized status). ``grants_digest`` covers everything but the token:
+    tools (with the owner's sanitized status). ``view`` binds it to a named view (it sees and
+    calls only that view's names, ADR 0026). ``grants_digest`` covers everything but the token:
     when it changes the session's grants are re-applied; a token change alone only rotates it."""
 
     name: str
@@ -112,18 +126,20 @@ class SessionSpec:
     names: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     control_tools: bool = False
+    view: str | None = None
 
     @property
     def grants_digest(self) -> str:
         """A digest of the declaration without its token."""
-        return digest_json(
-            {
-                "policy": self.policy,
-                "names": list(self.names),
-                "sources": list(self.sources),
-                "control_tools": self.control_tools,
-            }
-        )
+        data: dict[str, Any] = {
+            "policy": self.policy,
+            "names": list(self.names),
+            "sources": list(self.sources),
+            "control_tools": self.control_tools,
+        }
+        if self.view is not None:
+            data["view"] = self.view
+        return digest_json(data)
 
 
 @dataclass(frozen=True, slots=True)

@@ -259,7 +259,9 @@ class Reconciler:
         base = self._base_states()
         to_read = [s for s in desired.specs if self._needs_read(s, base.get(s.name), desired, batch.keys)]
         trigger = self._trigger(batch, to_read, base, desired)
-        with telemetry.tracer.start_as_current_span("reconciler.build", attributes={"build.reads": len(to_read)}):
+        with telemetry.tracer.start_as_current_span(
+            "reconciler.build", attributes={"build.reads": len(to_read)}
+        ) as build_span:
             fresh = await self._read_all(to_read, base, desired, completed)
             states: list[SourceState] = []
             failed: list[str] = []
@@ -277,7 +279,9 @@ class Reconciler:
                 tracked_files=desired.tracked_files,
                 warnings=desired.warnings,
                 config_error=desired.config_error,
+                curation=desired.curation,
             )
+            build_span.set_attribute("build.views", len(catalog.views))
         with telemetry.tracer.start_as_current_span("reconciler.publish"):
             revision: int | None = None
             current = self.runtime.current

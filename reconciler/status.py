@@ -13,13 +13,16 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal, Protocol
 
 import anyio
 
 from mcp_reconciler.reconciler.catalog import bounded
+from mcp_reconciler.reconciler.curation import view_counts
 from mcp_reconciler.reconciler.desired import TrackedInput
 from mcp_reconciler.reconciler.failure_cause import FailureCause
+from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import Diagnostic
 from mcp_reconciler.reconciler.reconcile import Reconciler
 
@@ -101,6 +104,15 @@ class Condition:
 
 
 @dataclass(frozen=True, slots=True)
+class ViewReport:
+    """One named view of the current generation (ADR 0026): its entry count, in all and by kind."""
+
+    name: str
+    entries: int
+    counts: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStatus:
     """One consistent, immutable reading of the engine (I11).
 
@@ -135,6 +147,7 @@ class EngineStatus:
     sessions: int = 0
     conditions: tuple[Condition, ...] = ()
     inputs: tuple[TrackedInput, ...] = ()  # tracked files as of the newest load (paths: operators only)
+    views: tuple[ViewReport, ...] = ()  # the named views of the current generation, in config order
 
 
 def build_status(
@@ -243,7 +256,18 @@ def build_status(
         sessions=sessions,
         conditions=tuple(conditions),
         inputs=desired.inputs if desired is not None else (),
+        views=_views(gen),
     )
+
+
+def _views(gen: Generation | None) -> tuple[ViewReport, ...]:
+    if gen is None:
+        return ()
+    out = []
+    for name, routes in gen.catalog.views.items():
+        counts = view_counts(routes)
+        out.append(ViewReport(name=name, entries=sum(counts.values()), counts=MappingProxyType(counts)))
+    return tuple(out)
 
 
 def _deferred(rec: Reconciler, held: Mapping[int, float], now_wall: float) -> Condition:

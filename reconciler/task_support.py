@@ -21,6 +21,7 @@ import mcp_types as types
 
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.catalog import bounded, make_entry
+from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceSpec
 
 TaskSupport = Literal["forbidden", "optional", "required"]
@@ -47,6 +48,13 @@ def task_support(entry: CatalogEntry) -> TaskSupport:
         return "required"
     value = (json.loads(entry.raw).get("execution") or {}).get("taskSupport")
     return value if value in ("optional", "required") else "forbidden"
+
+
+def required_tool_names(generation: Generation) -> frozenset[str]:
+    """The served names of the tools that require a task in ``generation``: the catalog's and
+    every named view's (a view may serve a tool under a name of its own, ADR 0026)."""
+    tables = [generation.tools, *(routes[EntryKind.TOOL] for routes in generation.catalog.views.values())]
+    return frozenset(n for table in tables for n, e in table.items() if task_support(e) == "required")
 
 
 def honest_listing(

@@ -48,6 +48,7 @@ from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
 from mcp_reconciler.reconciler.peer import PeerSwitch
+from mcp_reconciler.reconciler.peer_contract import DEFAULT_UPSTREAM_MESSAGE_BYTES, MessageBoundError, bound_unit
 from mcp_reconciler.reconciler.task_support import honest_listing, runs_tool_tasks
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
@@ -91,7 +92,9 @@ def _mismatch(kind: str) -> types.ErrorData:
     return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the gateway could not answer the {kind} request")
 
 
-def fast_poster(spec: SourceSpec, protocol_version: str | None) -> JsonRpcPoster | None:
+def fast_poster(
+    spec: SourceSpec, protocol_version: str | None, message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES
+) -> JsonRpcPoster | None:
     """The fast lane's pool for a connection to ``spec`` speaking ``protocol_version``, or
     ``None`` when its calls must use the SDK's transport: no plain-HTTP poster for the source
     (:func:`~reconciler.transports.poster_for`), or the 2025-11-25 era (server→client requests
@@ -99,7 +102,7 @@ def fast_poster(spec: SourceSpec, protocol_version: str | None) -> JsonRpcPoster
     answers go up on, ``reconciler/legacy_lane.py`` and ``direct_answers.py``)."""
     if (protocol_version or "2025").startswith("2025"):
         return None
-    return poster_for(spec)
+    return poster_for(spec, message_bytes)
 
 
 class UpstreamConnection:
@@ -115,9 +118,11 @@ class UpstreamConnection:
         connect_timeout_s: float = 10.0,
         health_interval_s: float | None = None,
         peer: PeerSwitch | None = None,
+        message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES,
         connect_setting: str = "timeouts.connect_s",
     ) -> None:
         self.spec = spec
+        self._message_bytes = message_bytes  # the fast lane's bound (limits.upstream_message_bytes)
         self._connect_setting = connect_setting
         self._peer = peer or PeerSwitch()  # unattached: requests refused, logs dropped
         self.source = spec.name
@@ -196,7 +201,7 @@ class UpstreamConnection:
                     self.protocol_version = client.protocol_version
                     self.capabilities = client.server_capabilities
                     started = True
-                    self.poster = fast_poster(self.spec, self.protocol_version)
+                    self.poster = fast_poster(self.spec, self.protocol_version, self._message_bytes)
                     self.connected_at = anyio.current_time()
                     task_status.started()
                     async with anyio.create_task_group() as tg:
@@ -309,8 +314,12 @@ class UpstreamConnection:
             return await client.session.send_request(
                 request, result_type, request_read_timeout_seconds=timeout_s, progress_callback=progress_callback
             )
-        except MCPError:
-            raise
+        except MCPError as exc:
+            # A bound the channel enforced while reading: its own type, with the bound's name and size.
+            bound = MessageBoundError.from_mcp_error(exc)
+            if bound is None:
+                raise
+            raise bound from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             self.dead = True
             self._emit("dead")
@@ -506,9 +515,24 @@ class UpstreamReader:
         connect_timeout_s: float = 10.0,
         peer: PeerSwitch | None = None,
     ) -> None:
-        self._targets = target_factory
         self._peer = peer
         self.bounds = bounds or Bounds()
+        self._targets = target_factory
+        if target_factory is default_targets:
+            # The default transports read under this reader's bounds (ADR 0025): every message,
+            # and list pages under the listing's byte bound.
+            bounds = self.bounds
+
+            def bounded_targets(spec: SourceSpec, on_end: Callable[[], None]) -> Any:
+                return transport_for(
+                    spec,
+                    on_end,
+                    message_bytes=bounds.upstream_message_bytes,
+                    list_bytes=bounds.bytes_per_candidate,
+                    list_entries=bounds.entries_per_generation,
+                )
+
+            self._targets = bounded_targets
         self._on_dirty = on_dirty
         self._mode = mode
         self.backoff = backoff or Backoff(
@@ -595,6 +619,15 @@ class UpstreamReader:
             if isinstance(exc, SourceReadError):
                 exc.evidence = exc.evidence or conn.evidence
                 raise
+            if isinstance(exc, MessageBoundError):
+                unit = bound_unit(exc.bound)
+                bounded_error = SourceReadError(
+                    f"listing refused while reading: a page passed {exc.bound} ({exc.limit} {unit})",
+                    detail=f"source {spec.name}: a list page was refused at {exc.size} {unit}",
+                    cause_kind="bound_exceeded",
+                )
+                bounded_error.evidence = conn.evidence
+                raise bounded_error from exc
             error: SourceReadError
             if isinstance(exc, MCPError):
                 error = SourceReadError("upstream rejected the listing", detail=f"{exc.error.code}: {exc}")
@@ -640,6 +673,7 @@ class UpstreamReader:
             connect_setting=setting,
             health_interval_s=self._health_interval_s if spec.transport.get("kind") in ("http", "sse") else None,
             peer=self._peer,
+            message_bytes=self.bounds.upstream_message_bytes,
         )
         telemetry.reconnects.add(1, {"source": spec.name})
         self.opened += 1

@@ -177,10 +177,12 @@ class ReconcilerClient:
         sources: Sequence[str] = (),
         revision: int | None = None,
         control_tools: bool = False,
+        view: str | None = None,
     ) -> wire.SessionCreated:
         """Create an agent session; its ``token`` (shown once) is its bearer token on ``/mcp``.
         ``names`` go with ``explicit``, ``sources`` with ``follow``; ``control_tools`` (operators
-        only) lets it call the built-in control tools."""
+        only) lets it call the built-in control tools; ``view`` binds it to a named view (served
+        at ``/mcp/<view>``: it sees and calls only that view's names)."""
         body: dict[str, Any] = {
             "owner": owner,
             "grant_policy": grant_policy,
@@ -191,6 +193,8 @@ class ReconcilerClient:
             body["sources"] = list(sources)
         if control_tools:
             body["control_tools"] = True
+        if view is not None:
+            body["view"] = view
         response = await self._request("POST", "/v1/sessions", json=body)
         return wire.SessionCreated.model_validate(response.json())
 

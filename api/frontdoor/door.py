@@ -91,13 +91,14 @@ class FrontDoor:
         authority: Authority,
         *,
         local: GrantSet | None = None,
+        local_view: str | None = None,
         expose_control_tools: bool = False,
         status: StatusFn | None = None,
         refresh: RefreshFn | None = None,
     ) -> None:
         self.authority = authority
         self.catalog = CatalogAccess(engine)
-        self.sessions = Sessions(self.catalog, authority, local=local or GrantSet("current"))
+        self.sessions = Sessions(self.catalog, authority, local=local or GrantSet("current"), local_view=local_view)
         self.notifier = Notifier(self.catalog, authority, self.sessions.bindings)
         self.control = ControlTools(self.catalog, status=status, refresh=refresh) if expose_control_tools else None
         self.listing = Listing(

@@ -169,6 +169,7 @@ class ListCache:
             live.revision,
             self._authority.drift_policy,
             self.grant_digest(binding.session.grants),
+            binding.session.view,  # equal grant keys name other entries in another view
             self._show_extra(binding),
             cursor,
         )

@@ -195,7 +195,7 @@ class LogRelay:
         sources: set[str] = set()
         for key in session.grants:
             kind, _, name = key.partition(":")
-            entry = generation.routes[EntryKind(kind)].get(name)
+            entry = generation.routes_for(session.view)[EntryKind(kind)].get(name)
             if entry is not None:
                 sources.add(entry.source)
         result = frozenset(sources)

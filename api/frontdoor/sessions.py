@@ -16,6 +16,11 @@ owner, ``local::<user>``) with the front door's local grant policy.
 - A legacy connection stays bound to the principal that opened it: a request on it from another
   principal is refused (-32018; on HTTP the SDK's session manager already answered 404).
 
+- Named views (ADR 0026): a request to ``/mcp/<view>`` carries the view (``api/mcp_views.py``)
+  and stdio may serve one (``stdio --view``). Sessions the front door creates are bound to the
+  request's view (the principal's sessionless binding is per view); a legacy connection opened on
+  one view is refused on another (-32018), and so is a session token of another view.
+
 A :class:`Binding` ties one downstream identity to its gateway session and carries what the
 notifier needs to tell it about view changes. Bindings live in :attr:`Sessions.bindings`, keyed
 by the legacy connection's key, ``session:<id>`` or ``principal:<principal id>``; no token is
@@ -37,6 +42,7 @@ from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.revisions import header_generation
 from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, McpIdentity
+from mcp_reconciler.api.mcp_views import request_view
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.reconciler.authority import Authority, GrantPolicy, Session, View, principal_id
 from mcp_reconciler.reconciler.generation import Generation
@@ -87,10 +93,13 @@ class Sessions:
     when its downstream goes away. A session created for a binding (``owned``) is removed from
     the authority with it; a control-API or config session outlives its bindings."""
 
-    def __init__(self, catalog: CatalogAccess, authority: Authority, *, local: GrantSet) -> None:
+    def __init__(
+        self, catalog: CatalogAccess, authority: Authority, *, local: GrantSet, local_view: str | None = None
+    ) -> None:
         self._catalog = catalog
         self._authority = authority
         self._local = local_identity(local)
+        self._local_view = local_view
         self.bindings: dict[str, Binding] = {}
 
     async def bind_at_handshake(
@@ -116,32 +125,45 @@ class Sessions:
             raise _invalid("a valid session credential is required", "unauthenticated")
         return identity
 
+    def view(self, ctx: ServerRequestContext[Any]) -> str | None:
+        """The named view ``ctx``'s request was addressed to (``None``: the whole catalog)."""
+        request = ctx.request
+        return self._local_view if request is None else request_view(request.scope)
+
     def binding(self, ctx: ServerRequestContext[Any]) -> Binding:
         """The binding of ``ctx``'s downstream, created on first use. Raises ``MCPError(-32018)``
-        when the identity's session is gone or the connection belongs to another principal."""
+        when the identity's session is gone, the connection belongs to another principal, or the
+        session belongs to another view than the one the request was addressed to."""
         identity = self.identity(ctx)
-        if identity.session_id is not None and self._authority.get(identity.session_id) is None:
-            raise _invalid("invalid session token", "invalid_token")  # deleted after the HTTP check
+        view = self.view(ctx)
+        if identity.session_id is not None:
+            own = self._authority.get(identity.session_id)
+            if own is None:
+                raise _invalid("invalid session token", "invalid_token")  # deleted after the HTTP check
+            if view is not None and own.view != view:
+                raise _invalid("this session belongs to another view", "wrong_view")
         if str(ctx.protocol_version).startswith("2025"):
             conn = sdk_compat.connection_of(ctx)
             key = sdk_compat.connection_key(conn)
             binding = self.bindings.get(key)
             if binding is None:
-                binding = self._bind("legacy", key, identity, header_generation(self._catalog, ctx))
+                binding = self._bind("legacy", key, identity, view, header_generation(self._catalog, ctx))
                 binding.conn = conn
                 binding.http_session_id = sdk_compat.http_session_id(conn)
                 sdk_compat.on_connection_close(conn, self._unbind, key)
             elif binding.principal != identity.principal:
                 # The SDK's session manager already answers 404 on HTTP; this holds on any transport.
                 raise _invalid("this MCP session was opened by another identity", "identity_mismatch")
+            elif view is not None and binding.session.view != view:
+                raise _invalid("this MCP session was opened on another view", "wrong_view")
             return binding
         if identity.session_id is not None:
             key = f"session:{identity.session_id}"
         else:
-            key = f"principal:{identity.principal}"
+            key = f"principal:{identity.principal}" if view is None else f"principal:{identity.principal}@{view}"
         binding = self.bindings.get(key)
         if binding is None:
-            binding = self._bind("modern", key, identity)
+            binding = self._bind("modern", key, identity, view)
         return binding
 
     def forget(self, session_id: str) -> list[str]:
@@ -152,7 +174,9 @@ class Sessions:
             del self.bindings[key]
         return keys
 
-    def _bind(self, era: Era, key: str, identity: McpIdentity, grants_from: Generation | None = None) -> Binding:
+    def _bind(
+        self, era: Era, key: str, identity: McpIdentity, view: str | None, grants_from: Generation | None = None
+    ) -> Binding:
         live = self._catalog.current()
         gen = live.generation if live is not None else None
         session = self._authority.get(identity.session_id) if identity.session_id is not None else None
@@ -168,6 +192,7 @@ class Sessions:
                 names=sorted(spec.names),
                 sources=sorted(spec.sources),
                 transport_owned=True,
+                view=view,
             )
         binding = Binding(
             session=session,

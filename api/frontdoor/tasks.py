@@ -58,7 +58,7 @@ from mcp_reconciler.reconciler.authority import Authority, Resolved
 from mcp_reconciler.reconciler.errors import OperationDeadlineError, UpstreamUnavailableError
 from mcp_reconciler.reconciler.model import EntryKind
 from mcp_reconciler.reconciler.runtime import LiveGeneration
-from mcp_reconciler.reconciler.task_support import runs_tool_tasks, task_support
+from mcp_reconciler.reconciler.task_support import required_tool_names, runs_tool_tasks, task_support
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
 from mcp_reconciler.reconciler.uris import rewrite_result
 
@@ -124,7 +124,7 @@ class Tasks:
             return False
         revision, names = self._required
         if revision != live.revision:
-            names = frozenset(n for n, e in live.generation.tools.items() if task_support(e) == "required")
+            names = required_tool_names(live.generation)
             self._required = (live.revision, names)
         return name in names
 

@@ -84,11 +84,14 @@ class SessionRecord:
     pinned_revision: int | None = None
     control_tools: bool = False
     version: int = 0
+    view: str | None = None  # the named view the session is bound to (ADR 0026)
 
     def to_json(self) -> str:
         """A stable JSON form (the store's payload; ``version`` included)."""
         data = asdict(self)
         data["grants"] = dict(self.grants)
+        if self.view is None:
+            del data["view"]  # records of sessions without a view keep their bytes
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @staticmethod

@@ -119,6 +119,7 @@ def to_record(session: Session) -> SessionRecord:
         pinned_revision=session.pinned_revision,
         control_tools=session.control_tools,
         version=session.version,
+        view=session.view,
     )
 
 
@@ -141,6 +142,7 @@ def from_record(record: SessionRecord) -> Session:
         policy=policy,
         standing=standing,
         control_tools=record.control_tools,
+        view=record.view,
         shared=True,
         version=record.version,
         token_hash=record.token_hash,

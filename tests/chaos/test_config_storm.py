@@ -45,7 +45,7 @@ QUIET_S = 3.0
 GATEWAY = {"cooldown_s": 0.1, "anonymous": {"grant_policy": "current"}}  # clients need no token here
 UPSTREAM_TOOLS = {"p0": ["t1", "t2"], "p1": ["u1"], "p2": ["w1", "w2", "w3"]}
 
-# (source name, upstream, prefix) per source; prefix None = "<name>__", "" = none.
+# (source name, upstream, prefix) per source; prefix None = "<name>__", "" = none, "p" = "p__".
 VALID: list[tuple[tuple[str, str, str | None], ...]] = [
     (("a", "p0", None),),
     (("a", "p0", None), ("b", "p1", None)),
@@ -95,7 +95,7 @@ def _variant(key: tuple[tuple[str, str, str | None], ...], ports: dict[str, int]
         if prefix is not None:
             src["prefix"] = prefix
         sources.append(src)
-        eff = f"{name}__" if prefix is None else prefix
+        eff = f"{name}__" if prefix is None else f"{prefix}__" if prefix else ""  # the separator (ADR 0026)
         tools[name] = frozenset(eff + t for t in [*UPSTREAM_TOOLS[up], *CONTROL_TOOLS])
     doc = {"gateway": GATEWAY, "sources": sources}
     return Variant(key, json.dumps(doc), yaml.safe_dump(doc, sort_keys=False), tools)

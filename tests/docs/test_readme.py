@@ -255,6 +255,7 @@ def test_security_blocks(tmp_path: Path) -> None:
     (warning,) = block("anonymous-warning").lines()
     assert warning == "  " + ANONYMOUS_WARNING.format(policy="follow", url="http://127.0.0.1:8765/mcp")
     sessions = tmp_path / "sessions.yaml"
-    sessions.write_text(block("sessions-config").text + source)
+    sessions.write_text(block("sessions-config").text + source + "views:\n  - name: assistant\n")
     (declared,) = load_config(sessions, environ={"MY_AGENT_TOKEN": "a-long-enough-token-123"}).sessions
     assert (declared.name, declared.policy, declared.control_tools) == ("my-agent", "follow", False)
+    assert declared.view == "assistant"

@@ -34,7 +34,7 @@ from mcp_reconciler.reconciler.throttle import Backoff
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
 from tests.integration.conftest import (
     HttpUpstreams,
-    descendant_pids,
+    child_pids,
     http_spec,
     read_pid,
     stdio_spec,
@@ -355,9 +355,9 @@ async def test_I14_no_upstream_process_outlives_the_engine(tmp_path: Path) -> No
         gen = await pubs.wait_for(lambda g: all(s.status is SourceStatus.READY for s in g.sources))
         assert {f"{n}__x" for n in "abc"} <= set(gen.tools)
         pids = {await read_pid(p) for p in pid_files}
-        assert pids <= descendant_pids()  # the servers, under their exit-report shells
+        assert pids <= child_pids()
         assert reader.open_connections() == 3
     assert reader.open_connections() == 0
     assert rec.runtime.connections_closed == 3
     # stdio_client reaps its process before the reader's exit returns: gone, not zombies.
-    assert not pids & descendant_pids()
+    assert not pids & child_pids()

@@ -91,7 +91,7 @@ async def _every_kind(client: Client) -> dict[str, Any]:
     assert json.loads(expanded.text) == seen["note://second"]  # type: ignore[union-attr]
 
     prompts = (await client.list_prompts()).prompts
-    assert [p.name for p in prompts] == ["clock__what_time"]
+    assert [p.name for p in prompts] == ["ask_the_time"]  # the clock's what_time, renamed in the demo config
     for prompt in prompts:
         got = await client.get_prompt(prompt.name)
         assert revision_of(got) >= 1
@@ -112,6 +112,14 @@ async def test_the_demo_serves_every_kind_it_lists_in_both_eras() -> None:
             assert seen["note://first"] == {"title": "first note", "body": "hello"}
             assert seen["notes__get_note"] == seen["note://first"]
             first_pid = seen["notes__count_notes"]["pid"]
+            # The demo's named view: the notes source alone.
+            with anyio.fail_after(WAIT):
+                async with Client(served.url + "/notes-only", mode="auto") as client:  # type: ignore[arg-type]
+                    assert {t.name for t in (await client.list_tools()).tools} == {
+                        "notes__count_notes",
+                        "notes__get_note",
+                    }
+                    assert (await client.list_prompts()).prompts == []
 
             # A new note in the watched data dir respawns the notes server into a new revision,
             # and a session that starts after it is granted the new note and can read it.

@@ -107,6 +107,10 @@ async def test_operator_console_in_a_headless_browser(tmp_path: Path, browser_bi
     backdate(tools_file)
     broken = {"name": "broken", "stdio": {"command": str(tmp_path / "missing-upstream")}}
     cfg = write_config(tmp_path, sources=[tools_source(tools_file), broken])
+    doc = json.loads(cfg.read_text())
+    doc["views"] = [{"name": "search-only", "sources": ["files"], "tools": {"allow": ["files__search"]}}]
+    cfg.write_text(json.dumps(doc))
+    backdate(cfg)
     async with served_gateway(cfg) as served:
         engine = served.gateway.engine
         first = engine.current_revision
@@ -123,6 +127,9 @@ async def test_operator_console_in_a_headless_browser(tmp_path: Path, browser_bi
                 wait_for(driver, f"revision {first}", lambda d: text_of(d, "#now-revision") == str(first))
 
             await step(log_in)
+            view_row = "#view-table tr[data-view='search-only']"
+            await step(lambda: wait_for(driver, "the view's row", lambda d: "/mcp/search-only" in text_of(d, view_row)))
+            assert text_of(driver, view_row + " td:nth-child(3)") == "1"  # its one tool
             assert await step(lambda: driver.find_element(By.ID, "token").get_attribute("value")) == ""
 
             # A run holds the current revision; then a watched file changes.

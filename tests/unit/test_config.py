@@ -349,7 +349,7 @@ def test_unknown_keys_with_did_you_mean(tmp_path: Path) -> None:
         f"{cfg}:4: sources[0].wacth: unknown key (did you mean 'watch'?)",
         f"{cfg}:5: sources[0].colour: unknown key "
         "(allowed keys: name, stdio, http, sse, watch, prefix, uri_prefix, poll_seconds, timeouts, trust, "
-        "overrides, roots)",
+        "overrides, prefix_verbatim, tools, resources, resource_templates, prompts, roots)",
         f"{cfg}:7: gateway.prot: unknown key (did you mean 'port'?)",
         f"{cfg}:8: sourcez: unknown key (did you mean 'sources'?)",
     ]
@@ -422,8 +422,7 @@ def test_drop_in_must_be_one_source_mapping(tmp_path: Path) -> None:
         f"{d}/1.yaml:1: drop-in file is empty (a drop-in holds one source mapping)",
         f"{d}/2.yaml:1: expected a mapping",
         f"{d}/3.yaml:2: sources: unknown key "
-        "(allowed keys: name, stdio, http, sse, watch, prefix, uri_prefix, poll_seconds, timeouts, trust, "
-        "overrides, roots)",
+        "(a drop-in holds one source mapping (name, stdio/http/sse, ...), not a sources: list)",
     ]
 
 

@@ -54,7 +54,7 @@ def _generation() -> Any:
     entry = SimpleNamespace(source="up")
     routes = {kind: {} for kind in EntryKind}
     routes[EntryKind.TOOL] = {"up__a": entry}
-    return SimpleNamespace(revision=1, routes=routes, source_state=lambda s: None)
+    return SimpleNamespace(revision=1, routes=routes, routes_for=lambda view: routes, source_state=lambda s: None)
 
 
 def test_broadcast_queue_is_bounded_per_session() -> None:
@@ -63,7 +63,7 @@ def test_broadcast_queue_is_bounded_per_session() -> None:
     catalog = SimpleNamespace(
         current=lambda: SimpleNamespace(generation=generation), on_publish=lambda cb: lambda: None
     )
-    session = SimpleNamespace(id="s1", grants=MappingProxyType({"tool:up__a": "d"}))
+    session = SimpleNamespace(id="s1", grants=MappingProxyType({"tool:up__a": "d"}), view=None)
     binding = SimpleNamespace(era="legacy", conn=object(), log_level=None, session=session, key="k1")
     sessions = SimpleNamespace(bindings={"k1": binding})
     relay = LogRelay(catalog, sessions, can_push=lambda b: True)  # type: ignore[arg-type]

@@ -94,7 +94,7 @@ def test_collisions_are_decided_on_exposed_uris_with_advice_that_works() -> None
         return SourceState(source=spec.name, spec_digest=spec.digest, entries=entries, built_at=0.0)
 
     clash = merge(
-        [state(SourceSpec(name="one")), state(SourceSpec(name="two", prefix="one__"))], bounds=Bounds(), built_at=0
+        [state(SourceSpec(name="one")), state(SourceSpec(name="two", prefix="one"))], bounds=Bounds(), built_at=0
     )
     by_name = {d.name: d.message for d in clash.diagnostics if d.code == "name_collision"}
     assert "uri_prefix: 'two+'" in by_name["note://a"] and "set a prefix" not in by_name["note://a"]

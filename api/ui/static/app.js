@@ -336,6 +336,7 @@ function render() {
   renderGenerations();
   renderSources();
   renderCatalog();
+  renderViews();
   renderSessions();
   renderActions();
   applyFilters();
@@ -587,6 +588,20 @@ function renderCatalog() {
   replaceRows($("catalog-table").tBodies[0], rows);
 }
 
+function renderViews() {
+  const s = state.status;
+  if (!s) return;
+  const rows = (s.views || []).map((v) => el("tr", { "data-view": v.name },
+    el("td", {}, el("strong", {}, v.name), el("div", { class: "muted" }, "/mcp/" + v.name)),
+    el("td", {}, String(v.entries)),
+    el("td", {}, String(v.tools)),
+    el("td", {}, String(v.resources)),
+    el("td", {}, String(v.resource_templates)),
+    el("td", {}, String(v.prompts))));
+  if (rows.length === 0) rows.push(el("tr", {}, el("td", { colspan: "6", class: "muted" }, "no views (views: in the config)")));
+  replaceRows($("view-table").tBodies[0], rows);
+}
+
 function renderSessions() {
   const list = (state.sessions && state.sessions.sessions) || [];
   const pick = $("session-pick");
@@ -599,7 +614,8 @@ function renderSessions() {
   const rows = list.map((x) => el("tr", { "data-session": x.id },
     el("td", {}, el("code", {}, x.id), x.declared ? el("div", { class: "muted" }, "declared in the config") : null),
     el("td", {}, x.owner),
-    el("td", {}, x.grant_policy + (x.sources ? " (" + x.sources.join(", ") + ")" : "")),
+    el("td", {}, x.grant_policy + (x.sources ? " (" + x.sources.join(", ") + ")" : ""),
+      x.view ? el("div", { class: "muted" }, "view " + x.view) : null),
     el("td", {}, String(x.granted)),
     el("td", {}, x.drifted.length ? x.drifted.join(", ") : "—"),
     el("td", {}, x.quarantined.length ? el("span", { class: "error" }, x.quarantined.join(", ")) : "—"),
