@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
 from anyio.streams.text import TextReceiveStream
@@ -34,10 +35,11 @@ pytestmark = pytest.mark.anyio
 
 WAIT = 60.0
 TOKEN = "bounds-session-token-0123456789"
+OPERATOR = "bounds-operator-token-0123456789"
 MiB = 1024 * 1024
 
 
-def config(message_bytes: int | None) -> str:
+def config(message_bytes: int | None, upstream_args: tuple[str, ...] = ("--tools", "a", "--noisy")) -> str:
     limits = {"upstream_message_bytes": message_bytes} if message_bytes is not None else {}
     return json.dumps(
         {
@@ -48,7 +50,7 @@ def config(message_bytes: int | None) -> str:
                     "name": "up",
                     "stdio": {
                         "command": "python",
-                        "args": ["-m", SERVER_MODULE, "--tools", "a", "--noisy"],
+                        "args": ["-m", SERVER_MODULE, *upstream_args],
                         "cwd": str(REPO_ROOT),
                     },
                 }
@@ -119,11 +121,14 @@ print(worst, count, flush=True)
 
 @dataclass
 class Health:
-    worst: float
-    count: int
+    worst: float = 0.0
+    count: int = 0
 
 
-async def measured(gw: Any, client: Client, size: int) -> tuple[Any, float, Health]:
+@contextlib.asynccontextmanager
+async def healthz_probe(gw: Any) -> AsyncIterator[Health]:
+    """The probe runs while the block does; the yielded figures are filled in when it ends."""
+    health = Health()
     host, port = gw.base_url.removeprefix("http://").rsplit(":", 1)
     probe = await anyio.open_process([sys.executable, "-c", PROBE, host, port])
     assert probe.stdin is not None and probe.stdout is not None
@@ -131,6 +136,17 @@ async def measured(gw: Any, client: Client, size: int) -> tuple[Any, float, Heal
         lines = TextReceiveStream(probe.stdout)
         with anyio.fail_after(WAIT):
             assert (await lines.receive()).strip() == "ready"
+        yield health
+        await probe.stdin.aclose()
+        with anyio.fail_after(WAIT):
+            out = "".join([chunk async for chunk in lines])
+            assert await probe.wait() == 0, out
+    worst, count = out.split()
+    health.worst, health.count = float(worst), int(count)
+
+
+async def measured(gw: Any, client: Client, size: int) -> tuple[Any, float, Health]:
+    async with healthz_probe(gw) as health:
         before = cpu_s(gw.pid)
         outcome: Any
         try:
@@ -138,18 +154,11 @@ async def measured(gw: Any, client: Client, size: int) -> tuple[Any, float, Heal
         except MCPError as exc:
             outcome = exc
         spent = cpu_s(gw.pid) - before
-        await probe.stdin.aclose()
-        with anyio.fail_after(WAIT):
-            out = "".join([chunk async for chunk in lines])
-            assert await probe.wait() == 0, out
-    worst, count = out.split()
-    return outcome, spent, Health(float(worst), int(count))
+    return outcome, spent, health
 
 
 @pytest.mark.parametrize("size_mb", [50, 100])
-async def test_an_oversized_answer_is_refused(
-    tmp_path: Path, size_mb: int
-) -> None:
+async def test_an_oversized_answer_is_refused(tmp_path: Path, size_mb: int) -> None:
     async with served(tmp_path) as (gw, client):
         outcome, cpu, health = await measured(gw, client, size_mb * 1_000_000)
         assert isinstance(outcome, MCPError), outcome
@@ -230,3 +239,43 @@ async def test_an_abandoned_call_is_cancelled_upstream_and_the_gateway_goes_idle
         assert idle_after < 10.0, f"the gateway was busy for {idle_after:.1f} s after the client left"
         assert not (await client.call_tool("up__a", {})).is_error  # and it still serves the source
         print(f"idle {idle_after:.2f} s after abandoning a 100 MB answer")
+
+
+async def test_a_100000_tool_upstream_is_refused_while_read_and_keeps_the_gateway_responsive(tmp_path: Path) -> None:
+    """One page of 100,000 tools (bound: 10,000 entries): each listing attempt fails with the
+    bound named, the gateway's peak RSS stays bounded and /healthz answers meanwhile (the whole
+    list used to be read, parsed and validated first: /healthz stalled up to 4.8 s, 527 MiB)."""
+    names = tmp_path / "tools.json"
+    names.write_text(json.dumps([f"tool_{i}" for i in range(100_000)]))
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(config(None, ("--tools-file", str(names), "--page-size", "100000")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
+    env.update(BOUNDS_TOKEN=TOKEN, MCP_RECONCILER_OPERATOR_TOKENS=OPERATOR)
+    serve = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"]
+    async with (
+        gateway_process(serve, cwd=REPO_ROOT, env=env) as gw,
+        httpx2.AsyncClient(base_url=gw.base_url, headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=WAIT) as http,
+    ):
+
+        async def source() -> dict[str, Any]:
+            body = (await http.get("/v1/status")).json()
+            return next(s for s in body["sources"] if s["name"] == "up")
+
+        with anyio.fail_after(2 * WAIT):
+            while (first := await source())["last_error"] is None:  # the served process's own cycle
+                await anyio.sleep(0.1)
+            async with healthz_probe(gw) as health:
+                started = anyio.current_time()
+                while (now := await source())["consecutive_failures"] <= first["consecutive_failures"]:
+                    await anyio.sleep(0.1)  # one more attempt (a new upstream process) while probed
+                took = anyio.current_time() - started
+        expected = "listing refused while reading: a page passed entries_per_generation (10000 entries)"
+        assert first["last_error"] == now["last_error"] == expected
+        assert now["state"] == "failed" and now["entries"] == 0
+        rss = peak_rss_mib(gw.pid)
+        assert rss < 400, f"peak RSS {rss:.0f} MiB"
+        assert health.worst < 1.0, f"/healthz took up to {health.worst:.3f} s"
+        print(
+            f"100,000 tools: diagnosed in {took:.1f} s, /healthz worst {health.worst * 1000:.0f} ms,"
+            f" peak RSS {rss:.0f} MiB"
+        )
