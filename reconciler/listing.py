@@ -133,6 +133,7 @@ async def list_source(
                 raise SourceReadError(
                     f"listing exceeded {bounds.pages_per_source} pages",
                     detail=f"source {spec.name}: more than {bounds.pages_per_source} list pages",
+                    cause_kind="bound_exceeded",
                 )
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
             try:
@@ -180,13 +181,16 @@ async def list_source(
                     raise SourceReadError(
                         f"listing stopped at bytes_per_candidate ({bounds.bytes_per_candidate} bytes of definitions)",
                         detail=f"source {spec.name}: definitions too large",
+                        cause_kind="bound_exceeded",
                     )
             cursor = page.next_cursor
             if not cursor:
                 break
             if cursor in cursors:
                 raise SourceReadError(
-                    "listing returned a repeated page cursor", detail=f"source {spec.name}: cursor loop"
+                    "listing returned a repeated page cursor",
+                    detail=f"source {spec.name}: cursor loop",
+                    cause_kind="protocol",
                 )
             cursors.add(cursor)
     if metadata_diags > METADATA_DIAGNOSTICS_PER_SOURCE:
@@ -202,6 +206,7 @@ def _too_many(spec: SourceSpec, bounds: Bounds) -> SourceReadError:
     return SourceReadError(
         f"listing stopped at entries_per_generation ({bounds.entries_per_generation} entries)",
         detail=f"source {spec.name}: more than {bounds.entries_per_generation} entries listed",
+        cause_kind="bound_exceeded",
     )
 
 

@@ -361,12 +361,16 @@ async def stdio_channel(
     list_bytes: int | None = None,
     list_entries: int | None = None,
     stderr: int | IO[Any] | None = None,
+    on_exit: Callable[[int | None], None] | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start ``params``'s process and yield the (read, write) streams a client session speaks
     through (:class:`~reconciler.peer_contract.UpstreamChannel`). ``message_bytes`` bounds every
-    line; ``list_bytes`` and ``list_entries`` (if given) bound the answers to list requests. ``stderr`` is where the
-    process's stderr goes (a file descriptor or file; default: inherited). Spawn failures
-    (``OSError``) propagate before anything else starts."""
+    line; ``list_bytes`` and ``list_entries`` (if given) bound the answers to list requests.
+    ``stderr`` is where the process's stderr goes (a file descriptor or file; default:
+    inherited). ``on_exit`` gets the exit status of a process that ended on its own (its stdout
+    closed before the channel did; negative: the signal), for the cause of a failed connect
+    (``reconciler/failure_cause.py``). Spawn failures (``OSError``) propagate before anything
+    else starts."""
     process = await anyio.open_process(
         _command(params),
         env=get_default_environment() | (params.env or {}),
@@ -379,6 +383,7 @@ async def stdio_channel(
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
     lists = _Lists(source, list_bytes, list_entries)
     writer_done = anyio.Event()
+    ended = anyio.Event()  # the process closed its stdout (exited) before the channel closed
     soft = min(message_bytes, list_bytes) if list_bytes is not None else message_bytes
     splitter = LineSplitter(message_bytes, limit_for=lists.limit_for(message_bytes), soft=soft)
 
@@ -438,8 +443,11 @@ async def stdio_channel(
                                 return
                         else:
                             log.info("upstream %s: skipped a refused message of %d bytes", source, item.size)
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                return  # EOF, the process gone, or our own shutdown: the session sees the end
+            except anyio.EndOfStream:
+                ended.set()  # stdout closed before we stopped it: the process ended on its own
+                return
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                return  # the process gone, or our own shutdown: the session sees the end
 
     async def writer() -> None:
         assert process.stdin is not None
@@ -465,7 +473,10 @@ async def stdio_channel(
                 write_stream.close()
                 with anyio.move_on_after(FLUSH_S):
                     await writer_done.wait()
+                ended_alone = ended.is_set()
                 await stop_process(process)
+                if on_exit is not None and ended_alone:
+                    on_exit(process.returncode)
             tg.cancel_scope.cancel()
 
 

@@ -29,10 +29,11 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.reconciler.direct_answers import DirectAnswers, SessionHeaders
+from mcp_reconciler.reconciler.failure_cause import Evidence
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.keepalive import KeepAliveTransport
 from mcp_reconciler.reconciler.legacy_lane import LegacyLane
-from mcp_reconciler.reconciler.logsource import pump_stderr
+from mcp_reconciler.reconciler.logsource import StderrSink, pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.peer_contract import DEFAULT_UPSTREAM_MESSAGE_BYTES
 from mcp_reconciler.reconciler.stdio_peer import stdio_channel
@@ -110,10 +111,13 @@ async def _stdio_with_stderr_pump(
     message_bytes: int,
     list_bytes: int | None,
     list_entries: int | None,
+    evidence: Evidence | None = None,
+    noise: Any = (),
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Our stdio channel (``reconciler/stdio_peer.py``) with the process's stderr on a pipe that
-    :func:`pump_stderr` logs. The spawn happens before any task group of ours, so a spawn
-    failure propagates as itself."""
+    :func:`pump_stderr` logs and notes in ``evidence`` with the exit status (the cause of a
+    failed connect, ``reconciler/failure_cause.py``). The spawn happens before any task group
+    of ours, so a spawn failure propagates as itself."""
     read_fd, write_fd = os.pipe()
     pumping = False
     try:
@@ -124,12 +128,13 @@ async def _stdio_with_stderr_pump(
             list_bytes=list_bytes,
             list_entries=list_entries,
             stderr=write_fd,
+            on_exit=evidence.process_exited if evidence is not None else None,
         )
         async with channel as streams:
             os.close(write_fd)  # the child has its copy; ours would keep the pipe from ending
             write_fd = -1
             async with anyio.create_task_group() as tg:
-                tg.start_soon(pump_stderr, read_fd, source)
+                tg.start_soon(pump_stderr, read_fd, StderrSink(source, evidence, tuple(noise)))
                 pumping = True
                 try:
                     yield streams
@@ -213,6 +218,8 @@ def transport_for(
                 message_bytes=message_bytes,
                 list_bytes=list_bytes,
                 list_entries=list_entries,
+                evidence=target.evidence,
+                noise=t.get("stderr_noise") or (),
             ) as (read, write):
                 yield ObservedReadStream(read, on_end), write
         elif kind == "http":
@@ -226,7 +233,7 @@ def transport_for(
             transport = KeepAliveTransport(limits=limits)
             # Answers to the server's requests go up without the SDK's writer (direct_answers.py).
             session = SessionHeaders()
-            hooks = {"request": [session.observe]}
+            hooks: dict[str, list[Any]] = {"request": [session.observe], "response": [target.observe_response]}
             poster = poster_for(spec, message_bytes)
             try:
                 async with httpx2.AsyncClient(
@@ -266,6 +273,14 @@ class Target:
     def __init__(self) -> None:
         self.connect: AbstractAsyncContextManager[tuple[ObservedReadStream, Any]] | None = None
         self.lane: LegacyLane | None = None
+        #: What the transport saw of its upstream, for a failure's cause (``failure_cause.py``).
+        self.evidence = Evidence()
+
+    async def observe_response(self, response: httpx2.Response) -> None:
+        """httpx2 response hook: note a POST's status (the SDK turns an error status into a
+        generic JSON-RPC error; the operator needs "HTTP 401")."""
+        if response.request.method == "POST":
+            self.evidence.observe_status(response.status_code)
 
     async def __aenter__(self) -> tuple[ObservedReadStream, Any]:
         assert self.connect is not None
