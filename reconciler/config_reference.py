@@ -26,7 +26,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from mcp_reconciler.reconciler import config as _config
+from mcp_reconciler.reconciler.config.interpolation import _numeric_or_bool
+from mcp_reconciler.reconciler.config.schema import _MainFile
 
 __all__ = [
     "ROOT_MODEL",
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 #: The top-level model: what one main config file holds.
-ROOT_MODEL: type[BaseModel] = _config._MainFile
+ROOT_MODEL: type[BaseModel] = _MainFile
 SCHEMA_ID = "urn:mcp-reconciler:config.schema.json"
 SCHEMA_FILE = "config.schema.json"
 MARKDOWN_FILE = "config.md"
@@ -147,7 +148,7 @@ def _adjust_properties(model: type[BaseModel], definition: dict[str, Any]) -> No
         if prop is None:
             continue
         prop.pop("title", None)
-        if _config._numeric_or_bool(info.annotation):
+        if _numeric_or_bool(info.annotation):
             meta = {k: prop.pop(k) for k in ("description", "default") if k in prop}
             alternatives = prop.pop("anyOf") if "anyOf" in prop else [dict(prop)]
             prop.clear()
@@ -243,7 +244,7 @@ def render_markdown() -> str:
             bounds = _constraints(info)
             if bounds:
                 typ += f" ({bounds})"
-            if _config._numeric_or_bool(info.annotation):
+            if _numeric_or_bool(info.annotation):
                 typ += " or `${VAR}`"
             out.append(
                 f"| `{info.alias or name}` | {_cell(typ)} | {_cell(_default_text(info))} "

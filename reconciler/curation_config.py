@@ -2,10 +2,10 @@
 ``resource_templates`` / ``prompts`` filters, ``prefix_verbatim``, per-entry ``rename`` (in
 ``overrides``), and the top-level ``views:``. Here: the pydantic models of the new keys and the
 checks that need more than one entry (unknown sources in a view, rename collisions), reported as
-``(document, location, message, hint)`` so ``reconciler/config.py`` turns them into
+``(document, location, message, hint)`` so ``reconciler/config/`` turns them into
 ``file:line: field`` problems. The engine's values are built by :func:`curation_of`.
 
-Nothing here imports ``config.py`` (it imports this module)."""
+Nothing here imports the ``config`` package (it imports this module)."""
 
 from __future__ import annotations
 
