@@ -173,7 +173,9 @@ class IssuerConfig(_Frozen):
     OpenID ``/.well-known/openid-configuration`` derived from ``issuer``. The metadata must name
     exactly this ``issuer`` (RFC 8414 §3.3)."""
 
-    issuer: str = Field(description="The issuer identifier (its `iss`), an https URL without query.")
+    issuer: str = Field(
+        description="The issuer identifier (its `iss`): an https URL (http only on loopback), no query or fragment."
+    )
     metadata_url: str | None = Field(
         default=None,
         description="Its metadata URL (default: RFC 8414, then OpenID well-known URLs derived from `issuer`).",

@@ -72,7 +72,7 @@ class TimeoutsConfig(_Frozen):
     connect_s: float = Field(
         default=10.0,
         gt=0,
-        description="Seconds to connect and finish the MCP handshake once the source has started before.",
+        description="Seconds to connect and finish the MCP handshake (the first start gets `startup_s`).",
     )
     call_s: float = Field(
         default=300.0,
