@@ -10,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: run test system-deps check lint typecheck pytest bench bench-fastpath conformance image image-base image-test clean
+.PHONY: run test system-deps check lint typecheck pytest config-reference bench bench-fastpath conformance image image-base image-test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ typecheck: $(VENV)/.installed
 
 pytest: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# docs/config.schema.json and docs/config.md from the config models (tests/docs/test_config_reference.py
+# fails until they are regenerated after a config model changes).
+config-reference: $(VENV)/.installed
+	$(PY) -m mcp_reconciler.reconciler.config_reference
 
 # The front door's cost per call and per list, fast lane vs normal lane vs direct (issue 12).
 bench-fastpath: $(VENV)/.installed

@@ -2,10 +2,10 @@
 ``resource_templates`` / ``prompts`` filters, ``prefix_verbatim``, per-entry ``rename`` (in
 ``overrides``), and the top-level ``views:``. Here: the pydantic models of the new keys and the
 checks that need more than one entry (unknown sources in a view, rename collisions), reported as
-``(document, location, message, hint)`` so ``reconciler/config.py`` turns them into
+``(document, location, message, hint)`` so ``reconciler/config/`` turns them into
 ``file:line: field`` problems. The engine's values are built by :func:`curation_of`.
 
-Nothing here imports ``config.py`` (it imports this module)."""
+Nothing here imports the ``config`` package (it imports this module)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,12 @@ class _Strict(BaseModel):
 class FilterConfig(_Strict):
     """``allow`` / ``deny`` lists of exact names or globs (``*``, ``?``, ``[abc]``)."""
 
-    allow: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
+    allow: tuple[str, ...] = Field(
+        default=(), description="Only names matching one of these are served (empty: every name)."
+    )
+    deny: tuple[str, ...] = Field(
+        default=(), description="Names matching one of these are not served (wins over allow)."
+    )
 
     @field_validator("allow", "deny")
     @classmethod
@@ -74,13 +78,17 @@ class ViewConfig(_Strict):
     takes (empty: all), then filters and ``rename`` (served name → the view's name) on the names
     the gateway serves."""
 
-    name: str
-    sources: tuple[str, ...] = ()
-    tools: FilterConfig | None = None
-    resources: FilterConfig | None = None
-    resource_templates: FilterConfig | None = None
-    prompts: FilterConfig | None = None
-    rename: dict[str, str] = Field(default_factory=dict)
+    name: str = Field(description="The view's name: 1..64 characters of A-Z a-z 0-9 _ . -.")
+    sources: tuple[str, ...] = Field(default=(), description="The sources it takes (empty: all).")
+    tools: FilterConfig | None = Field(default=None, description="Which served tool names it keeps.")
+    resources: FilterConfig | None = Field(default=None, description="Which served resource URIs it keeps.")
+    resource_templates: FilterConfig | None = Field(
+        default=None, description="Which served resource templates it keeps."
+    )
+    prompts: FilterConfig | None = Field(default=None, description="Which served prompt names it keeps.")
+    rename: dict[str, str] = Field(
+        default_factory=dict, description="Served name to the name this view serves it under."
+    )
 
     @field_validator("name")
     @classmethod

@@ -97,12 +97,28 @@ class JwksPolicy(_Frozen):
     closed). A token naming an unknown ``kid`` refetches at most once per
     ``min_refetch_interval_s`` (rotation), so garbage tokens cannot hammer the issuer."""
 
-    refresh_interval_s: float = Field(default=300.0, gt=0, le=86_400)
-    max_stale_s: float = Field(default=3600.0, gt=0, le=7 * 86_400)
-    min_refetch_interval_s: float = Field(default=30.0, ge=0, le=3600)
-    max_keys: int = Field(default=32, ge=1, le=1024)
-    max_bytes: int = Field(default=64 * 1024, ge=1024, le=4 * 1024 * 1024)
-    fetch_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    refresh_interval_s: float = Field(
+        default=300.0, gt=0, le=86_400, description="Keys younger than this (seconds) are used without refetching."
+    )
+    max_stale_s: float = Field(
+        default=3600.0,
+        gt=0,
+        le=7 * 86_400,
+        description="While refetching fails, keys younger than this keep working; older ones are not used.",
+    )
+    min_refetch_interval_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="A token naming an unknown `kid` refetches the keys at most this often (seconds).",
+    )
+    max_keys: int = Field(default=32, ge=1, le=1024, description="Most keys read from one JWKS document.")
+    max_bytes: int = Field(
+        default=64 * 1024, ge=1024, le=4 * 1024 * 1024, description="Largest JWKS document read, in bytes."
+    )
+    fetch_timeout_s: float = Field(
+        default=5.0, gt=0, le=60, description="Seconds one fetch of metadata or keys may take."
+    )
 
     @model_validator(mode="after")
     def _stale_covers_refresh(self) -> JwksPolicy:
@@ -115,8 +131,12 @@ class TokenCachePolicy(_Frozen):
     """Validated tokens are cached (keyed by a SHA-256 of the token, never the token) until
     ``min(exp, validated_at + ttl_s)``; least recently used entries go first past ``max_entries``."""
 
-    max_entries: int = Field(default=10_000, ge=1, le=1_000_000)
-    ttl_s: float = Field(default=300.0, gt=0, le=86_400)
+    max_entries: int = Field(
+        default=10_000, ge=1, le=1_000_000, description="Most validated tokens cached; least recently used go first."
+    )
+    ttl_s: float = Field(
+        default=300.0, gt=0, le=86_400, description="Longest a validated token is cached (seconds; never past its exp)."
+    )
 
 
 class IntrospectionConfig(_Frozen):
@@ -126,11 +146,18 @@ class IntrospectionConfig(_Frozen):
     An answer is cached like a validated JWT, but at most ``cache_ttl_s``: that is how long a
     revoked token may still be accepted."""
 
-    url: str
-    client_id: str = Field(min_length=1)
-    client_secret: str = Field(min_length=1)
-    cache_ttl_s: float = Field(default=60.0, gt=0, le=3600)
-    timeout_s: float = Field(default=5.0, gt=0, le=60)
+    url: str = Field(description="The RFC 7662 introspection endpoint URL.")
+    client_id: str = Field(min_length=1, description="The gateway's client id at the endpoint (HTTP Basic).")
+    client_secret: str = Field(
+        min_length=1, description="The gateway's client secret at the endpoint; write `${VAR}` (a secret)."
+    )
+    cache_ttl_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="Longest an introspection answer is cached: how long a revoked token may still be accepted.",
+    )
+    timeout_s: float = Field(default=5.0, gt=0, le=60, description="Seconds one introspection request may take.")
 
     @field_validator("url")
     @classmethod
@@ -146,11 +173,22 @@ class IssuerConfig(_Frozen):
     OpenID ``/.well-known/openid-configuration`` derived from ``issuer``. The metadata must name
     exactly this ``issuer`` (RFC 8414 §3.3)."""
 
-    issuer: str
-    metadata_url: str | None = None
-    jwks_url: str | None = None
-    algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS
-    introspection: IntrospectionConfig | None = None
+    issuer: str = Field(
+        description="The issuer identifier (its `iss`): an https URL (http only on loopback), no query or fragment."
+    )
+    metadata_url: str | None = Field(
+        default=None,
+        description="Its metadata URL (default: RFC 8414, then OpenID well-known URLs derived from `issuer`).",
+    )
+    jwks_url: str | None = Field(
+        default=None, description="Its signing keys' URL (default: the `jwks_uri` of its metadata)."
+    )
+    algorithms: tuple[str, ...] = Field(
+        default=DEFAULT_ALGORITHMS, description="The JWS algorithms accepted in its tokens."
+    )
+    introspection: IntrospectionConfig | None = Field(
+        default=None, description="RFC 7662 introspection for its opaque (non-JWT) tokens (one issuer at most)."
+    )
 
     @field_validator("issuer")
     @classmethod
@@ -176,9 +214,16 @@ class RoleRules(_Frozen):
     ``operator_claims[c]`` (a string or a list of strings), is an **operator** (``/v1``
     administration); every other accepted token is an **owner** (its own sessions only)."""
 
-    required_scopes: tuple[str, ...] = ()
-    operator_scopes: tuple[str, ...] = ()
-    operator_claims: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    required_scopes: tuple[str, ...] = Field(
+        default=(), description="Scopes every accepted token must carry (else 403 insufficient_scope)."
+    )
+    operator_scopes: tuple[str, ...] = Field(
+        default=(), description="A token with any of these scopes is an operator (/v1 administration)."
+    )
+    operator_claims: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="Claim name to values: a token whose claim holds one of them (a string or a list) is an operator.",
+    )
 
     @field_validator("required_scopes", "operator_scopes")
     @classmethod
@@ -195,9 +240,17 @@ class GrantRules(_Frozen):
     ``explicit``: exactly the names the token carries — each scope ``<scope_prefix><name>`` and
     each string in the claim ``claim`` (bounded like every grant: 1,024 names)."""
 
-    policy: Literal["current", "none", "explicit"] = "current"
-    scope_prefix: str | None = Field(default=None, min_length=1)
-    claim: str | None = Field(default=None, min_length=1)
+    policy: Literal["current", "none", "explicit"] = Field(
+        default="current",
+        description="`current` (every name visible at creation), `none` (nothing until granted) or `explicit` "
+        "(the names the token carries).",
+    )
+    scope_prefix: str | None = Field(
+        default=None, min_length=1, description="With `explicit`: each scope `<scope_prefix><name>` grants `<name>`."
+    )
+    claim: str | None = Field(
+        default=None, min_length=1, description="With `explicit`: each string in this claim is a granted name."
+    )
 
     @model_validator(mode="after")
     def _explicit_has_a_source(self) -> GrantRules:
@@ -216,17 +269,35 @@ class OAuthConfig(_Frozen):
     resource is refused. ``audience`` overrides the expected ``aud`` for providers that cannot
     put a URL there (the protected resource metadata still names ``resource``)."""
 
-    resource: str
-    audience: str | None = Field(default=None, min_length=1)
-    resource_name: str | None = Field(default=None, min_length=1, max_length=256)
-    issuers: tuple[IssuerConfig, ...]
-    scopes_supported: tuple[str, ...] | None = None
-    leeway_s: float = Field(default=30.0, ge=0, le=300)
-    require_at_jwt: bool = False
-    roles: RoleRules = Field(default_factory=RoleRules)
-    grants: GrantRules = Field(default_factory=GrantRules)
-    jwks: JwksPolicy = Field(default_factory=JwksPolicy)
-    token_cache: TokenCachePolicy = Field(default_factory=TokenCachePolicy)
+    resource: str = Field(
+        description="This gateway's resource identifier (RFC 8707): the public URL of its /mcp endpoint; "
+        "a token's `aud` must name it."
+    )
+    audience: str | None = Field(
+        default=None, min_length=1, description="The `aud` expected instead of `resource`, for providers that need it."
+    )
+    resource_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="A readable name in the protected resource metadata.",
+    )
+    issuers: tuple[IssuerConfig, ...] = Field(description="The trusted authorization servers (1 to 8).")
+    scopes_supported: tuple[str, ...] | None = Field(
+        default=None, description="The scopes advertised in the protected resource metadata."
+    )
+    leeway_s: float = Field(
+        default=30.0, ge=0, le=300, description="Clock skew allowed when checking exp, nbf and iat (seconds)."
+    )
+    require_at_jwt: bool = Field(
+        default=False, description="true: JWTs must be typed `at+jwt` (RFC 9068 access tokens)."
+    )
+    roles: RoleRules = Field(default_factory=RoleRules, description="Which tokens are operators, which owners.")
+    grants: GrantRules = Field(default_factory=GrantRules, description="The grant set of sessions a token opens.")
+    jwks: JwksPolicy = Field(default_factory=JwksPolicy, description="How issuers' signing keys are fetched and kept.")
+    token_cache: TokenCachePolicy = Field(
+        default_factory=TokenCachePolicy, description="How validated tokens are cached."
+    )
 
     @field_validator("resource")
     @classmethod
@@ -267,15 +338,21 @@ class UpstreamOAuthConfig(_Frozen):
     ``refresh_skew_s`` before it expires (or after the upstream answers 401), and sends it as
     the upstream's ``Authorization: Bearer``. A client's own token is never forwarded upstream."""
 
-    token_url: str
-    client_id: str = Field(min_length=1)
-    client_secret: str = Field(min_length=1)
-    scopes: tuple[str, ...] = ()
-    resource: str | None = None
-    audience: str | None = Field(default=None, min_length=1)
-    auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
-    refresh_skew_s: float = Field(default=60.0, ge=0, le=3600)
-    timeout_s: float = Field(default=10.0, gt=0, le=120)
+    token_url: str = Field(description="The authorization server's token endpoint URL.")
+    client_id: str = Field(min_length=1, description="The gateway's client id there.")
+    client_secret: str = Field(
+        min_length=1, description="The gateway's client secret there; write `${VAR}` (a secret)."
+    )
+    scopes: tuple[str, ...] = Field(default=(), description="Scopes asked for.")
+    resource: str | None = Field(default=None, description="RFC 8707 `resource` sent with the request.")
+    audience: str | None = Field(default=None, min_length=1, description="`audience` sent with the request.")
+    auth_method: Literal["client_secret_basic", "client_secret_post"] = Field(
+        default="client_secret_basic", description="How the client authenticates: HTTP Basic or form fields."
+    )
+    refresh_skew_s: float = Field(
+        default=60.0, ge=0, le=3600, description="Renew the token this long (seconds) before it expires."
+    )
+    timeout_s: float = Field(default=10.0, gt=0, le=120, description="Seconds one token request may take.")
 
     @field_validator("token_url")
     @classmethod

@@ -41,6 +41,7 @@ CHECKED = {
     "import-cli": "tests/docs/test_readme_failures.py::test_import_blocks",
     "import-output": "tests/docs/test_readme_failures.py::test_import_blocks",
     "source-keys": "tests/docs/test_readme_failures.py::test_source_keys_block",
+    "schema-line": "tests/docs/test_config_reference.py::test_readme_schema_line_points_at_the_schema",
     "env-settings": "tests/docs/test_readme_failures.py::test_env_settings_block",
     "source-timeouts": "tests/docs/test_readme_failures.py::test_source_timeouts_block",
     "upstream-message-error": "tests/e2e/test_upstream_bounds.py::test_an_oversized_answer_is_refused",
