@@ -49,6 +49,7 @@ from mcp_reconciler.reconciler.curation_config import (
     filters_of,
     valid_served_name,
 )
+from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryConfig, DiscoveryPolicy, Mode
 from mcp_reconciler.reconciler.freshness import raise_if_exhausted, strict_glob
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig, UpstreamOAuthConfig
@@ -501,6 +502,7 @@ class SessionConfig(_Frozen):
     sources: tuple[str, ...] = ()
     control_tools: bool = False
     view: str | None = None  # a named view (views:): the session sees only that view's names
+    discovery: Mode | None = None  # all | search (reconciler/discovery.py; default: the view's or the config's)
 
     _check_lists = field_validator("names", "sources")(_nonempty_items)
 
@@ -654,6 +656,7 @@ class _MainFile(_Frozen):
     oauth: OAuthConfig | None = None
     cluster: ClusterConfig | None = None
     views: tuple[ViewConfig, ...] = Field(default=(), max_length=64)  # each is a table per publication
+    discovery: DiscoveryConfig = Field(default_factory=DiscoveryConfig)  # search mode (ADR 0029)
 
     @field_validator("sources", "include", "sessions", "views", mode="before")
     @classmethod
@@ -693,6 +696,8 @@ class LoadedConfig:
     cluster: ClusterConfig | None = field(default=None, repr=False)
     #: Per-source filters and renames, and the named views (ADR 0026).
     curation: Curation = NO_CURATION
+    #: Discovery modes and the search-mode settings (ADR 0029).
+    discovery: DiscoveryPolicy = DEFAULT_POLICY
 
 
 # --------------------------------------------------------------------------------------------
@@ -1227,6 +1232,7 @@ def load_config(
         secret_values=frozenset(secrets),
         cluster=cluster,
         curation=curation,
+        discovery=main.discovery.policy({v.name: v.discovery for v in main.views}),
     )
 
 
@@ -1323,6 +1329,7 @@ def _build_sessions(
                 sources=declared.sources,
                 control_tools=declared.control_tools,
                 view=declared.view,
+                discovery=declared.discovery,
             )
         )
     return tuple(out)

@@ -13,7 +13,7 @@ import difflib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -81,6 +81,9 @@ class ViewConfig(_Strict):
     resource_templates: FilterConfig | None = None
     prompts: FilterConfig | None = None
     rename: dict[str, str] = Field(default_factory=dict)
+    #: The discovery mode of the view's sessions (``all`` | ``search``; ``None``: the config's;
+    #: ``reconciler/discovery.py``).
+    discovery: Literal["all", "search"] | None = None
 
     @field_validator("name")
     @classmethod
