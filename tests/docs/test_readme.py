@@ -236,8 +236,6 @@ def test_limits_defaults() -> None:
     assert shown["shutdown_grace_s"] == defaults.shutdown_grace_s
     assert shown["limits"] == defaults.limits.model_dump(), "README limits differ from LimitsConfig's defaults"
     assert GatewaySettings.model_validate(shown) == defaults
-
-
 def test_security_blocks(tmp_path: Path) -> None:
     """The Security section's config fragments are valid configs, and the warning it quotes is
     the one ``serve`` prints (``tests/api/test_cli.py::test_serve_warns_when_anonymous_access_is_on``
