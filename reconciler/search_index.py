@@ -23,6 +23,8 @@ toward ``limit`` (the invariant I21 in docs/DESIGN.md)."""
 
 from __future__ import annotations
 
+import functools
+import gc
 import heapq
 import json
 import math
@@ -31,6 +33,8 @@ import sys
 import threading
 import time
 from array import array
+from collections import Counter
+from operator import itemgetter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +52,7 @@ LIMIT_MAX = 50
 #: A query longer than this is cut (bounded work per request).
 QUERY_CHARS_MAX = 512
 _TF_MAX = 255
+_score = itemgetter(1)
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[A-Za-z0-9]+")
@@ -124,11 +129,20 @@ def tokens(text: str) -> list[str]:
     stop words dropped."""
     out: list[str] = []
     for word in _WORD.findall(text):
-        for part in _CAMEL.split(word):
-            low = part.lower()
-            if low and low not in _STOP:
-                out.append(_stem(low))
+        out.extend(_terms(word))
     return out
+
+
+@functools.lru_cache(maxsize=65_536)
+def _terms(word: str) -> tuple[str, ...]:
+    """The terms of one alphanumeric word (cached: catalogs repeat their words, and a build
+    then splits and stems each distinct word once)."""
+    out: list[str] = []
+    for part in _CAMEL.split(word):
+        low = part.lower()
+        if low and low not in _STOP:
+            out.append(_stem(low))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +164,8 @@ def one_line(text: str, limit: int = 200) -> str:
     return line
 
 
-def _document(name: str, data: Mapping[str, Any]) -> list[str]:
-    """The weighted token list of one served tool definition."""
+def _document(name: str, data: Mapping[str, Any]) -> tuple[Counter[str], int]:
+    """The weighted term frequencies of one served tool definition, and its length."""
     title = data.get("title")
     if not isinstance(title, str):
         annotations = data.get("annotations")
@@ -172,13 +186,18 @@ def _document(name: str, data: Mapping[str, Any]) -> list[str]:
     budget -= len(title) if isinstance(title, str) else 0
     text = (description if isinstance(description, str) else "") + "\n" + "\n".join(parts)
     text_t = tokens(text[: max(0, budget)])
-    return name_t * NAME_WEIGHT + title_t * TITLE_WEIGHT + text_t * TEXT_WEIGHT
+    counts = Counter(text_t)  # TEXT_WEIGHT is 1
+    for t in name_t:
+        counts[t] += NAME_WEIGHT
+    for t in title_t:
+        counts[t] += TITLE_WEIGHT
+    return counts, len(name_t) * NAME_WEIGHT + len(title_t) * TITLE_WEIGHT + len(text_t) * TEXT_WEIGHT
 
 
 class SearchIndex:
     """BM25 over one routing table's tools (module docstring). Immutable after :meth:`build`."""
 
-    __slots__ = ("_avgdl", "_doc_len", "_entries", "_idf", "_names", "_postings", "build_s", "size_bytes")
+    __slots__ = ("_avgdl", "_doc_len", "_entries", "_idf", "_names", "_norm", "_postings", "build_s", "size_bytes")
 
     def __init__(
         self,
@@ -194,8 +213,11 @@ class SearchIndex:
         self._doc_len = doc_len
         n = len(names)
         self._avgdl = (sum(doc_len) / n) if n else 0.0
-        # idf per term, precomputed: a query is then a few dict lookups and one pass per posting.
-        self._idf = {t: math.log(1.0 + (n - len(p) + 0.5) / (len(p) + 0.5)) for t, p in postings.items()}
+        # idf (times k1 + 1) per term and BM25's length normalizer per document, precomputed: a
+        # query is then a few dict lookups and one short pass per posting.
+        self._idf = {t: (K1 + 1) * math.log(1.0 + (n - len(p) + 0.5) / (len(p) + 0.5)) for t, p in postings.items()}
+        avgdl = self._avgdl or 1.0
+        self._norm = array("d", (K1 * (1 - B + B * dl / avgdl) for dl in doc_len))
         self.build_s = build_s
         self.size_bytes = self._measure()
 
@@ -203,6 +225,19 @@ class SearchIndex:
     def build(cls, tools: Mapping[str, CatalogEntry]) -> SearchIndex:
         """Index every tool of ``tools`` (exposed name -> entry)."""
         started = time.perf_counter()
+        # The build allocates ~10 short-lived objects per tool; with the collector on, each
+        # threshold crossing walks the whole young heap (and now and then all of it, the
+        # catalog included). Nothing it allocates forms a cycle, so collect after, not during.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return cls._build(tools, started)
+        finally:
+            if collecting:
+                gc.enable()
+
+    @classmethod
+    def _build(cls, tools: Mapping[str, CatalogEntry], started: float) -> SearchIndex:
         names = tuple(tools)
         entries = tuple(tools.values())
         postings: dict[str, array[int]] = {}
@@ -212,23 +247,21 @@ class SearchIndex:
                 data = json.loads(entry.raw)
             except ValueError:
                 data = {}
-            words = _document(name, data if isinstance(data, dict) else {})
-            doc_len.append(len(words))
-            counts: dict[str, int] = {}
-            for w in words:
-                counts[w] = counts.get(w, 0) + 1
+            counts, length = _document(name, data if isinstance(data, dict) else {})
+            doc_len.append(length)
+            key = doc << 8
             for w, tf in counts.items():
                 plist = postings.get(w)
                 if plist is None:
                     plist = postings[w] = array("I")
-                plist.append(doc << 8 | min(tf, _TF_MAX))
+                plist.append(key | (tf if tf < _TF_MAX else _TF_MAX))
         return cls(names, entries, postings, doc_len, time.perf_counter() - started)
 
     def _measure(self) -> int:
         """Bytes the index itself holds (postings, lengths, the idf table, the name tuple;
         the entries belong to the catalog)."""
         size = sys.getsizeof(self._postings) + sys.getsizeof(self._idf) + sys.getsizeof(self._names)
-        size += sys.getsizeof(self._doc_len)
+        size += sys.getsizeof(self._doc_len) + sys.getsizeof(self._norm)
         for term, plist in self._postings.items():
             size += sys.getsizeof(term) + sys.getsizeof(plist) + 24  # the idf float
         return size
@@ -247,20 +280,17 @@ class SearchIndex:
         """BM25 score per document matching any term of ``query`` (cut to
         :data:`QUERY_CHARS_MAX`)."""
         acc: dict[int, float] = {}
-        terms = dict.fromkeys(tokens(query[:QUERY_CHARS_MAX]))
-        doc_len = self._doc_len
-        norm = K1 / self._avgdl * B if self._avgdl else 0.0
-        base = K1 * (1 - B)
-        for term in terms:
+        get = acc.get
+        norm = self._norm
+        for term in dict.fromkeys(tokens(query[:QUERY_CHARS_MAX])):
             plist = self._postings.get(term)
             if plist is None:
                 continue
             idf = self._idf[term]
-            get = acc.get
             for p in plist:
                 doc = p >> 8
                 tf = p & 0xFF
-                acc[doc] = get(doc, 0.0) + idf * tf * (K1 + 1) / (tf + base + norm * doc_len[doc])
+                acc[doc] = get(doc, 0.0) + idf * tf / (tf + norm[doc])
         return acc
 
     def search(self, query: str, limit: int, admit: Callable[[str], bool] = lambda name: True) -> list[Hit]:
@@ -271,11 +301,13 @@ class SearchIndex:
         if not acc:
             return []
         names = self._names
-        # Most callers may use most names: admit from the best few first, and rank everything
-        # only when the admission check turned too many of them away.
+        # Most callers may use most names: admit from the best few first (selected by score
+        # alone: no tuple per candidate), and rank everything only when the admission check
+        # turned too many of them away.
         window = limit * 4
         if len(acc) > window:
-            out = self._admitted(heapq.nsmallest(window, ((-s, names[d], d) for d, s in acc.items())), limit, admit)
+            top = heapq.nlargest(window, acc.items(), key=_score)
+            out = self._admitted(sorted((-s, names[d], d) for d, s in top), limit, admit)
             if len(out) == limit:
                 return out
         return self._admitted(sorted((-s, names[d], d) for d, s in acc.items()), limit, admit)
