@@ -116,6 +116,10 @@ class ViewOut(_Model):
     prompts: int = 0
 
 
+DISCOVERY_IN = "search: lists find_tools, the always-visible tools and what it found (null: view's or config's mode)"
+SEARCH_INDEXES = "tool search indexes of the live revisions (search mode): size and build time per revision"
+
+
 class SearchIndexOut(_Model):
     """One built search index (ADR 0029): the revision and view (null: the whole catalog) it
     covers, its size and how long it took to build. Built on the first search of a revision."""
@@ -170,10 +174,7 @@ class StatusOut(_Model):
     views: list[ViewOut] = Field(
         default_factory=list, description="the named views of the current revision, served at /mcp/<name>"
     )
-    search_indexes: list[SearchIndexOut] = Field(
-        default_factory=list,
-        description="tool search indexes of the live revisions (search mode): size and build time per revision",
-    )
+    search_indexes: list[SearchIndexOut] = Field(default_factory=list, description=SEARCH_INDEXES)
 
 
 class RefreshIn(_Model):
@@ -296,11 +297,7 @@ class SessionIn(_Model):
         description="bind the session to this named view (views: in the config): it sees and calls only its names, "
         "on /mcp/<view> (or /mcp)",
     )
-    discovery: Literal["all", "search"] | None = Field(
-        default=None,
-        description="search: the session lists find_tools, the always-visible tools and what it found "
-        "(null: the view's or the config's mode)",
-    )
+    discovery: Literal["all", "search"] | None = Field(default=None, description=DISCOVERY_IN)
 
 
 class SessionOut(_Model):

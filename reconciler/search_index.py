@@ -34,9 +34,9 @@ import threading
 import time
 from array import array
 from collections import Counter
-from operator import itemgetter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from mcp_reconciler.reconciler.model import CatalogEntry
