@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from mcp_reconciler.api.version import __version__
 
@@ -77,8 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole CLI; each subparser's ``func`` default is the function that runs it."""
     parser = argparse.ArgumentParser(prog="mcp-reconciler", description="An MCP gateway built like a reconciler.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--log-level", default="WARNING", help="operator log level (default: WARNING)")
-    parser.add_argument("--log-format", choices=("text", "json"), default="text", help="operator log format")
+    parser.add_argument("--log-level", help="operator log level (default: $MCP_RECONCILER_LOG_LEVEL, else WARNING)")
+    parser.add_argument(
+        "--log-format", choices=LOG_FORMATS, help="operator log format (default: $MCP_RECONCILER_LOG_FORMAT, else text)"
+    )
     parser.add_argument(
         "--otel-console",
         action="store_true",
@@ -87,15 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the MCP endpoint over streamable HTTP (no --config: the bundled demo)")
-    serve.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
-    serve.add_argument("--host", help="listen address (default: the config's, else 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="listen port (default: the config's, else 8765)")
+    serve.add_argument("--config", help="gateway YAML (default: $MCP_RECONCILER_CONFIG, else the bundled demo config)")
+    serve.add_argument(
+        "--host", help="listen address (default: $MCP_RECONCILER_HOST, else the config's, else 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, help="listen port (default: $MCP_RECONCILER_PORT, else the config's, else 8765)"
+    )
     serve.add_argument(
         "--insecure-no-auth", action="store_true", help="DEMOS ONLY: accept every control-API request as operator"
     )
     serve.set_defaults(func=_serve)
     stdio = sub.add_parser("stdio", help="serve one MCP session over stdin/stdout")
-    stdio.add_argument("--config", help="gateway YAML (default: the bundled demo config)")
+    stdio.add_argument("--config", help="gateway YAML (default: $MCP_RECONCILER_CONFIG, else the bundled demo config)")
     stdio.add_argument("--view", help="serve this named view of the config's views: (default: the whole catalog)")
     stdio.set_defaults(func=_stdio)
     demo = sub.add_parser("demo", help="run the bundled engine demo (in-process MCP servers, no network)")
@@ -104,12 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(sub)
     rc = sub.add_parser("reconcile", help="run the engine headless on a config file, printing publications")
-    rc.add_argument("--config", required=True)
+    rc.add_argument("--config", help="gateway YAML (default: $MCP_RECONCILER_CONFIG; one of them is required)")
     rc.add_argument("--once", action="store_true", help="print the first generation's status and exit")
     rc.set_defaults(func=_reconcile)
     check = sub.add_parser("check-config", help="validate a config file without serving (exit 0 valid, 1 invalid)")
-    check.add_argument("file")
+    check.add_argument("file", nargs="?", help="the config file (default: $MCP_RECONCILER_CONFIG)")
     check.set_defaults(func=_check_config)
+    from mcp_reconciler.api.import_config import add_parser as add_import
+
+    add_import(sub)
     return parser
 
 
@@ -150,8 +159,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
 
 
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def apply_environment(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+) -> None:
+    """Fill what the flags left unset from ``MCP_RECONCILER_CONFIG``, ``_HOST``, ``_PORT``,
+    ``_LOG_LEVEL`` and ``_LOG_FORMAT``: flags win over the environment, the environment over
+    the config file (whose ``gateway:`` host and port apply only when both are unset). A bad
+    value is a usage error naming the variable (exit 2)."""
+
+    def env(name: str) -> str | None:
+        value = environ.get(f"MCP_RECONCILER_{name}", "").strip()
+        return value or None
+
+    if args.log_level is None:
+        args.log_level = env("LOG_LEVEL") or "WARNING"
+        if args.log_level.upper() not in LOG_LEVELS:
+            parser.error(f"MCP_RECONCILER_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
+    elif args.log_level.upper() not in LOG_LEVELS:
+        parser.error(f"--log-level must be one of {', '.join(LOG_LEVELS)}")
+    if args.log_format is None:
+        args.log_format = env("LOG_FORMAT") or "text"
+        if args.log_format not in LOG_FORMATS:
+            parser.error("MCP_RECONCILER_LOG_FORMAT must be text or json")
+    if hasattr(args, "config") and args.config is None:
+        args.config = env("CONFIG")
+    if getattr(args, "command", None) == "reconcile" and args.config is None:
+        parser.error("reconcile needs --config FILE (or MCP_RECONCILER_CONFIG)")
+    if getattr(args, "command", None) == "check-config" and args.file is None:
+        args.file = env("CONFIG")
+        if args.file is None:
+            parser.error("check-config needs FILE (or MCP_RECONCILER_CONFIG)")
+    if hasattr(args, "host") and args.host is None:
+        args.host = env("HOST")
+    if hasattr(args, "port") and args.port is None and env("PORT") is not None:
+        port = env("PORT") or ""
+        if not port.isdigit() or not 0 <= int(port) <= 65535:
+            parser.error("MCP_RECONCILER_PORT must be a port number (0-65535)")
+        args.port = int(port)
+
+
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    apply_environment(parser, args)
     # Logs go to stderr (on `stdio`, stdout carries the MCP protocol), with secrets redacted.
     from mcp_reconciler.api.logs import configure
 

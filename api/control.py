@@ -443,6 +443,26 @@ class Control:
         out = wire.GrantsOut(revision=live.revision, added=sorted(k.partition(":")[2] for k in added))
         return JSONResponse(wire.dump(out))
 
+    async def post_revoke(self, request: Request) -> Response:
+        """``POST /v1/sessions/{id}/revoke``: under the session's lock, take the names away (all or
+        nothing, 422 otherwise: a name not granted, a session with a standing grant); 409 for a
+        session declared in the config. Its MCP clients get ``list_changed``."""
+        session = self.session_for(self.principal(request), request.path_params["id"])
+        body: wire.GrantsIn = await self.body(request, wire.GrantsIn)
+        if session.declared is not None:
+            raise ApiError(
+                409, "declared_session", "this session is declared in the config; change it there and reload"
+            )
+        self.engine.require_writable()
+        async with session.lock:
+            try:
+                removed = self.engine.sessions.revoke(session, body.names)
+            except GrantError as exc:
+                raise ApiError(422, exc.code, str(exc)) from None
+            await self.commit(session.id)
+        self.front.touch()
+        return JSONResponse(wire.dump(wire.RevokedOut(removed=sorted({k.partition(":")[2] for k in removed}))))
+
     async def post_hold(self, request: Request) -> Response:
         """``POST /v1/revisions/{n}/holds``: hold live revision ``n`` for the caller (201); 404 if not
         live, 429 over the hold bounds (owners also per owner), 422 for a TTL out of range."""

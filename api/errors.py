@@ -18,7 +18,9 @@ The sanitization boundary (ADR 0014). What a client receives falls in exactly tw
   ``upstream_error`` (-32016) with only the numeric ``upstream_code``; a dead or unreachable
   upstream, a deadline, an unknown or ungranted name, a revision that is not live, the gateway
   shutting down: each is a fixed message naming revisions and exposed names at most; anything
-  unexpected is ``internal_error`` with details in the operator log only. HTTP-layer refusals
+  unexpected is ``internal_error`` with details in the operator log only. An upstream answer
+  refused at ``limits.upstream_message_bytes`` while read is ``upstream_message_too_large``
+  (-32020), naming the bound, its config key and the size (ADR 0025). HTTP-layer refusals
   (401 on ``/mcp``, 421/403 for a foreign Host/Origin) carry fixed texts (``api/mcp_auth.py``,
   ``api/host_check.py``); control-API errors are bounded (``api/routes.py``).
 
@@ -48,6 +50,7 @@ from mcp_reconciler.reconciler.errors import (
     UnknownNameError,
     UpstreamUnavailableError,
 )
+from mcp_reconciler.reconciler.peer_contract import MESSAGE_TOO_LARGE, MESSAGE_TOO_LARGE_CODE, MessageBoundError
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
 
@@ -70,6 +73,7 @@ CODES: dict[str, int] = {
     "upstream_error": -32016,
     ReconcilerClosedError.code: -32017,
     ClusterUnavailableError.code: -32019,  # many replicas: the shared store is not confirmed (retryable)
+    MESSAGE_TOO_LARGE: MESSAGE_TOO_LARGE_CODE,  # an upstream answer refused at a bound while read (ADR 0025)
 }
 
 
@@ -91,6 +95,11 @@ def to_mcp_error(exc: BaseException, *, revision: int | None = None) -> MCPError
     data: dict[str, Any] = {}
     if revision is not None:
         data["revision"] = revision
+    if isinstance(exc, MessageBoundError):
+        # The gateway's own words (the bound, its key and size; never the upstream's): passed on.
+        # The operator log already has the source and the size (``reconciler/stdio_peer.py``).
+        data.update(code=MESSAGE_TOO_LARGE, retryable=False, bound=exc.bound, limit=exc.limit, size=exc.size)
+        return MCPError(CODES[MESSAGE_TOO_LARGE], exc.error.message, data)
     if isinstance(exc, MCPError):
         # An upstream protocol error: its message is upstream text (I12), which may carry internal
         # hosts, paths and keys. The WARNING says what happened; the words go to DEBUG only.

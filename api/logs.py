@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 import threading
 import time
@@ -34,13 +33,7 @@ from collections import OrderedDict
 from typing import Any, TextIO
 
 from mcp_reconciler.reconciler.logsource import current_source
-from mcp_reconciler.reconciler.redaction import SECRETS
-
-_PATTERNS = (
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
-    re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(?!bearer\s)[^\s,\"'}]+"),
-    re.compile(r"(?i)((?:token|secret|password|api[_-]?key)[\"']?\s*[:=]\s*[\"']?)[^\s,\"'}&]+"),
-)
+from mcp_reconciler.reconciler.redaction import redact_text
 
 #: Loggers that speak once per request or session at INFO: held at WARNING unless DEBUG.
 CHATTY_LOGGERS = (
@@ -57,9 +50,7 @@ CHATTY_LOGGERS = (
 
 def redact(text: str) -> str:
     """``text`` with secrets masked: by pattern, then every registered secret value."""
-    for pattern in _PATTERNS:
-        text = pattern.sub(r"\1[REDACTED]", text)
-    return SECRETS.redact(text)
+    return redact_text(text)
 
 
 class SourceFilter(logging.Filter):

@@ -1,9 +1,12 @@
 """Operator commands of the CLI (``status``, ``refresh``, ``sources``, ``generations``,
-``sessions``): human tables by default, ``--json`` for scripts.
+``sessions``, ``holds``; the last two in ``api/session_cli.py``): human tables by default,
+``--json`` for scripts.
 
-Exit codes scripts can rely on: 0 success (``status``: the gateway is ready) · 1 the API
-answered an error (auth, not found, invalid) · 2 usage error · 3 gateway unreachable ·
-4 ``status``: not ready (starting, degraded or error) · 5 ``refresh``: the cycle failed or timed out."""
+Exit codes scripts can rely on: 0 success (``status``: the gateway serves, as ``/readyz`` 200
+says — degraded included) · 1 the API answered an error (auth, not found, invalid) · 2 usage
+error · 3 gateway unreachable · 4 ``status``: not ready (``/readyz`` 503: nothing published,
+shutting down, cluster unconfirmed) · 5 ``refresh``: the cycle failed or timed out ·
+6 ``status --strict``: serving, but degraded or with a config error."""
 
 from __future__ import annotations
 
@@ -18,11 +21,12 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
+from mcp_reconciler.api import wire
 from mcp_reconciler.sdk.auth import CommandTokenProvider, TokenProvider, TokenProviderError
 from mcp_reconciler.sdk.client import ReconcilerClient
 from mcp_reconciler.sdk.errors import ReconcilerAPIError, RefreshTimeout, Unreachable
 
-EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_READY, EXIT_CYCLE = 0, 1, 2, 3, 4, 5
+EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_READY, EXIT_CYCLE, EXIT_DEGRADED = 0, 1, 2, 3, 4, 5, 6
 DEFAULT_URL = "http://127.0.0.1:8765"
 
 
@@ -42,7 +46,8 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _ago(ts: float | None) -> str:
+def ago(ts: float | None) -> str:
+    """``ts`` (wall clock) as "12s ago", "3m ago", "1.5h ago"; "-" for None."""
     if ts is None:
         return "-"
     delta = max(0.0, time.time() - ts)
@@ -63,7 +68,8 @@ def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _emit_json(value: Any) -> None:
+def emit_json(value: Any) -> None:
+    """Print ``value`` (a wire model, a list of them, or plain JSON data) as indented JSON."""
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     elif isinstance(value, list):
@@ -72,12 +78,23 @@ def _emit_json(value: Any) -> None:
 
 
 async def _status(rc: ReconcilerClient, args: argparse.Namespace) -> int:
-    st = await rc.status()
+    # The exit code is /readyz's answer (ADR 0027): a gateway serving a revision is ready even
+    # when degraded (a stale source, an invalid edit while the last good config serves);
+    # ``--strict`` turns "serving, but not everything is well" into exit 6.
+    ready = await rc.readyz()
+    try:
+        st = await rc.status()
+    except ReconcilerAPIError as exc:
+        if ready.ready:
+            raise
+        # Not ready (shutting down, say) and no status to show: the readiness answer is the news.
+        print(f"not ready: {ready.reason or exc.code}")
+        return EXIT_NOT_READY
     if args.json:
-        _emit_json(st)
+        emit_json(st)
     else:
         print(f"state       {st.state}")
-        print(f"revision    {st.revision}   built {_ago(st.built_at)}   digest {(st.digest or '-')[:12]}")
+        print(f"revision    {st.revision}   built {ago(st.built_at)}   digest {(st.digest or '-')[:12]}")
         print(f"reloading   {st.reload_mode}, {st.tracked_files} tracked files, reconciling={st.reconciling}")
         for c in st.conditions:
             print(f"condition   {c.type} ({c.reason}): {c.message}")
@@ -89,16 +106,19 @@ async def _status(rc: ReconcilerClient, args: argparse.Namespace) -> int:
         print(
             table(
                 [
-                    (s.name, s.state, s.entries, _ago(s.last_ok_at), s.last_error, _ago(s.next_attempt_at))
+                    (s.name, s.state, s.entries, ago(s.last_ok_at), s.last_error, ago(s.next_attempt_at))
                     for s in st.sources
                 ],
                 ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "NEXT ATTEMPT"),
             )
         )
+        _print_causes(st.sources)
         if st.retiring:
             print()
             print(table([(r.revision, r.pins, r.operations) for r in st.retiring], ("RETIRING", "PINS", "OPS")))
-    return EXIT_OK if st.state == "ready" else EXIT_NOT_READY
+    if not ready.ready:
+        return EXIT_NOT_READY
+    return EXIT_DEGRADED if args.strict and st.state != "ready" else EXIT_OK
 
 
 async def _refresh(rc: ReconcilerClient, args: argparse.Namespace) -> int:
@@ -123,11 +143,11 @@ async def _refresh(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     if failure is not None:
         raise failure
     if args.json:
-        _emit_json(out)
+        emit_json(out)
     elif hasattr(out, "ticket"):
         print(f"accepted: cycle {out.ticket} will answer; current revision {out.revision}")
     else:
-        change = "new revision" if out.changed else "no change"
+        change = "new revision" if out.changed else "no change" + await _already_current(rc, out)
         print(f"cycle {out.cycle}: {out.cycle_status} — revision {out.revision} ({change})")
         if out.error:
             print(f"error: {out.error}")
@@ -136,26 +156,57 @@ async def _refresh(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _already_current(rc: ReconcilerClient, out: wire.RefreshOut) -> str:
+    """For an unchanged refresh: since when the revision is current and what built it. The
+    watcher often publishes an edit before ``refresh`` asks, and "no change" alone reads as
+    "my edit did not take"."""
+    if out.revision is None:
+        return ""
+    current = next((g for g in (await rc.generations()).generations if g.revision == out.revision), None)
+    if current is None:
+        return ""
+    why = ""
+    if current.trigger is not None and current.trigger.reasons:
+        why = ": " + ", ".join(current.trigger.reasons)
+        keys = [k for k in current.trigger.keys if k != "all"]
+        why += f" [{', '.join(keys)}]" if keys else ""
+    return f"; already current since {ago(current.published_at)}{why}"
+
+
 async def _sources(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     sources = await rc.sources()
     if args.json:
-        _emit_json(sources)
+        emit_json(sources)
     else:
         print(
             table(
-                [(s.name, s.state, s.entries, _ago(s.last_ok_at), s.last_error, s.diagnostics) for s in sources],
+                [(s.name, s.state, s.entries, ago(s.last_ok_at), s.last_error, s.diagnostics) for s in sources],
                 ("SOURCE", "STATE", "ENTRIES", "LAST OK", "LAST ERROR", "DIAGNOSTICS"),
             )
         )
+        _print_causes(sources)
     return EXIT_OK
+
+
+def _print_causes(sources: Sequence[wire.SourceOut]) -> None:
+    """Under the table: each failed source's setting to change and its upstream's last stderr
+    lines (redacted), which the LAST ERROR column has no room for."""
+    for s in sources:
+        cause = s.cause
+        if cause is None or not (cause.setting or cause.stderr_tail):
+            continue
+        print()
+        print(f"{s.name}: {cause.kind}" + (f" (setting: {cause.setting})" if cause.setting else ""))
+        for line in cause.stderr_tail:
+            print(f"  stderr | {line}")
 
 
 async def _generations(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     gens = await rc.generations()
     if args.json:
-        _emit_json(gens)
+        emit_json(gens)
     else:
-        rows = [(g.revision, g.state, g.pins, g.entries, _ago(g.built_at), g.digest[:12]) for g in gens.generations]
+        rows = [(g.revision, g.state, g.pins, g.entries, ago(g.built_at), g.digest[:12]) for g in gens.generations]
         print(table(rows, ("REVISION", "STATE", "PINS", "ENTRIES", "BUILT", "DIGEST")))
         if gens.pending_publication:
             print("a publication is deferred until a retiring generation drains")
@@ -163,25 +214,26 @@ async def _generations(rc: ReconcilerClient, args: argparse.Namespace) -> int:
 
 
 async def _sessions(rc: ReconcilerClient, args: argparse.Namespace) -> int:
-    sessions = await rc.sessions()
-    if args.json:
-        _emit_json(sessions)
-    else:
-        session_rows: list[tuple[Any, ...]] = [
-            (s.id, s.owner, s.granted, s.pinned_revision, _ago(s.created_at), len(s.drifted)) for s in sessions
-        ]
-        print(table(session_rows, ("SESSION", "OWNER", "GRANTED", "PINNED", "CREATED", "DRIFTED")))
-    return EXIT_OK
+    from mcp_reconciler.api.session_cli import sessions  # imports this module: imported late
+
+    return await sessions(rc, args)
+
+
+async def _holds(rc: ReconcilerClient, args: argparse.Namespace) -> int:
+    from mcp_reconciler.api.session_cli import holds
+
+    return await holds(rc, args)
 
 
 #: One operator command: talks to the gateway through ``rc``, prints, returns the exit code.
 Operation = Callable[[ReconcilerClient, argparse.Namespace], Awaitable[int]]
 
 _COMMANDS: tuple[tuple[str, str, Operation], ...] = (
-    ("status", "provenance: revision, freshness, sources (exit 0 ready, 4 not ready)", _status),
+    ("status", "provenance: revision, freshness, sources (exit 0 serving, 4 not ready, as /readyz)", _status),
     ("sources", "every source's live state", _sources),
     ("generations", "live generations (current and retiring)", _generations),
-    ("sessions", "agent sessions", _sessions),
+    ("sessions", "agent sessions: list, show, create, grant, revoke, delete", _sessions),
+    ("holds", "revision holds: list, create, release", _holds),
     ("refresh", "reconcile now and print the resulting revision", _refresh),
 )
 
@@ -193,6 +245,14 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         parser = sub.add_parser(name, help=text)
         add_common(parser)
         parser.set_defaults(func=run, operation=operation)
+        if operation in (_sessions, _holds):
+            from mcp_reconciler.api.session_cli import add_hold_actions, add_session_actions
+
+            (add_session_actions if operation is _sessions else add_hold_actions)(parser)
+        if operation is _status:
+            parser.add_argument(
+                "--strict", action="store_true", help="exit 6 when serving but degraded or with a config error"
+            )
         if operation is _refresh:
             parser.add_argument("--source", help="only this source")
             parser.add_argument("--no-wait", action="store_true", help="return once the request is queued (202)")

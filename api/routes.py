@@ -120,6 +120,14 @@ ROUTES: tuple[RouteSpec, ...] = (
     ),
     RouteSpec(
         "POST",
+        "/v1/sessions/{id}/revoke",
+        "post_revoke",
+        "Take granted names away from a session (all or nothing)",
+        request=wire.GrantsIn,
+        responses=((200, wire.RevokedOut),),
+    ),
+    RouteSpec(
+        "POST",
         "/v1/revisions/{n}/holds",
         "post_hold",
         "Keep a revision live for a run (bounded TTL)",

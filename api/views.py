@@ -41,6 +41,7 @@ def status_out(st: EngineStatus) -> wire.StatusOut:
                 next_attempt_at=s.next_attempt_at,
                 diagnostics=s.diagnostics,
                 trust=s.trust,  # type: ignore[arg-type]  # "trusted" | "untrusted" from Trust
+                cause=wire.FailureCauseOut(**s.cause.as_dict()) if s.cause is not None else None,
             )
             for s in st.sources
         ],
@@ -103,13 +104,18 @@ def owner_view(out: wire.StatusOut) -> wire.StatusOut:
     operator's own inputs. ``config_error`` (file paths, line numbers) is withheld — the typed
     ``config_invalid`` condition says the config is invalid — ``warnings`` (which name
     watched files and the config path) become one sentence with their count, and the tracked
-    ``inputs`` (file paths) are withheld."""
+    ``inputs`` (file paths) are withheld. A failed source's cause keeps its kind, summary and
+    numbers; its ``stderr_tail`` (the upstream's own words) is for operators only (ADR 0027)."""
     warnings = (
         [f"{len(out.warnings)} warning(s) about the gateway's inputs; an operator can read them in status"]
         if out.warnings
         else []
     )
-    return out.model_copy(update={"config_error": None, "warnings": warnings, "inputs": []})
+    sources = [
+        s.model_copy(update={"cause": s.cause.model_copy(update={"stderr_tail": []})}) if s.cause else s
+        for s in out.sources
+    ]
+    return out.model_copy(update={"config_error": None, "warnings": warnings, "inputs": [], "sources": sources})
 
 
 def status_json(st: EngineStatus) -> dict[str, Any]:

@@ -1,5 +1,8 @@
 """Wire models of the control API (JSON under ``/v1``). The OpenAPI document is generated
-from these and the route table in ``api/control.py`` (``api/openapi.json``)."""
+from these and the route table in ``api/control.py`` (``api/openapi.json``).
+
+It is over 400 lines because it holds every model of the API's wire format in one module: the
+OpenAPI document, the SDK and the CLI all read the same definitions, and each model is small."""
 
 from __future__ import annotations
 
@@ -25,6 +28,22 @@ class ErrorOut(_Model):
     error: ErrorBody
 
 
+class FailureCauseOut(_Model):
+    """Why a source's last read failed, typed (``reconciler/failure_cause.py``). For operators:
+    ``stderr_tail`` holds the upstream's last stderr lines, redacted like the log."""
+
+    kind: str = Field(
+        description="timeout | connection_refused | dns | tls | http_status | process_not_found | "
+        "process_exited | protocol | bound_exceeded | rejected | unavailable"
+    )
+    summary: str = Field(description="sanitized sentence; the same text as last_error")
+    setting: str | None = Field(default=None, description="the config key to change, e.g. timeouts.connect_s")
+    timeout_s: float | None = None
+    http_status: int | None = None
+    exit_code: int | None = None
+    stderr_tail: list[str] = Field(default_factory=list, description="the upstream's last stderr lines, redacted")
+
+
 class SourceOut(_Model):
     """One source's live health and listing state (``/v1/sources``, ``/v1/status``)."""
 
@@ -40,6 +59,7 @@ class SourceOut(_Model):
     trust: Literal["trusted", "untrusted"] | None = Field(
         default=None, description="untrusted: the source's metadata is projected before it is served (I20)"
     )
+    cause: FailureCauseOut | None = Field(default=None, description="the typed cause of last_error")
 
 
 class DiagnosticOut(_Model):
@@ -354,6 +374,12 @@ class GrantsOut(_Model):
 
     revision: int
     added: list[str]
+
+
+class RevokedOut(_Model):
+    """What a revocation took away from a session (``POST /v1/sessions/{id}/revoke``)."""
+
+    removed: list[str]
 
 
 class HoldIn(_Model):

@@ -695,6 +695,35 @@ class Authority:
         self.mark_shared(session)
         return changed
 
+    def revoke(self, session: Session, names: Iterable[str]) -> list[str]:
+        """Take a batch of granted exposed names away (all or nothing): every kind a name is
+        granted as. A session with a standing grant (``follow``, a declared ``explicit``) would
+        get them back at the next publication, so it is refused; so is a name not granted.
+        Returns the grant keys removed."""
+        wanted = list(names)
+        if len(wanted) > self.bounds.names_per_grant:
+            raise GrantError(f"a revocation may name at most {self.bounds.names_per_grant} entries; got {len(wanted)}")
+        if session.standing is not None:
+            raise GrantError(
+                "this session's standing grant (follow or declared) would grant the names again; "
+                "change its sources or delete it instead"
+            )
+        keys: list[str] = []
+        missing: list[str] = []
+        for name in wanted:
+            found = [grant_key(kind, name) for kind in EntryKind if grant_key(kind, name) in session.grants]
+            keys.extend(found)
+            if not found:
+                missing.append(name)
+        if missing:
+            shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+            raise GrantError(f"not granted to this session: {shown}; nothing was revoked")
+        gone = set(keys)
+        session.grants = MappingProxyType({k: v for k, v in session.grants.items() if k not in gone})
+        session.drift_seen = frozenset(k for k in session.drift_seen if k not in gone)
+        self.mark_shared(session)
+        return sorted(gone)
+
     def grant_all_visible(self, session: Session, generation: Generation) -> list[str]:
         """Grant every name present in ``generation`` (a session refresh)."""
         changed = self._set_grants(session, self._all_visible(session, generation), generation, merge=True)

@@ -31,6 +31,9 @@ class Bounds:
     operation_deadline_s: float = 300.0
     drain_grace_s: float = 5.0
     cycle_retry_max_s: float = 30.0
+    #: One message from an upstream (a stdio line), refused while read beyond this
+    #: (``gateway.limits.upstream_message_bytes``, ADR 0025).
+    upstream_message_bytes: int = 32 * 1024 * 1024
 
     @property
     def drain_deadline_s(self) -> float:

@@ -22,6 +22,8 @@ Nothing here imports an HTTP framework.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
 import os
@@ -35,7 +37,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from mcp_reconciler.reconciler.bounds import Bounds
@@ -257,15 +259,60 @@ def _interpolate(template: str, environ: Mapping[str, str]) -> tuple[str, list[_
 # Schema
 
 
+class _TypedEnv:
+    """What a load's typed interpolation reads and fills (:data:`_TYPED_ENV`)."""
+
+    def __init__(self, environ: Mapping[str, str], secrets: set[str]) -> None:
+        self.environ = environ
+        self.secrets = secrets
+
+
+#: Set by :func:`load_config` while it validates: the environment ``${VAR}`` in a number or
+#: boolean key reads, and the set its substituted values join (secrets, like every other).
+_TYPED_ENV: contextvars.ContextVar[_TypedEnv | None] = contextvars.ContextVar("config_typed_env", default=None)
+
+
+def _numeric_or_bool(annotation: Any) -> bool:
+    """Whether a field holds an int, float or bool (optionally ``None``): where ``${VAR}`` is
+    expanded before validation, so ``port: ${GW_PORT}`` is a number."""
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    kinds = [a for a in args if a is not type(None)] if args else [annotation]
+    return bool(kinds) and all(k in (int, float, bool) for k in kinds)
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _typed_interpolation(cls, value: Any, info: ValidationInfo) -> Any:
+        """``${VAR}`` in a number or boolean key (``gateway: {port: ${GW_PORT}}``): expanded
+        here, then validated as the key's type; string keys interpolate later, where they are
+        used (their ``repr`` keeps the template)."""
+        if not isinstance(value, str) or "${" not in value or info.field_name is None:
+            return value
+        field = cls.model_fields.get(info.field_name)
+        if field is None or not _numeric_or_bool(field.annotation):
+            return value
+        typed = _TYPED_ENV.get()
+        result, issues = _interpolate(value, typed.environ if typed is not None else os.environ)
+        if issues:
+            raise PydanticCustomError(
+                "env_interpolation", "{message}", {"message": issues[0].message, "hint": issues[0].hint}
+            )
+        if typed is not None and isinstance(result, InterpolatedStr):
+            typed.secrets.update(result.values)
+        return str(result)
+
 
 class TimeoutsConfig(_Frozen):
-    """Per-source timeouts in seconds: connecting (incl. the MCP handshake) and one call."""
+    """Per-source timeouts in seconds: connecting (incl. the MCP handshake), one call, and the
+    first start's allowance (``startup_s``; default 40 s for a launcher command such as ``npx``,
+    ``uvx`` or ``docker``, else ``connect_s``: ``reconciler/failure_cause.py``)."""
 
     connect_s: float = Field(default=10.0, gt=0)
     call_s: float = Field(default=300.0, gt=0)
+    startup_s: float | None = Field(default=None, gt=0)
 
 
 class StdioTransportConfig(_Frozen):
@@ -276,6 +323,18 @@ class StdioTransportConfig(_Frozen):
     args: tuple[str, ...] = ()
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    #: Regexes (Python syntax) for stderr lines the operator calls noise: logged at DEBUG, not INFO.
+    stderr_noise: tuple[str, ...] = ()
+
+    @field_validator("stderr_noise")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"stderr_noise pattern {pattern!r} is not a valid regex: {exc}") from None
+        return value
 
 
 class HttpTransportConfig(_Frozen):
@@ -587,6 +646,9 @@ class LimitsConfig(_Frozen):
     transport_sessions_per_client: int = Field(default=256, ge=1)
     #: A transport session with no request in flight and no open stream for this long is closed.
     session_idle_s: float = Field(default=300.0, gt=0)
+    #: One message an upstream sends (a stdio line), in bytes: refused while it is read beyond
+    #: this, and the call it answers fails naming this key (ADR 0025).
+    upstream_message_bytes: int = Field(default=32 * 1024 * 1024, ge=64 * 1024)
 
 
 class GatewaySettings(_Frozen):
@@ -623,6 +685,7 @@ class GatewaySettings(_Frozen):
             cooldown_s=self.cooldown_s,
             retiring_max=self.retiring_max,
             operation_deadline_s=self.operation_deadline_s,
+            upstream_message_bytes=self.limits.upstream_message_bytes,
         )
 
 
@@ -786,11 +849,17 @@ def _read_document(path: Path, display: str) -> _Document | ConfigProblem:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return ConfigProblem(display, raw[: exc.start].count(b"\n") + 1, "", "file is not valid UTF-8")
-    loader = yaml.SafeLoader(text)
     try:
-        root = loader.get_single_node()
-        data = None if root is None else loader.construct_document(root)
+        root, data = _parse_yaml(text)
     except yaml.MarkedYAMLError as exc:
+        with contextlib.suppress(yaml.YAMLError):
+            # ``{port: ${GW_PORT}}``: a bare ``${VAR}`` is not a plain scalar inside a flow
+            # mapping (its braces are flow syntax); the same text with it quoted is what the
+            # writer meant. Only a document that does not parse as written is read so.
+            quoted = _quote_bare_variables(text)
+            if quoted != text:
+                root, data = _parse_yaml(quoted)
+                return _Document(display, path, root, data)
         mark = exc.problem_mark or exc.context_mark
         # Only the parser's problem/context text: str(exc) would quote a snippet of the line,
         # which may be a secret pasted into the file.
@@ -798,9 +867,34 @@ def _read_document(path: Path, display: str) -> _Document | ConfigProblem:
         return ConfigProblem(display, None if mark is None else mark.line + 1, "", f"YAML syntax: {message}")
     except yaml.YAMLError as exc:
         return ConfigProblem(display, None, "", f"YAML syntax: {type(exc).__name__}")
+    return _Document(display, path, root, data)
+
+
+def _parse_yaml(text: str) -> tuple[Any, Any]:
+    """(root node, constructed data) of a single-document YAML text."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        return root, None if root is None else loader.construct_document(root)
     finally:
         loader.dispose()
-    return _Document(display, path, root, data)
+
+
+_BARE_VARIABLE = re.compile(r"(?<=[:\[,])(\s*)(\$\{[A-Za-z_][A-Za-z0-9_]*\})(?=\s*(?:[,}\]]|#|$))", re.MULTILINE)
+
+
+def _quote_bare_variables(text: str) -> str:
+    """``text`` with each unquoted ``${VAR}`` value quoted (``: ${X}}`` → ``: "${X}"}``); lines
+    keep their numbers, so problems still point at the right line."""
+
+    def quote(m: re.Match[str]) -> str:
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        before = text[line_start : m.start()]
+        if before.count('"') % 2 or before.count("'") % 2:
+            return m.group(0)  # inside a quoted string already
+        return f'{m.group(1)}"{m.group(2)}"'
+
+    return _BARE_VARIABLE.sub(quote, text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -887,6 +981,9 @@ def _validation_problems(
         elif kind == "string_type":
             message = "expected a string"
             hint = "quote values YAML would read as numbers, booleans or null"
+        elif kind == "env_interpolation":
+            ctx = err.get("ctx") or {}
+            message, hint = str(ctx.get("message", message)), str(ctx.get("hint", "")) or None
         else:
             message = message[:1].lower() + message[1:]
         full = (*prefix, *loc)
@@ -958,6 +1055,8 @@ def _build_spec(
             "cwd": os.path.normpath(os.path.join(base_dir, cwd)) if cwd is not None else str(base_dir),
             "env": {key: expand(value, "stdio", "env", key) for key, value in stdio.env.items()},
         }
+        if stdio.stderr_noise:  # only when set: digests of sources without it are unchanged
+            transport["stderr_noise"] = list(stdio.stderr_noise)
     else:
         kind: Literal["http", "sse"] = "http" if src.http is not None else "sse"
         remote = src.http if src.http is not None else src.sse
@@ -973,6 +1072,8 @@ def _build_spec(
         if remote.oauth is not None:
             transport["oauth"] = _upstream_oauth(remote.oauth, kind, expand, check_url)
     transport["timeouts"] = {"connect_s": timeouts.connect_s, "call_s": timeouts.call_s}
+    if timeouts.startup_s is not None:  # only when set: digests of sources without it are unchanged
+        transport["timeouts"]["startup_s"] = timeouts.startup_s
     if src.roots is not None:
         # In the transport, so the spec digest covers it: changed roots reconnect the source.
         transport["roots"] = [r.model_dump(exclude_none=True) for r in src.roots]
@@ -1118,6 +1219,17 @@ def load_config(
     read for lack of resources (that says nothing about the config). ``environ`` defaults to
     ``os.environ``; ``max_sources`` to ``Bounds().sources`` (enforced across all files)."""
     env = os.environ if environ is None else environ
+    secrets: set[str] = set()
+    token = _TYPED_ENV.set(_TypedEnv(env, secrets))
+    try:
+        return _load(path, env, secrets, max_sources)
+    finally:
+        _TYPED_ENV.reset(token)
+
+
+def _load(
+    path: str | os.PathLike[str], env: Mapping[str, str], secrets: set[str], max_sources: int | None
+) -> LoadedConfig:
     limit = Bounds().sources if max_sources is None else max_sources
     main_display = os.fspath(path)
     main_abs = Path(os.path.abspath(main_display))
@@ -1208,7 +1320,6 @@ def load_config(
         )
 
     metadata = main.gateway.metadata if main is not None else None
-    secrets: set[str] = set()
     specs = [_build_spec(item, env, problems, metadata, secrets) for item in declared]
     curation = _build_curation(declared, main, main_doc, problems)
     sessions = _build_sessions(main, main_doc, env, {item.source.name for item in declared}, problems, secrets)

@@ -51,11 +51,17 @@ class SourceReadError(ReconcilerError):
 
     code = "source_unavailable"
     retryable = True
+    #: What the failed connection's transport saw (``failure_cause.Evidence``), when the reader
+    #: attached it: the cause of the failure is classified from it and the exception chain.
+    evidence: object | None = None
 
-    def __init__(self, reason: str, *, detail: str = "") -> None:
+    def __init__(self, reason: str, *, detail: str = "", cause_kind: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.detail = detail
+        #: ``bound_exceeded`` or ``protocol`` when the listing itself says which
+        #: (``failure_cause.classify`` reads it); None otherwise.
+        self.cause_kind = cause_kind
 
 
 class UpstreamUnavailableError(SourceReadError):

@@ -47,12 +47,19 @@ import anyio
 import httptools
 from anyio.abc import SocketAttribute, SocketStream
 
+from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.errors import UpstreamUnavailableError
+from mcp_reconciler.reconciler.peer_contract import (
+    DEFAULT_UPSTREAM_MESSAGE_BYTES,
+    MESSAGE_BOUND_KEY,
+    MessageBoundError,
+)
 
 log = logging.getLogger("mcp_reconciler.upstream")
 
-#: The largest response body accepted (as the SDK's default SSE event bound: 4 MiB).
-MAX_BODY_BYTES = 16 * 1024 * 1024
+#: The largest message accepted by default: a JSON body, or one SSE event of a stream
+#: (``limits.upstream_message_bytes``, ADR 0025; the poster's ``max_message_bytes``).
+MAX_BODY_BYTES = DEFAULT_UPSTREAM_MESSAGE_BYTES
 #: An idle connection older than this is closed instead of reused: servers close idle
 #: keep-alive connections after a few seconds (uvicorn: 5 s), and a request racing that close is
 #: lost. Below uvicorn's default, like httpx's own 5 s expiry.
@@ -87,15 +94,21 @@ class _Response:
     size: int = 0
     complete: bool = False
     header_name: bytes = b""
+    max_bytes: int = MAX_BODY_BYTES
+    refused: int = 0  # bytes seen when a message passed ``max_bytes`` (0: none did)
+    scanned: int = 0  # bytes of the pending SSE text already searched for an event's end
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.lower()] = value
 
     def on_body(self, chunk: bytes) -> None:
+        # Counted as it arrives (ADR 0025): a JSON body, or the pending (unfinished) SSE event,
+        # past the bound stops the exchange here; nothing past it is kept or parsed.
         self.size += len(chunk)
-        if self.size > MAX_BODY_BYTES:
-            raise UpstreamUnavailableError("response body too large")
+        if self.size > self.max_bytes:
+            self.refused = self.size
+            raise _MessageTooLarge()
         self.body.append(chunk)
 
     def on_message_complete(self) -> None:
@@ -121,14 +134,24 @@ class _Response:
 
     def take_messages(self) -> list[dict[str, Any]]:
         """The messages of the events completed since the last call, except this request's own
-        response, which is kept in :attr:`answer`."""
+        response, which is kept in :attr:`answer`. Linear: only bytes not yet searched are
+        searched for an event's end, the pending text is joined only when an event completed,
+        and completed events are dropped (``size`` then counts the pending event only)."""
+        if not self.body:
+            return []
+        if len(self.body) > 1:
+            tail = self.body[-1]
+            if b"\n\n" not in tail and b"\r\n\r\n" not in tail and len(tail) >= 4:
+                # No event ended inside the new chunk; one may end across the boundary (<= 3 bytes back).
+                edge = b"".join(self.body[-4:-1])[-3:] + tail[:3]
+                if b"\n\n" not in edge and b"\r\n\r\n" not in edge:
+                    return []
         body = b"".join(self.body)
-        self.body = [body]
         out: list[dict[str, Any]] = []
         while True:
             end, sep = _event_end(body, self.sse_offset)
             if end < 0:
-                return out
+                break
             block = body[self.sse_offset : end].decode("utf-8")
             self.sse_offset = end + sep
             for message in self._events(block):
@@ -136,6 +159,9 @@ class _Response:
                     self.answer = message
                 else:
                     out.append(message)
+        rest = body[self.sse_offset :]
+        self.body, self.sse_offset, self.size = [rest], 0, len(rest)
+        return out
 
     def _events(self, text: str) -> Any:
         """The messages of complete SSE events ``text``, noting their ids and retry delays."""
@@ -166,7 +192,8 @@ class JsonRpcPoster:
     an exchange in flight then fails like a broken connection."""
 
     def __init__(self, url: str, headers: Mapping[str, str] | None = None, *, max_idle: int = 64,
-                 connect_timeout_s: float = 10.0) -> None:  # fmt: skip
+                 connect_timeout_s: float = 10.0, max_message_bytes: int = MAX_BODY_BYTES,
+                 source: str = "?") -> None:  # fmt: skip
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"JsonRpcPoster needs an http:// URL, not {url!r}")
@@ -182,6 +209,8 @@ class JsonRpcPoster:
         self._idle: list[tuple[SocketStream, float]] = []  # (connection, idle since)
         self._max_idle = max_idle
         self._connect_timeout_s = connect_timeout_s
+        self._max_message_bytes = max_message_bytes
+        self._source = source
         self._closed = False
         self.exchanges = 0  # requests answered (for status and tests)
 
@@ -323,10 +352,23 @@ class JsonRpcPoster:
         except (OSError, TimeoutError) as exc:
             raise UpstreamUnavailableError(type(exc).__name__) from None
 
+    def _refused(self, size: int) -> MessageBoundError:
+        """A message passed the bound: the call's error. The connection is then dropped (the rest
+        is never read), which on the 2026 wire is also the request's cancellation."""
+        log.warning(
+            "upstream %s: message over %s (%d bytes) refused after %d bytes",
+            self._source,
+            MESSAGE_BOUND_KEY,
+            self._max_message_bytes,
+            size,
+        )
+        telemetry.upstream_messages_refused.add(1, {"source": self._source, "bound": MESSAGE_BOUND_KEY})
+        return MessageBoundError(MESSAGE_BOUND_KEY, self._max_message_bytes, size)
+
     async def _exchange(
         self, stream: SocketStream, request: bytes, request_id: Any, on_message: OnMessage | None, until_answer: bool
     ) -> tuple[_Response, bool]:
-        response = _Response(request_id=request_id)
+        response = _Response(request_id=request_id, max_bytes=self._max_message_bytes)
         parser = httptools.HttpResponseParser(response)
         response.parser = parser
         try:
@@ -343,7 +385,12 @@ class JsonRpcPoster:
                 parser.feed_data(b"")  # a body delimited by the connection's end
                 break
             received += len(data)
-            parser.feed_data(data)
+            try:
+                parser.feed_data(data)
+            except httptools.HttpParserCallbackError:
+                if response.refused:
+                    raise self._refused(response.refused) from None
+                raise
             if response.is_sse(parser):
                 for other in response.take_messages():
                     if on_message is not None:
@@ -361,6 +408,10 @@ class JsonRpcPoster:
         response.status = parser.get_status_code()
         response.parser = None
         return response, response.keep_alive
+
+
+class _MessageTooLarge(Exception):
+    """Raised inside httptools' body callback: a message passed the poster's bound."""
 
 
 class _StaleConnection(Exception):

@@ -7,6 +7,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from mcp_reconciler.reconciler.failure_cause import FailureCause
+
 log = logging.getLogger("mcp_reconciler.health")
 
 #: The cause recorded when a ready source's connection ended and its reconnect is held back.
@@ -24,6 +26,7 @@ class SourceHealth:
     last_error_at: float | None = None
     consecutive_failures: int = 0
     entries: int = 0
+    cause: FailureCause | None = None  # the typed cause of last_error (failure_cause.py); None when ready
 
 
 class HealthBoard:
@@ -63,6 +66,7 @@ class HealthBoard:
                 last_ok_at=at,
                 last_error=None,
                 last_error_at=None,
+                cause=None,
                 consecutive_failures=0,
                 entries=entries,
             )
@@ -85,8 +89,9 @@ class HealthBoard:
                 )
             )
 
-    def failed(self, source: str, at: float, reason: str) -> None:
-        """A read failed for ``reason`` (sanitized): the source's new last error."""
+    def failed(self, source: str, at: float, reason: str, *, cause: FailureCause | None = None) -> None:
+        """A read failed for ``reason`` (sanitized; ``cause``'s summary when classified): the
+        source's new last error."""
         h = self.get(source)
         self._set(
             replace(
@@ -94,6 +99,7 @@ class HealthBoard:
                 status="stale" if h.last_ok_at is not None else "failed",
                 last_error=reason,
                 last_error_at=at,
+                cause=cause,
                 consecutive_failures=h.consecutive_failures + 1,
             )
         )

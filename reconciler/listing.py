@@ -4,7 +4,10 @@ Every page of tools, resources, resource templates and prompts is fetched with r
 models, so one malformed entry is rejected on its own (with a diagnostic) instead of failing
 the whole page; the rest of the source survives. Structural problems that make the listing
 untrustworthy — too many pages, a cursor loop, too many entries or bytes — fail the whole
-source, which then keeps its last-known-good state (I2).
+source, which then keeps its last-known-good state (I2). The entry and byte bounds apply while
+the list is read (ADR 0025): a page that would pass ``entries_per_generation`` is refused before
+any of its entries is validated and no further page is asked for, and the channel refuses a
+page larger than ``bytes_per_candidate`` before parsing it (``reconciler/stdio_peer.py``).
 
 A valid entry is then admitted (``metadata.admit``, I20): an untrusted source's text is
 projected, findings and changes become diagnostics (at most
@@ -130,6 +133,7 @@ async def list_source(
                 raise SourceReadError(
                     f"listing exceeded {bounds.pages_per_source} pages",
                     detail=f"source {spec.name}: more than {bounds.pages_per_source} list pages",
+                    cause_kind="bound_exceeded",
                 )
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
             try:
@@ -140,7 +144,12 @@ async def list_source(
                 if exc.error.code == METHOD_NOT_FOUND and cursor is None:
                     break
                 raise
-            for raw in getattr(page, kspec.field) or []:
+            raws = getattr(page, kspec.field) or []
+            if len(entries) + len(raws) > bounds.entries_per_generation:
+                # Checked before any entry is validated: nothing past the bound is looked at,
+                # and no further page is asked for (ADR 0025).
+                raise _too_many(spec, bounds)
+            for raw in raws:
                 entry, diags = check_entry(kspec, raw, spec, bounds, reuse)
                 for diag in diags:
                     if diag.code.startswith("metadata_"):
@@ -168,22 +177,20 @@ async def list_source(
                 seen.add(entry.upstream_name)
                 entries.append(entry)
                 total_bytes += entry.size
-                if len(entries) > bounds.entries_per_generation:
-                    raise SourceReadError(
-                        f"listing exceeded {bounds.entries_per_generation} entries",
-                        detail=f"source {spec.name}: too many entries",
-                    )
                 if total_bytes > bounds.bytes_per_candidate:
                     raise SourceReadError(
-                        f"listing exceeded {bounds.bytes_per_candidate} bytes",
+                        f"listing stopped at bytes_per_candidate ({bounds.bytes_per_candidate} bytes of definitions)",
                         detail=f"source {spec.name}: definitions too large",
+                        cause_kind="bound_exceeded",
                     )
             cursor = page.next_cursor
             if not cursor:
                 break
             if cursor in cursors:
                 raise SourceReadError(
-                    "listing returned a repeated page cursor", detail=f"source {spec.name}: cursor loop"
+                    "listing returned a repeated page cursor",
+                    detail=f"source {spec.name}: cursor loop",
+                    cause_kind="protocol",
                 )
             cursors.add(cursor)
     if metadata_diags > METADATA_DIAGNOSTICS_PER_SOURCE:
@@ -193,6 +200,14 @@ async def list_source(
     if spec.policy.overrides:
         diagnostics.extend(unused_overrides(spec, listed, bounds.diagnostic_bytes))
     return Listing(entries=tuple(entries), diagnostics=tuple(diagnostics), pages=pages)
+
+
+def _too_many(spec: SourceSpec, bounds: Bounds) -> SourceReadError:
+    return SourceReadError(
+        f"listing stopped at entries_per_generation ({bounds.entries_per_generation} entries)",
+        detail=f"source {spec.name}: more than {bounds.entries_per_generation} entries listed",
+        cause_kind="bound_exceeded",
+    )
 
 
 def _diag(code: str, spec: SourceSpec, name: str | None, message: str, bounds: Bounds) -> Diagnostic:

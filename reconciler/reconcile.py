@@ -33,6 +33,7 @@ from mcp_reconciler.reconciler.errors import (
     SourceReadError,
 )
 from mcp_reconciler.reconciler.events import Trigger
+from mcp_reconciler.reconciler.failure_cause import ConnectTimeoutError, classify
 from mcp_reconciler.reconciler.health import HealthBoard
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState, SourceStatus
 from mcp_reconciler.reconciler.reader import SourceReader
@@ -368,7 +369,11 @@ class Reconciler:
                     telemetry.source_reads.add(1, {"outcome": "ok"})
                     self.health.ok(spec.name, self._wall(), entries=len(state.entries))
                 except Exception as exc:  # SourceReadError, TimeoutError, or anything a reader raised
+                    if isinstance(exc, TimeoutError) and not isinstance(exc, ConnectTimeoutError):
+                        # The cycle's own read deadline, not the source's connect timeout.
+                        exc = _ReadDeadline(read_timeout)
                     reason, detail = _read_failure_reason(exc)
+                    cause = classify(exc, spec.transport)
                     now = self._wall()
                     if isinstance(exc, ReconnectThrottledError):
                         # Held back, not failed again: the cause stays the source's last error.
@@ -380,10 +385,11 @@ class Reconciler:
                         telemetry.source_reads.add(1, {"outcome": "error"})
                         # The WARNING says what happened; the upstream's own words (paths, hosts,
                         # keys) go to DEBUG only (I12).
-                        log.warning("source %s: %s", spec.name, reason)
+                        reason = cause.summary
+                        log.warning("source %s: %s [%s]", spec.name, reason, cause.kind)
                         if detail:
                             log.debug("source %s: %s: %s", spec.name, reason, detail)
-                        self.health.failed(spec.name, now, reason)
+                        self.health.failed(spec.name, now, reason, cause=cause)
                     if prev is not None and prev.spec_digest == spec.digest and prev.entries:
                         state = prev.marked(SourceStatus.STALE, reason, now)
                     elif prev is not None and prev.spec_digest == spec.digest:
@@ -421,6 +427,13 @@ def _cycle_failure_reason(exc: BaseException) -> str:
     if isinstance(exc, CycleFailedError | ReconcilerClosedError):
         return str(exc)
     return "the reconcile cycle failed; see the operator log"
+
+
+class _ReadDeadline(ConnectTimeoutError):
+    """A source's read ran past the cycle's read deadline (90 % of ``bounds.cycle_timeout_s``)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds, "the reconcile cycle's read deadline, bounds.cycle_timeout_s")
 
 
 def _read_failure_reason(exc: BaseException) -> tuple[str, str]:

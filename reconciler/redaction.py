@@ -62,3 +62,20 @@ class SecretValues:
 
 #: The process-wide registry the config loader fills and the log system reads.
 SECRETS = SecretValues()
+
+
+#: Secrets recognisable by shape wherever they appear (a log line, an upstream's stderr).
+PATTERNS = (
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
+    re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(?!bearer\s)[^\s,\"'}]+"),
+    re.compile(r"(?i)((?:token|secret|password|api[_-]?key)[\"']?\s*[:=]\s*[\"']?)[^\s,\"'}&]+"),
+)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with secrets masked: by pattern (:data:`PATTERNS`), then every registered value
+    (:data:`SECRETS`). The log system and failure causes (``reconciler/failure_cause.py``) both
+    use it, so what an operator sees anywhere is redacted alike."""
+    for pattern in PATTERNS:
+        text = pattern.sub(r"\1" + MASK, text)
+    return SECRETS.redact(text)

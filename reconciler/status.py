@@ -21,6 +21,7 @@ import anyio
 from mcp_reconciler.reconciler.catalog import bounded
 from mcp_reconciler.reconciler.curation import view_counts
 from mcp_reconciler.reconciler.desired import TrackedInput
+from mcp_reconciler.reconciler.failure_cause import FailureCause
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import Diagnostic
 from mcp_reconciler.reconciler.reconcile import Reconciler
@@ -54,6 +55,7 @@ class SourceReport:
     next_attempt_at: float | None
     diagnostics: int
     trust: str | None = None
+    cause: FailureCause | None = None  # the typed cause of last_error (reconciler/failure_cause.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +187,7 @@ def build_status(
                 next_attempt_at=reconnects.next_attempt_at(spec.name) if reconnects is not None else None,
                 diagnostics=len(st.diagnostics) if st is not None else 0,
                 trust=spec.trust.value,
+                cause=h.cause if h is not None else None,
             )
         )
     stale = tuple(s.name for s in sources if s.state != "ready")

@@ -39,6 +39,9 @@ forced_drains = meter.create_counter(
 )
 source_reads = meter.create_counter("reconciler.source.reads", description="Source listings, by outcome")
 reconnects = meter.create_counter("reconciler.reconnects", description="Upstream reconnect attempts")
+upstream_messages_refused = meter.create_counter(
+    "reconciler.upstream.messages_refused", description="Upstream messages refused at a bound while read, by bound"
+)
 metadata_entries = meter.create_counter(
     "reconciler.metadata.entries",
     description="Untrusted definitions admitted with a change or a finding, by outcome (projected|flagged|quarantined)",

@@ -4,8 +4,10 @@ Every transport's read stream is wrapped so that its end (stdio EOF or process e
 stream end) is observed: the SDK has no public "closed" hook, and a dead upstream must mark its
 source dirty instead of failing silently on the next call.
 
-stdio processes are started by the SDK's ``stdio_client`` in their own session (process group)
-and stopped by it the way docs/DESIGN.md (I14, I15) says: close stdin, wait, SIGTERM the group, wait, SIGKILL.
+stdio processes are started by our stdio channel (``reconciler/stdio_peer.py``, ADR 0025) in
+their own session (process group), their output read line by line under
+``limits.upstream_message_bytes``, and stopped the way docs/DESIGN.md (I14, I15) says: close
+stdin, wait, SIGTERM the group, wait, SIGKILL.
 The gateway never signals any other process (I15).
 
 A stdio upstream's stderr is a pipe read by :func:`~reconciler.logsource.pump_stderr` (one task
@@ -22,16 +24,19 @@ from typing import Any, Self, TextIO
 
 import anyio
 import httpx2
-from mcp import StdioServerParameters, stdio_client
+from mcp import StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.reconciler.direct_answers import DirectAnswers, SessionHeaders
+from mcp_reconciler.reconciler.failure_cause import Evidence
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.keepalive import KeepAliveTransport
 from mcp_reconciler.reconciler.legacy_lane import LegacyLane
-from mcp_reconciler.reconciler.logsource import pump_stderr
+from mcp_reconciler.reconciler.logsource import StderrSink, pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
+from mcp_reconciler.reconciler.peer_contract import DEFAULT_UPSTREAM_MESSAGE_BYTES
+from mcp_reconciler.reconciler.stdio_peer import stdio_channel
 from mcp_reconciler.reconciler.upstream_auth import client_credentials_auth
 
 STREAM_TYPES = ("stdio", "http", "sse")
@@ -99,23 +104,45 @@ def stdio_parameters(transport: Mapping[str, Any]) -> StdioServerParameters:
 
 
 @asynccontextmanager
-async def _stdio_with_stderr_pump(source: str, params: StdioServerParameters) -> AsyncIterator[tuple[Any, Any]]:
-    """``stdio_client`` with the process's stderr on a pipe that :func:`pump_stderr` logs.
-    The spawn happens before any task group of ours, so a spawn failure propagates as itself."""
+async def _stdio_with_stderr_pump(
+    source: str,
+    params: StdioServerParameters,
+    *,
+    message_bytes: int,
+    list_bytes: int | None,
+    list_entries: int | None,
+    evidence: Evidence | None = None,
+    noise: Any = (),
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Our stdio channel (``reconciler/stdio_peer.py``) with the process's stderr on a pipe that
+    :func:`pump_stderr` logs and notes in ``evidence`` with the exit status (the cause of a
+    failed connect, ``reconciler/failure_cause.py``). The spawn happens before any task group
+    of ours, so a spawn failure propagates as itself."""
     read_fd, write_fd = os.pipe()
     pumping = False
     try:
-        with os.fdopen(write_fd, "w") as errlog:
-            async with stdio_client(params, errlog=errlog) as streams:
-                errlog.close()  # the child has its copy; ours would keep the pipe from ending
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(pump_stderr, read_fd, source)
-                    pumping = True
-                    try:
-                        yield streams
-                    finally:
-                        tg.cancel_scope.cancel()  # the pump logs what is in the pipe, then stops
+        channel = stdio_channel(
+            source,
+            params,
+            message_bytes=message_bytes,
+            list_bytes=list_bytes,
+            list_entries=list_entries,
+            stderr=write_fd,
+            on_exit=evidence.process_exited if evidence is not None else None,
+        )
+        async with channel as streams:
+            os.close(write_fd)  # the child has its copy; ours would keep the pipe from ending
+            write_fd = -1
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pump_stderr, read_fd, StderrSink(source, evidence, tuple(noise)))
+                pumping = True
+                try:
+                    yield streams
+                finally:
+                    tg.cancel_scope.cancel()  # the pump logs what is in the pipe, then stops
     finally:
+        if write_fd >= 0:
+            os.close(write_fd)
         if not pumping:
             os.close(read_fd)
 
@@ -124,7 +151,7 @@ def _headers(transport: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (transport.get("headers") or {}).items()}
 
 
-def poster_for(spec: SourceSpec) -> JsonRpcPoster | None:
+def poster_for(spec: SourceSpec, message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES) -> JsonRpcPoster | None:
     """A keep-alive poster for ``spec``'s endpoint (``reconciler/fasthttp.py``), or ``None`` when
     only the SDK's transport may talk to it: not streamable HTTP, not ``http://``, OAuth (the
     SDK's auth flow adds the token), or the fast lane switched off (``MCP_RECONCILER_FAST_LANE=0``)."""
@@ -138,16 +165,32 @@ def poster_for(spec: SourceSpec) -> JsonRpcPoster | None:
     ):
         return None
     timeouts = t.get("timeouts") or {}
-    return JsonRpcPoster(url, _headers(t), connect_timeout_s=float(timeouts.get("connect_s", 10.0)))
+    return JsonRpcPoster(
+        url,
+        _headers(t),
+        connect_timeout_s=float(timeouts.get("connect_s", 10.0)),
+        max_message_bytes=message_bytes,
+        source=spec.name,
+    )
 
 
-def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO | None = None) -> Any:
+def transport_for(
+    spec: SourceSpec,
+    on_end: Callable[[], None],
+    errlog: TextIO | None = None,
+    *,
+    message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES,
+    list_bytes: int | None = None,
+    list_entries: int | None = None,
+) -> Any:
     """An ``mcp.Client`` transport for ``spec`` whose end calls ``on_end``.
 
     ``transport["kind"]`` is ``stdio`` (command, args, env, cwd), ``http`` (url, headers, oauth)
     or ``sse`` (url, headers, oauth). Anything else is a configuration error. ``oauth`` makes
     the connection authenticate with its own client-credentials token
-    (:mod:`reconciler.upstream_auth`); a downstream client's token is never sent upstream."""
+    (:mod:`reconciler.upstream_auth`); a downstream client's token is never sent upstream.
+    ``message_bytes`` bounds each message a stdio upstream sends, ``list_bytes`` and
+    ``list_entries`` its list pages (ADR 0025)."""
     t = spec.transport
     kind = t.get("kind")
     if kind not in STREAM_TYPES:
@@ -158,10 +201,26 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
     @asynccontextmanager
     async def connect() -> AsyncIterator[tuple[ObservedReadStream, Any]]:
         if kind == "stdio" and errlog is not None:
-            async with stdio_client(stdio_parameters(t), errlog=errlog) as (read, write):
+            params = stdio_parameters(t)
+            async with stdio_channel(
+                spec.name,
+                params,
+                message_bytes=message_bytes,
+                list_bytes=list_bytes,
+                list_entries=list_entries,
+                stderr=errlog,
+            ) as (read, write):
                 yield ObservedReadStream(read, on_end), write
         elif kind == "stdio":
-            async with _stdio_with_stderr_pump(spec.name, stdio_parameters(t)) as (read, write):
+            async with _stdio_with_stderr_pump(
+                spec.name,
+                stdio_parameters(t),
+                message_bytes=message_bytes,
+                list_bytes=list_bytes,
+                list_entries=list_entries,
+                evidence=target.evidence,
+                noise=t.get("stderr_noise") or (),
+            ) as (read, write):
                 yield ObservedReadStream(read, on_end), write
         elif kind == "http":
             timeouts = t.get("timeouts") or {}
@@ -174,13 +233,16 @@ def transport_for(spec: SourceSpec, on_end: Callable[[], None], errlog: TextIO |
             transport = KeepAliveTransport(limits=limits)
             # Answers to the server's requests go up without the SDK's writer (direct_answers.py).
             session = SessionHeaders()
-            hooks = {"request": [session.observe]}
-            poster = poster_for(spec)
+            hooks: dict[str, list[Any]] = {"request": [session.observe], "response": [target.observe_response]}
+            poster = poster_for(spec, message_bytes)
             try:
                 async with httpx2.AsyncClient(
                     headers=_headers(t), timeout=timeout, transport=transport, auth=auth, event_hooks=hooks
                 ) as http:
-                    async with streamable_http_client(str(t["url"]), http_client=http) as (read, write):
+                    # The SDK's own bound on one SSE event is 1 MiB; the gateway's is the config's.
+                    async with streamable_http_client(
+                        str(t["url"]), http_client=http, max_sse_event_size=message_bytes
+                    ) as (read, write):
                         out = DirectAnswers(write, poster, session) if poster is not None else write
                         if isinstance(out, DirectAnswers):
                             target.lane = LegacyLane(out)  # used only if the session is 2025-era
@@ -211,6 +273,14 @@ class Target:
     def __init__(self) -> None:
         self.connect: AbstractAsyncContextManager[tuple[ObservedReadStream, Any]] | None = None
         self.lane: LegacyLane | None = None
+        #: What the transport saw of its upstream, for a failure's cause (``failure_cause.py``).
+        self.evidence = Evidence()
+
+    async def observe_response(self, response: httpx2.Response) -> None:
+        """httpx2 response hook: note a POST's status (the SDK turns an error status into a
+        generic JSON-RPC error; the operator needs "HTTP 401")."""
+        if response.request.method == "POST":
+            self.evidence.observe_status(response.status_code)
 
     async def __aenter__(self) -> tuple[ObservedReadStream, Any]:
         assert self.connect is not None

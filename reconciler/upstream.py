@@ -41,12 +41,14 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.errors import ReconnectThrottledError, SourceReadError, UpstreamUnavailableError
+from mcp_reconciler.reconciler.failure_cause import ConnectTimeoutError, Evidence, startup_allowance
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.legacy_lane import LegacyLane
 from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
 from mcp_reconciler.reconciler.peer import PeerSwitch
+from mcp_reconciler.reconciler.peer_contract import DEFAULT_UPSTREAM_MESSAGE_BYTES, MessageBoundError, bound_unit
 from mcp_reconciler.reconciler.task_support import honest_listing, runs_tool_tasks
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
@@ -90,7 +92,9 @@ def _mismatch(kind: str) -> types.ErrorData:
     return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the gateway could not answer the {kind} request")
 
 
-def fast_poster(spec: SourceSpec, protocol_version: str | None) -> JsonRpcPoster | None:
+def fast_poster(
+    spec: SourceSpec, protocol_version: str | None, message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES
+) -> JsonRpcPoster | None:
     """The fast lane's pool for a connection to ``spec`` speaking ``protocol_version``, or
     ``None`` when its calls must use the SDK's transport: no plain-HTTP poster for the source
     (:func:`~reconciler.transports.poster_for`), or the 2025-11-25 era (server→client requests
@@ -98,7 +102,7 @@ def fast_poster(spec: SourceSpec, protocol_version: str | None) -> JsonRpcPoster
     answers go up on, ``reconciler/legacy_lane.py`` and ``direct_answers.py``)."""
     if (protocol_version or "2025").startswith("2025"):
         return None
-    return poster_for(spec)
+    return poster_for(spec, message_bytes)
 
 
 class UpstreamConnection:
@@ -114,8 +118,12 @@ class UpstreamConnection:
         connect_timeout_s: float = 10.0,
         health_interval_s: float | None = None,
         peer: PeerSwitch | None = None,
+        message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES,
+        connect_setting: str = "timeouts.connect_s",
     ) -> None:
         self.spec = spec
+        self._message_bytes = message_bytes  # the fast lane's bound (limits.upstream_message_bytes)
+        self._connect_setting = connect_setting
         self._peer = peer or PeerSwitch()  # unattached: requests refused, logs dropped
         self.source = spec.name
         self._id = f"{spec.name}#{next(_ids)}"
@@ -143,6 +151,13 @@ class UpstreamConnection:
     def connection_id(self) -> str:
         """``"<source>#<n>"``: unique within the process, stable for the connection's life."""
         return self._id
+
+    @property
+    def evidence(self) -> Evidence | None:
+        """What the transport saw of the upstream (HTTP status, exit code, last stderr lines),
+        for the cause of a failure (``reconciler/failure_cause.py``); None for in-process targets."""
+        evidence = getattr(self._target, "evidence", None)
+        return evidence if isinstance(evidence, Evidence) else None
 
     @property
     def alive(self) -> bool:
@@ -186,7 +201,7 @@ class UpstreamConnection:
                     self.protocol_version = client.protocol_version
                     self.capabilities = client.server_capabilities
                     started = True
-                    self.poster = fast_poster(self.spec, self.protocol_version)
+                    self.poster = fast_poster(self.spec, self.protocol_version, self._message_bytes)
                     self.connected_at = anyio.current_time()
                     task_status.started()
                     async with anyio.create_task_group() as tg:
@@ -197,7 +212,7 @@ class UpstreamConnection:
                         await self._stop.wait()
                         tg.cancel_scope.cancel()
             if connect_scope.cancelled_caught and not started:
-                raise TimeoutError(f"connect timed out after {self._connect_timeout_s:g} s")
+                raise ConnectTimeoutError(self._connect_timeout_s, self._connect_setting)
         except Exception as exc:
             if not started:
                 raise
@@ -299,8 +314,12 @@ class UpstreamConnection:
             return await client.session.send_request(
                 request, result_type, request_read_timeout_seconds=timeout_s, progress_callback=progress_callback
             )
-        except MCPError:
-            raise
+        except MCPError as exc:
+            # A bound the channel enforced while reading: its own type, with the bound's name and size.
+            bound = MessageBoundError.from_mcp_error(exc)
+            if bound is None:
+                raise
+            raise bound from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             self.dead = True
             self._emit("dead")
@@ -496,9 +515,24 @@ class UpstreamReader:
         connect_timeout_s: float = 10.0,
         peer: PeerSwitch | None = None,
     ) -> None:
-        self._targets = target_factory
         self._peer = peer
         self.bounds = bounds or Bounds()
+        self._targets = target_factory
+        if target_factory is default_targets:
+            # The default transports read under this reader's bounds (ADR 0025): every message,
+            # and list pages under the listing's byte bound.
+            bounds = self.bounds
+
+            def bounded_targets(spec: SourceSpec, on_end: Callable[[], None]) -> Any:
+                return transport_for(
+                    spec,
+                    on_end,
+                    message_bytes=bounds.upstream_message_bytes,
+                    list_bytes=bounds.bytes_per_candidate,
+                    list_entries=bounds.entries_per_generation,
+                )
+
+            self._targets = bounded_targets
         self._on_dirty = on_dirty
         self._mode = mode
         self.backoff = backoff or Backoff(
@@ -511,6 +545,7 @@ class UpstreamReader:
         self._current: dict[str, UpstreamConnection] = {}
         self._open: set[UpstreamConnection] = set()
         self._timers: set[str] = set()
+        self._started: set[str] = set()  # spec digests that connected once: no startup allowance
         self._tg: TaskGroup | None = None
         self._exit = AsyncExitStack()
         self.opened = 0
@@ -582,12 +617,26 @@ class UpstreamReader:
                 with anyio.CancelScope(shield=True):
                     await conn.aclose()
             if isinstance(exc, SourceReadError):
+                exc.evidence = exc.evidence or conn.evidence
                 raise
+            if isinstance(exc, MessageBoundError):
+                unit = bound_unit(exc.bound)
+                bounded_error = SourceReadError(
+                    f"listing refused while reading: a page passed {exc.bound} ({exc.limit} {unit})",
+                    detail=f"source {spec.name}: a list page was refused at {exc.size} {unit}",
+                    cause_kind="bound_exceeded",
+                )
+                bounded_error.evidence = conn.evidence
+                raise bounded_error from exc
+            error: SourceReadError
             if isinstance(exc, MCPError):
-                raise SourceReadError("upstream rejected the listing", detail=f"{exc.error.code}: {exc}") from exc
-            if isinstance(exc, Exception):
-                raise UpstreamUnavailableError(f"{type(exc).__name__}: {exc}") from exc
-            raise
+                error = SourceReadError("upstream rejected the listing", detail=f"{exc.error.code}: {exc}")
+            elif isinstance(exc, Exception):
+                error = UpstreamUnavailableError(f"{type(exc).__name__}: {exc}")
+            else:
+                raise
+            error.evidence = conn.evidence
+            raise error from exc
         self._current[spec.name] = conn
         # Never advertise what cannot be served: tools that need tasks this connection cannot run.
         entries, task_diagnostics = honest_listing(
@@ -614,14 +663,17 @@ class UpstreamReader:
                 wait, detail=f"source {spec.name}: {self.backoff.failures(spec.name)} consecutive failures"
             )
         self.backoff.attempt(spec.name)
+        timeout_s, setting = self._connect_deadline(spec)
         conn = UpstreamConnection(
             spec,
             self._targets,
             mode=self._mode,
             on_event=self._on_event,
-            connect_timeout_s=self._connect_timeout_s,
+            connect_timeout_s=timeout_s,
+            connect_setting=setting,
             health_interval_s=self._health_interval_s if spec.transport.get("kind") in ("http", "sse") else None,
             peer=self._peer,
+            message_bytes=self.bounds.upstream_message_bytes,
         )
         telemetry.reconnects.add(1, {"source": spec.name})
         self.opened += 1
@@ -630,8 +682,24 @@ class UpstreamReader:
         except Exception as exc:
             delay = self.backoff.failure(spec.name)
             self._retry_later(spec.name, delay)
-            raise UpstreamUnavailableError(f"connect failed: {type(exc).__name__}: {exc}") from exc
+            error = UpstreamUnavailableError(f"connect failed: {type(exc).__name__}: {exc}")
+            error.evidence = conn.evidence
+            raise error from exc
+        self._started.add(spec.digest)
         return conn
+
+    def _connect_deadline(self, spec: SourceSpec) -> tuple[float, str]:
+        """(seconds, the setting that says so) for a new connection to ``spec``: its
+        ``timeouts.connect_s`` (the reader's default without one), or on the spec's first start
+        in this process the startup allowance (``failure_cause.startup_allowance``) if larger:
+        a cold ``npx -y`` downloads its package before it speaks."""
+        configured = (spec.transport.get("timeouts") or {}).get("connect_s")
+        timeout_s = float(configured) if configured is not None else self._connect_timeout_s
+        if spec.digest not in self._started:
+            allowance = startup_allowance(spec.transport)
+            if allowance is not None and allowance > timeout_s:
+                return allowance, "timeouts.startup_s"
+        return timeout_s, "timeouts.connect_s"
 
     async def _run_conn(self, conn: UpstreamConnection, *, task_status: TaskStatus[None]) -> None:
         self._open.add(conn)

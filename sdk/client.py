@@ -229,6 +229,12 @@ class ReconcilerClient:
         response = await self._request("POST", f"/v1/sessions/{_seg(session_id)}/grants", json={"names": list(names)})
         return wire.GrantsOut.model_validate(response.json())
 
+    async def revoke(self, session_id: str, names: Sequence[str]) -> wire.RevokedOut:
+        """``POST /v1/sessions/{id}/revoke``: take granted ``names`` away, all or nothing. InvalidRequest
+        if one is not granted or the session has a standing grant (follow); Conflict if declared."""
+        response = await self._request("POST", f"/v1/sessions/{_seg(session_id)}/revoke", json={"names": list(names)})
+        return wire.RevokedOut.model_validate(response.json())
+
     async def hold(self, revision: int, *, ttl_s: float = 600.0) -> wire.HoldOut:
         """``POST /v1/revisions/{revision}/holds``: keep ``revision`` live for ``ttl_s`` seconds. NotFound if
         it is not live, TooManyRequests over the hold bounds, InvalidRequest for a TTL out of range."""

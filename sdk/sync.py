@@ -106,6 +106,10 @@ class SyncReconcilerClient:
         """Blocking :meth:`ReconcilerClient.grant`."""
         return self._call(self._client.grant, session_id, names)  # type: ignore[no-any-return]
 
+    def revoke(self, session_id: str, names: Sequence[str]) -> wire.RevokedOut:
+        """Blocking :meth:`ReconcilerClient.revoke`."""
+        return self._call(self._client.revoke, session_id, names)  # type: ignore[no-any-return]
+
     def hold(self, revision: int, *, ttl_s: float = 600.0) -> wire.HoldOut:
         """Blocking :meth:`ReconcilerClient.hold`."""
         return self._call(self._client.hold, revision, ttl_s=ttl_s)  # type: ignore[no-any-return]

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import httpx2
 import pytest
 
-from tests.api.conftest import OPERATOR_TOKEN, REPO_ROOT, WAIT, backdate, served_gateway, write_config
+from tests.api.conftest import OPERATOR_TOKEN, REPO_ROOT, WAIT, backdate, served_gateway, upstream_source, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -122,18 +123,38 @@ async def test_operator_commands_and_exit_codes(tmp_path: Path) -> None:
         assert flags.code == 0 and flags.json()["revision"] == rev  # type: ignore[index]
 
 
-async def test_status_exit_4_when_not_ready(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path)
+async def test_status_exit_codes_agree_with_readyz(tmp_path: Path) -> None:
+    """Issue 28, ADR 0027: ``status`` exits 0 whenever ``/readyz`` answers 200 -- degraded and
+    config-error states serve -- and 4 exactly when it answers 503; ``--strict`` exits 6 when
+    serving but not everything is well."""
+    cfg = write_config(
+        tmp_path, sources=[upstream_source("up", "a"), {"name": "dead", "stdio": {"command": "no-such-x"}}]
+    )
     async with served_gateway(cfg) as served:
-        cfg.write_text("sources: [\n")  # invalid: the last good config keeps serving
-        backdate(cfg)
-        await served.gateway.engine.refresh()
-        r = await cli("status", url=served.base_url, token=OPERATOR_TOKEN)
-        assert r.code == 4, r
-        assert "CONFIG ERROR" in r.out and "gateway.yaml:" in r.out
-        assert "condition   config_invalid (last_good_config_serving)" in r.out  # typed, and printed
-        j = await cli("status", "--json", url=served.base_url, token=OPERATOR_TOKEN)
-        assert j.code == 4 and json.loads(j.out)["config_error"]
+        env = {"url": served.base_url, "token": OPERATOR_TOKEN}
+        async with httpx2.AsyncClient(base_url=served.base_url) as http:
+            degraded = await cli("status", **env)
+            assert (await http.get("/readyz")).status_code == 200
+            assert degraded.code == 0 and "state       degraded" in degraded.out, degraded
+            strict = await cli("status", "--strict", **env)
+            assert strict.code == 6, strict
+
+            cfg.write_text("sources: [\n")  # invalid: the last good config keeps serving
+            backdate(cfg)
+            await served.gateway.engine.refresh()
+            assert (await http.get("/readyz")).status_code == 200
+            r = await cli("status", **env)
+            assert r.code == 0, r
+            assert "state       error" in r.out and "CONFIG ERROR" in r.out and "gateway.yaml:" in r.out
+            assert "condition   config_invalid (last_good_config_serving)" in r.out  # typed, and printed
+            j = await cli("status", "--json", **env)
+            assert j.code == 0 and json.loads(j.out)["config_error"]
+            assert (await cli("status", "--strict", **env)).code == 6
+
+            await served.gateway.engine.aclose()  # shutting down: HTTP still answers, nothing serves
+            assert (await http.get("/readyz")).status_code == 503
+            closed = await cli("status", **env)
+            assert closed.code == 4, closed
 
 
 async def test_refresh_timeout_exit_5(tmp_path: Path) -> None:

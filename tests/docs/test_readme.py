@@ -109,7 +109,9 @@ def test_make_targets() -> None:
 
 
 def _refreshed_revision(out: list[str]) -> int:
-    m = re.match(r"cycle \d+: \w+ — revision (\d+) \((new revision|no change)\)$", out[0])
+    m = re.match(
+        r"cycle \d+: \w+ — revision (\d+) \((new revision|no change; already current since \S+ ago: .+)\)$", out[0]
+    )
     assert m, out
     return int(m.group(1))
 
@@ -236,6 +238,8 @@ def test_limits_defaults() -> None:
     assert shown["shutdown_grace_s"] == defaults.shutdown_grace_s
     assert shown["limits"] == defaults.limits.model_dump(), "README limits differ from LimitsConfig's defaults"
     assert GatewaySettings.model_validate(shown) == defaults
+
+
 def test_security_blocks(tmp_path: Path) -> None:
     """The Security section's config fragments are valid configs, and the warning it quotes is
     the one ``serve`` prints (``tests/api/test_cli.py::test_serve_warns_when_anonymous_access_is_on``

@@ -1,7 +1,8 @@
 """Fixtures for integration tests against real MCP upstreams running as subprocesses.
 
 - :func:`stdio_spec` builds a ``SourceSpec`` that spawns ``tests.support.upstream_server`` over
-  stdio (the SDK's ``stdio_client`` owns that process; the reconciler's supervisor stops it).
+  stdio (the gateway's stdio channel, ``reconciler/stdio_peer.py``, owns that process; the
+  reconciler's supervisor stops it).
 - ``http_upstreams`` starts the server over streamable HTTP on 127.0.0.1 as a subprocess owned by
   the test; teardown always kills and reaps every one it started.
 - ``no_leaked_children`` (autouse) asserts that no child process of the test process outlives
@@ -95,9 +96,12 @@ class HttpUpstreams:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._n = 0
 
+    transport = "http"  # the upstream server's --transport
+
     def _spawn(self, port: int, pid_file: Path, server_args: tuple[str, ...]) -> subprocess.Popen[bytes]:
+        port_args = ("--port", str(port)) if port else ("--port", "0", "--port-file", str(pid_file) + ".port")
         proc = subprocess.Popen(
-            server_argv("--transport", "http", "--port", str(port), "--pid-file", str(pid_file), *server_args),
+            server_argv("--transport", self.transport, *port_args, "--pid-file", str(pid_file), *server_args),
             cwd=REPO_ROOT,
             stdin=subprocess.DEVNULL,
         )
@@ -105,13 +109,16 @@ class HttpUpstreams:
         return proc
 
     async def start(self, *server_args: str, port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
-        """Start a server (``--tools`` etc. in ``server_args``) and wait until it listens."""
-        port = port or free_port()
+        """Start a server (``--tools`` etc. in ``server_args``) and wait until it listens. Without
+        ``port`` (a restart on a known port) the server binds port 0 and reports the port it got:
+        no window in which another process could take it."""
         self._n += 1
         pid_file = self._tmp / f"http-{self._n}.pid"
-        proc = self._spawn(port, pid_file, server_args)
+        proc = self._spawn(port or 0, pid_file, server_args)
         try:
             await wait_for_file(pid_file, proc=proc)
+            if not port:
+                port = int(await wait_for_file(Path(str(pid_file) + ".port"), proc=proc))
         except BaseException:
             self.kill(proc)
             raise

@@ -15,7 +15,6 @@ are exercised. Every wait is bounded; the autouse ``no_leaked_children`` fixture
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -33,7 +32,7 @@ from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import SourceSpec, SourceStatus
 from mcp_reconciler.reconciler.reconcile import Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
-from tests.integration.conftest import REPO_ROOT, HttpUpstreams, server_argv, wait_for_file
+from tests.integration.conftest import HttpUpstreams, wait_for_file
 from tests.support.observe import Publications
 from tests.support.upstream_server import CONTROL_TOOLS
 
@@ -51,14 +50,7 @@ ERAS = {"legacy": "2025-11-25", "auto": "2026-07-28"}
 class SseUpstreams(HttpUpstreams):
     """Like ``HttpUpstreams`` (kill and reap on close) but serving ``--transport sse``."""
 
-    def _spawn(self, port: int, pid_file: Path, server_args: tuple[str, ...]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            server_argv("--transport", "sse", "--port", str(port), "--pid-file", str(pid_file), *server_args),
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-        )
-        self._procs.append(proc)
-        return proc
+    transport = "sse"
 
 
 @pytest.fixture

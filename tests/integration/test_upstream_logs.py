@@ -24,7 +24,9 @@ import anyio
 import pytest
 
 from mcp_reconciler.api.logs import CHATTY_LOGGERS, GatewayHandler, configure
+from mcp_reconciler.reconciler.config import ConfigError, load_config
 from mcp_reconciler.reconciler.gateway import Gateway
+from mcp_reconciler.reconciler.model import SourceSpec
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE, HttpUpstreams, stdio_spec
 from tests.integration.test_upstream_transports import call, engine, status
 
@@ -94,15 +96,15 @@ async def test_interpolated_values_never_reach_the_log_and_upstream_words_stay_a
     assert "[REDACTED]" in text
     for s in st.sources:
         assert SECRET not in (s.last_error or "") and KEY not in (s.last_error or "")
-    # The WARNING lines say what happened, in the gateway's words only.
+    # The WARNING lines say what happened -- the typed cause (issue 28) -- in the gateway's words only.
     warnings = [r for r in records if r["level"] == "warning" and r["logger"] == "mcp_reconciler.reconciler"]
     assert {r["message"] for r in warnings} >= {
-        "source badcmd: upstream unavailable",
-        "source badurl: upstream unavailable",
+        "source badcmd: process not found: stdio.command is not on PATH or not at its path [process_not_found]",
+        "source badurl: HTTP 404 not found; check the source's url path [http_status]",
     }
     for r in records:
         if r["level"] in ("warning", "error", "critical"):
-            for upstream_words in ("FileNotFoundError", "/nonexistent", "HTTPStatusError", "404"):
+            for upstream_words in ("FileNotFoundError", "/nonexistent", "HTTPStatusError", "Not Found"):
                 assert upstream_words not in r["message"], r
     # The upstream's words are there for an operator who asks for DEBUG (masked all the same).
     debug = " ".join(r["message"] for r in records if r["level"] == "debug")
@@ -122,7 +124,7 @@ async def test_upstream_stderr_is_labeled_json_and_rate_limited(logs: Captured) 
     logs.handler.report_suppressed()
     lines = [r for r in logs.records() if r["logger"] == "mcp_reconciler.upstream.stderr"]
     shown = [r for r in lines if "(last of a suppressed run)" not in r["message"]]
-    assert shown and all(r["source"] == "noisy" and r["level"] == "warning" for r in lines), lines[:3]
+    assert shown and all(r["source"] == "noisy" and r["level"] == "info" for r in lines), lines[:3]  # issue 28: INFO
     assert shown[0]["message"] == "upstream noisy stderr: hello from upstream"
     assert len(shown) <= logs.handler.limiter.burst, len(shown)
     assert sum(r.get("suppressed", 0) for r in lines) == 500 - len(shown)
@@ -150,3 +152,30 @@ async def test_stdio_spec_helper_runs_from_the_repository(tmp_path: Path) -> Non
     """The stdio specs above run the test server by module name from the repository root."""
     spec = stdio_spec("x")
     assert spec.transport["cwd"] == str(REPO_ROOT) and SERVER_MODULE in spec.transport["args"]
+
+
+async def test_upstream_stderr_is_info_and_lines_marked_as_noise_are_debug(logs: Captured) -> None:
+    """Issue 28: an upstream's stderr is INFO (its banner is not a warning of the gateway's);
+    lines matching the source's ``stderr_noise`` patterns are DEBUG; the label is the same."""
+    logs.handler.limiter.window_s = 3600.0
+    base = stdio_spec("chatty", "--tools", "a", "--noisy")
+    spec = SourceSpec(name="chatty", transport={**base.transport, "stderr_noise": ["^Secure MCP .* running"]})
+    async with engine(spec) as (_reader, rec, pubs):
+        await pubs.wait_for(lambda g: status(g, "chatty").value == "ready")
+        await call(rec, "stderr", {"n": 1, "text": "Secure MCP Filesystem Server running on stdio"}, source="chatty")
+        await call(rec, "stderr", {"n": 1, "text": "warning: disk almost full"}, source="chatty")
+        with anyio.fail_after(10):
+            while "disk almost full" not in logs.text or "Filesystem Server" not in logs.text:
+                await anyio.sleep(0.02)
+    lines = {r["message"]: r for r in logs.records() if r["logger"] == "mcp_reconciler.upstream.stderr"}
+    banner = lines["upstream chatty stderr: Secure MCP Filesystem Server running on stdio"]
+    real = lines["upstream chatty stderr: warning: disk almost full"]
+    assert (banner["level"], real["level"]) == ("debug", "info")
+    assert banner["source"] == real["source"] == "chatty"
+
+
+def test_stderr_noise_patterns_are_checked_when_the_config_loads(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, [{"name": "x", "stdio": {"command": "python", "stderr_noise": ["(unclosed"]}}])
+    with pytest.raises(ConfigError) as bad:
+        load_config(cfg)
+    assert "stderr_noise" in str(bad.value) and "not a valid regex" in str(bad.value)

@@ -24,11 +24,15 @@ and callable beside the catalog:
 - ``fail_protocol`` raises an MCP protocol error (code -32000) whose message is ``text`` (plus
   the server's pid and working directory: upstream detail a gateway must never forward);
 - ``fail_result`` returns a tool result with ``is_error=True`` whose content is ``text``;
-With ``--noisy``, two more control tools are listed:
+With ``--noisy``, four more control tools are listed:
 
 - ``garbage`` writes ``n`` lines that are not JSON-RPC to stdout (stdio only: a misbehaving
   upstream), then returns ``{"garbage": n}``;
-- ``stderr`` writes ``n`` lines of ``text`` to stderr, then returns ``{"stderr": n}``.
+- ``stderr`` writes ``n`` lines of ``text`` to stderr, then returns ``{"stderr": n}``;
+- ``big`` returns one text content block of ``bytes`` characters (``x``), or, with ``blocks``,
+  that many blocks sharing the bytes (many small objects: the parser's worst case);
+- ``noline`` writes ``bytes`` bytes to stdout with no newline (stdio only: a line that never
+  ends), then answers (its answer lands on that same unfinished line).
 
 ``--linger`` models an upstream that does not exit when its stdin closes: after stdin ends it
 ignores SIGTERM and sleeps (up to 10 minutes), so only a process-group SIGKILL stops it.
@@ -54,7 +58,8 @@ JSON Schema (:data:`BAD_TOOL_SECRET` is in the long description; it must never b
 
 Lists paginate with ``--page-size`` (cursor = offset). ``--pid-file`` is written atomically once
 the server is ready: for stdio just before serving, for HTTP and SSE once the port accepts
-connections.
+connections. ``--port 0 --port-file PATH`` (HTTP and SSE): the server binds a port the kernel
+picks and writes it to ``PATH`` before the pid file (no other process can take it meanwhile).
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 CONTROL_TOOLS = ("block", "crash", "flood", "set_tools", "progress", "fail_protocol", "fail_result")
-NOISY_TOOLS = ("garbage", "stderr")  # listed only with --noisy
+NOISY_TOOLS = ("garbage", "stderr", "big", "noline")  # listed only with --noisy
 BAD_TOOL_SECRET = "token=bad-tool-s3cr3t-0123456789"
 CRASH_EXIT_CODE = 3
 
@@ -102,6 +107,12 @@ _CONTROL_SCHEMAS: dict[str, dict[str, Any]] = {
     "fail_protocol": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
     "fail_result": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
     "garbage": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
+    "big": {
+        "type": "object",
+        "properties": {"bytes": {"type": "integer", "minimum": 0}, "blocks": {"type": "integer", "minimum": 1}},
+        "required": ["bytes"],
+    },
+    "noline": {"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 0}}, "required": ["bytes"]},
     "stderr": {
         "type": "object",
         "properties": {"n": {"type": "integer", "minimum": 0}, "text": {"type": "string"}},
@@ -245,6 +256,16 @@ class UpstreamServer:
             # points fd 1 at stderr while it serves; the wire is the duplicate taken before).
             os.write(WIRE_FD, b"".join(b"garbage line %d: not json-rpc\n" % i for i in range(n)))
             return _text({"tool": name, "garbage": n})
+        if name == "big" and name in self.control_tools:
+            size, blocks = int(args.get("bytes", 0)), int(args.get("blocks", 1))
+            each = max(size // blocks, 0)
+            return types.CallToolResult(content=[types.TextContent(type="text", text="x" * each)] * blocks)
+        if name == "noline" and name in self.control_tools:
+            size = int(args.get("bytes", 0))
+            chunk = b"y" * 65536
+            for start in range(0, size, len(chunk)):
+                os.write(WIRE_FD, chunk[: min(len(chunk), size - start)])
+            return _text({"tool": name, "noline": size})
         if name == "stderr" and name in self.control_tools:
             n, text = int(args.get("n", 0)), str(args.get("text", ""))
             sys.stderr.write("".join(f"{text}\n" for _ in range(n)))
@@ -277,12 +298,15 @@ def _text(payload: dict[str, Any]) -> types.CallToolResult:
 
 def write_pid_file(path: str | None) -> None:
     """Atomically publish this process's pid (readers never see a partial file)."""
-    if not path:
-        return
+    if path:
+        _write_atomically(path, str(os.getpid()))  # also used for block's marker: its content is the pid too
+
+
+def _write_atomically(path: str, text: str) -> None:
     target = Path(path)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(str(os.getpid()))
-    os.replace(tmp, target)  # also used for block's marker: its content is the pid too
+    tmp.write_text(text)
+    os.replace(tmp, target)
 
 
 # -- serving -------------------------------------------------------------------------------------
@@ -361,27 +385,40 @@ def build_sse_app(upstream: UpstreamServer, port: int) -> Any:
     )
 
 
-async def serve_http(upstream: UpstreamServer, port: int, pid_file: str | None, transport: str = "http") -> None:
-    """Serve streamable HTTP (``transport="http"``) or SSE (``"sse"``) on 127.0.0.1:``port``."""
+async def serve_http(
+    upstream: UpstreamServer, port: int, pid_file: str | None, transport: str = "http", port_file: str | None = None
+) -> None:
+    """Serve streamable HTTP (``transport="http"``) or SSE (``"sse"``) on 127.0.0.1:``port``
+    (``0``: a port the kernel picks, bound here before anything else, and written to
+    ``port_file``: nobody else can take it between choosing and binding)."""
+    import socket
+
     import uvicorn
 
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    port = int(sock.getsockname()[1])
     app = build_sse_app(upstream, port) if transport == "sse" else build_http_app(upstream, port)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
+        tg.start_soon(lambda: server.serve(sockets=[sock]))
         with anyio.fail_after(30):
             while not server.started:
                 if server.should_exit:
                     return
                 await anyio.sleep(0.01)
+        if port_file:
+            _write_atomically(port_file, str(port))
         write_pid_file(pid_file)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tests.support.upstream_server", description=__doc__.splitlines()[0])
     p.add_argument("--transport", choices=("stdio", "http", "sse"), default="stdio")
-    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (required for http and sse)")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 for http and sse (0: the kernel picks)")
+    p.add_argument("--port-file", help="http and sse: write the port listened on here (before the pid file)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--tools", default="", help="comma-separated tool names")
     group.add_argument(
@@ -398,8 +435,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--listen-backlog", type=int, default=100_000, help="subscriptions/listen backlog per subscriber")
     args = p.parse_args(argv)
-    if args.transport in ("http", "sse") and not args.port:
-        p.error(f"--port is required with --transport {args.transport}")
+    if args.transport in ("http", "sse") and not args.port and not args.port_file:
+        p.error(f"--transport {args.transport} needs --port N, or --port-file PATH to learn the port picked")
     if args.page_size < 1:
         p.error("--page-size must be at least 1")
     return args
@@ -459,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.transport == "stdio":
         anyio.run(serve_stdio, upstream, args.pid_file, args.linger)
     else:
-        anyio.run(serve_http, upstream, args.port, args.pid_file, args.transport)
+        anyio.run(serve_http, upstream, args.port, args.pid_file, args.transport, args.port_file)
     return 0
 
 

@@ -254,3 +254,135 @@ async def test_operator_console_in_a_headless_browser(tmp_path: Path, browser_bi
                 assert stored == 0, stored
 
             await step(logs_out)
+
+
+async def test_console_causes_catalog_sessions_and_login_state(
+    tmp_path: Path, browser_binaries: tuple[str, str]
+) -> None:
+    """Issue 28: nothing but the login form shows before login; a failed source shows its typed
+    cause and last stderr lines (folded); long diagnostics fold; the catalog view lists every
+    served name with its source, trust and holders, and filters; an operator creates a session
+    (its token shown once), grants, revokes and deletes it; logging out clears the token shown."""
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps(["search", "fetch"]))
+    backdate(tools_file)
+    files = tools_source(tools_file)
+    files["stdio"]["args"][-1] = "4"  # --bad-tools 4: more rejected entries than stay unfolded
+    script = "import sys; sys.stderr.write('db: cannot open state.sqlite\\n'); sys.exit(3)"
+    exits = {"name": "db", "stdio": {"command": "python", "args": ["-c", script]}}
+    cfg = write_config(tmp_path, sources=[files, exits])
+    async with served_gateway(cfg) as served:
+        engine = served.gateway.engine
+        with chromium(browser_binaries) as driver:
+
+            def nothing_before_login() -> None:
+                driver.get(served.base_url + "/ui/")
+                wait_for(driver, "the login form", lambda d: d.find_element(By.ID, "token").is_displayed())
+                visible_cards = "return [...document.querySelectorAll('main .card')].filter(e => e.offsetParent).length"
+                shown = driver.execute_script(visible_cards)
+                assert shown == 0, shown
+                assert not driver.find_element(By.ID, "app").is_displayed()
+                driver.find_element(By.ID, "token").send_keys(OPERATOR_TOKEN)
+                driver.find_element(By.ID, "login-button").click()
+                wait_for(driver, "the catalog", lambda d: "files__search" in text_of(d, "#catalog-table"))
+                assert driver.find_element(By.ID, "now").is_displayed()
+
+            await step(nothing_before_login)
+
+            def causes_and_folds() -> None:
+                row = "#source-table tr[data-source='db']"
+                wait_for(driver, "the db cause", lambda d: "process_exited" in text_of(d, row + " .cause"))
+                assert "process exited with code 3" in text_of(driver, row + " td.last-error")
+                assert "exit code 3" in text_of(driver, row + " .cause")
+                folded = "return document.querySelector(arguments[0]).open"
+                assert driver.execute_script(folded, row + " details.stderr-tail") is False  # folded until asked
+                driver.execute_script(
+                    "document.querySelector(arguments[0]).click()", row + " details.stderr-tail summary"
+                )
+                wait_for(
+                    driver, "the stderr lines", lambda d: "cannot open state.sqlite" in text_of(d, row + " pre.stderr")
+                )
+                driver.execute_script("render()")  # the next update re-renders the rows: the fold stays open
+                assert driver.execute_script(folded, row + " details.stderr-tail") is True
+                rejected = "#source-table tr[data-source='files'] td.rejected details"
+                assert driver.execute_script(folded, rejected) is False
+                assert "4 diagnostics" in text_of(driver, rejected + " summary")
+
+            await step(causes_and_folds)
+
+            def catalog_view_and_filter() -> None:
+                row = text_of(driver, "#catalog-table tr[data-name='files__search']")
+                assert "tool" in row and "files" in row and "search" in row and "trusted" in row, row
+                box = driver.find_element(By.ID, "catalog-filter")
+                box.send_keys("fetch")
+                visible = driver.execute_script(
+                    "return Array.from(document.querySelectorAll('#catalog-table tbody tr'))"
+                    ".filter(r => !r.hidden).map(r => r.dataset.name)"
+                )
+                assert "files__fetch" in visible and "files__search" not in visible, visible
+                box.clear()
+                box.send_keys(" ")  # clearing fires no input event in every driver: an empty query shows all
+                driver.execute_script("arguments[0].value=''; arguments[0].dispatchEvent(new Event('input'))", box)
+
+            await step(catalog_view_and_filter)
+
+            def create_session() -> str:
+                driver.find_element(By.ID, "new-owner").send_keys("alice")
+                driver.find_element(By.CSS_SELECTOR, "#new-policy option[value='explicit']").click()
+                driver.find_element(By.ID, "new-names").send_keys("files__search")
+                driver.find_element(By.ID, "session-create").click()
+                wait_for(driver, "the token", lambda d: "shown once" in text_of(d, "#session-token"))
+                shown = text_of(driver, "#session-token")
+                session_id = shown.split()[1]
+                wait_for(
+                    driver,
+                    "the session row",
+                    lambda d: "explicit" in text_of(d, f"#session-table tr[data-session='{session_id}']"),
+                )
+                wait_for(
+                    driver,
+                    "its grant in the catalog",
+                    lambda d: session_id in text_of(d, "#catalog-table tr[data-name='files__search'] td.holders"),
+                )
+                return session_id
+
+            session_id = await step(create_session)
+            made = engine.sessions.get(session_id)
+            assert made is not None and made.owner == "owner::alice"
+            token_shown = await step(lambda: text_of(driver, "#session-token"))
+            assert made.token in token_shown  # the real token, shown once
+
+            def grant_revoke_delete() -> None:
+                driver.find_element(By.CSS_SELECTOR, f"#session-pick option[value='{session_id}']").click()
+                names = driver.find_element(By.ID, "session-names")
+                names.send_keys("files__fetch")
+                driver.find_element(By.ID, "session-grant").click()
+                wait_for(driver, "the grant", lambda d: "granted to" in text_of(d, "#session-answer"))
+                names.clear()
+                names.send_keys("files__search")
+                driver.find_element(By.ID, "session-revoke").click()
+                wait_for(driver, "the revocation", lambda d: "revoked from" in text_of(d, "#session-answer"))
+                wait_for(
+                    driver,
+                    "the catalog without it",
+                    lambda d: session_id not in text_of(d, "#catalog-table tr[data-name='files__search'] td.holders"),
+                )
+                assert session_id in text_of(driver, "#catalog-table tr[data-name='files__fetch'] td.holders")
+
+            await step(grant_revoke_delete)
+            live = engine.sessions.get(session_id)
+            assert live is not None and sorted(live.grants) == ["tool:files__fetch"]
+
+            def delete_and_log_out() -> None:
+                driver.find_element(By.ID, "session-delete").click()
+                wait_for(driver, "the deletion", lambda d: "deleted session" in text_of(d, "#session-answer"))
+                wait_for(driver, "the row gone", lambda d: session_id not in text_of(d, "#session-table"))
+                driver.find_element(By.ID, "logout").click()
+                wait_for(driver, "the login form again", lambda d: d.find_element(By.ID, "login").is_displayed())
+                assert driver.execute_script("return document.getElementById('session-token').textContent") == ""
+                assert not driver.find_element(By.ID, "app").is_displayed()
+                errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+                assert not errors, errors
+
+            await step(delete_and_log_out)
+            assert engine.sessions.get(session_id) is None

@@ -245,3 +245,44 @@ async def test_cancelling_an_exchange_closes_its_connection() -> None:
 def test_only_plain_http_urls() -> None:
     with pytest.raises(ValueError):
         JsonRpcPoster("https://127.0.0.1/mcp")
+
+
+async def test_an_sse_event_that_never_ends_is_refused_at_the_message_bound() -> None:
+    """ADR 0025: one SSE event is counted as it arrives; past ``max_message_bytes`` the call
+    fails with the bound (the server never ends the event, nor the stream), nothing more is kept."""
+    from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, MessageBoundError
+
+    def endless(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+        start = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\nevent: message\r\ndata: "
+        return start + b"x" * (3 * 1024 * 1024), False  # no end of event, connection left open
+
+    async with serving([endless]) as (_server, url):
+        poster = JsonRpcPoster(url, max_message_bytes=1024 * 1024, source="endless")
+        with anyio.fail_after(WAIT), pytest.raises(MessageBoundError) as caught:
+            await poster.post(REQUEST, {})
+        assert (caught.value.bound, caught.value.limit) == (MESSAGE_BOUND_KEY, 1024 * 1024)
+        assert 1024 * 1024 < caught.value.size <= 1024 * 1024 + 128 * 1024
+        await poster.aclose()
+
+
+async def test_the_message_bound_is_per_sse_event_not_per_stream() -> None:
+    """Many small events adding up to more than the bound, then the response: answered."""
+
+    def chatty(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+        note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "y" * 900}}
+        events = b"".join(b"event: message\r\ndata: " + json.dumps(note).encode() + b"\r\n\r\n" for _ in range(3000))
+        answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"ok": True}}
+        body = events + b"event: message\r\ndata: " + json.dumps(answer).encode() + b"\r\n\r\n"
+        return http("200 OK", body, ctype="text/event-stream"), False
+
+    seen: list[dict[str, Any]] = []
+
+    async def on_message(message: dict[str, Any]) -> None:
+        seen.append(message)
+
+    async with serving([chatty]) as (_server, url):
+        poster = JsonRpcPoster(url, max_message_bytes=1024 * 1024)
+        with anyio.fail_after(WAIT):
+            assert await poster.post(REQUEST, {}, on_message) == {"ok": True}
+        assert len(seen) == 3000  # 2.8 MB of events in all, none near the bound
+        await poster.aclose()

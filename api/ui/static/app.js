@@ -18,6 +18,8 @@ const state = {
   status: null,
   generations: null,
   sessions: null,
+  catalog: null,
+  open: new Set(), // keys of the folded lists the operator opened: re-renders keep them open
   history: new Map(), // revision -> {revision, published_at, trigger, closed_at, forced, superseded_at}
   lastEventId: null,
   stream: null, // AbortController of the event stream
@@ -123,6 +125,9 @@ function showLogin(message) {
   $("logout").hidden = true;
   $("login").hidden = false;
   $("who").textContent = "";
+  $("session-token").textContent = ""; // a new session's token is shown once, never kept
+  $("session-answer").textContent = "";
+  state.catalog = null;
   $("login-error").textContent = message || "";
   setLive(false);
 }
@@ -158,6 +163,11 @@ async function refresh() {
         state.sessions = await api("/v1/sessions");
       } catch (err) {
         state.sessions = null;
+      }
+      try {
+        state.catalog = status.revision === null ? null : await api("/v1/catalog");
+      } catch (err) {
+        state.catalog = null;
       }
     }
     render();
@@ -325,9 +335,55 @@ function render() {
   renderTimeline();
   renderGenerations();
   renderSources();
+  renderCatalog();
   renderViews();
   renderSessions();
   renderActions();
+  applyFilters();
+}
+
+// A filter box hides the rows of its table (data-filter) whose text does not contain it.
+function applyFilters() {
+  for (const input of document.querySelectorAll("input.filter")) {
+    const query = input.value.trim().toLowerCase();
+    const table = $(input.dataset.filter);
+    if (!table) continue;
+    for (const row of table.tBodies[0].rows) row.hidden = query !== "" && !row.textContent.toLowerCase().includes(query);
+  }
+}
+
+// Long lists fold: more than this many items start collapsed under a summary line.
+const FOLD_AT = 3;
+
+function foldable(key, props, summary) {
+  const details = el("details", Object.assign({ "data-key": key }, props), el("summary", {}, summary));
+  details.open = state.open.has(key);
+  details.addEventListener("toggle", () => { if (details.open) state.open.add(key); else state.open.delete(key); });
+  return details;
+}
+
+function folded(key, summary, items) {
+  const list = el("ul", {}, ...items);
+  if (items.length <= FOLD_AT) return list;
+  const details = foldable(key, {}, summary);
+  details.append(list);
+  return details;
+}
+
+function causeOf(src) {
+  const c = src.cause;
+  if (!c) return null;
+  const parts = [el("span", { class: "kind" }, c.kind)];
+  if (c.setting) parts.push(" · setting ", el("code", {}, c.setting));
+  if (c.http_status) parts.push(" · HTTP " + c.http_status);
+  if (c.exit_code !== null && c.exit_code !== undefined) parts.push(" · exit code " + c.exit_code);
+  const box = el("div", { class: "cause" }, ...parts);
+  if (c.stderr_tail && c.stderr_tail.length) {
+    const details = foldable("stderr:" + src.name, { class: "stderr-tail" }, "last stderr lines (" + c.stderr_tail.length + ")");
+    details.append(el("pre", { class: "stderr" }, c.stderr_tail.join("\n")));
+    box.append(details);
+  }
+  return box;
 }
 
 const STATE_WORDS = {
@@ -363,6 +419,13 @@ function renderNow() {
   const children = [dl];
   children.push(problems.length ? el("ul", { class: "conditions", id: "conditions" }, ...problems)
     : el("ul", { class: "conditions", id: "conditions" }, el("li", { class: "ok" }, "no degraded conditions")));
+  const general = (s.diagnostics || []).filter((d) => d.source === null);
+  if (general.length) {
+    const items = general.map((d) => el("li", {}, (d.name ? d.name + ": " : "") + d.message + " [" + d.code + "]"));
+    const details = foldable("diagnostics", { id: "diagnostics" }, general.length + " catalog diagnostics (name collisions and other merge findings)");
+    details.append(el("ul", {}, ...items));
+    children.push(details);
+  }
   if (s.config_error) children.push(el("h3", {}, "config error"), el("pre", { class: "error" }, s.config_error));
   if (s.warnings && s.warnings.length) children.push(el("h3", {}, "warnings"), el("ul", {}, ...s.warnings.map((w) => el("li", {}, w))));
   const configFiles = (s.inputs || []).filter((i) => i.source === null);
@@ -489,13 +552,40 @@ function renderSources() {
       el("td", {}, String(src.entries)),
       el("td", {}, src.last_ok_at ? clock(src.last_ok_at) + " (" + ago(src.last_ok_at) + ")" : "never"),
       el("td", { class: "last-error" }, src.last_error ? el("span", { class: "error" }, src.last_error) : "—",
+        causeOf(src),
         src.consecutive_failures ? el("div", { class: "muted" }, src.consecutive_failures + " failure(s) in a row") : null),
       el("td", {}, src.next_attempt_at ? until(src.next_attempt_at) : "—"),
-      el("td", {}, rejected.length ? el("ul", {}, ...rejected.map((d) => el("li", {}, (d.name ? d.name + ": " : "") + d.message))) : "none"),
+      el("td", { class: "rejected" }, rejected.length
+        ? folded("rejected:" + src.name, rejected.length + " diagnostics", rejected.map((d) => el("li", {}, (d.name ? d.name + ": " : "") + d.message)))
+        : "none"),
       el("td", {}, files.length ? el("ul", {}, ...files.map((f) => el("li", {}, el("code", {}, f.path.split("/").pop()),
         " ", f.exists ? "changed " + ago(f.modified_at) : "missing"))) : "—"));
   });
   replaceRows($("source-table").tBodies[0], rows);
+}
+
+function renderCatalog() {
+  const s = state.status;
+  const c = state.catalog;
+  if (!s || !c) return;
+  const trust = new Map((s.sources || []).map((x) => [x.name, x.trust]));
+  const sessions = (state.sessions && state.sessions.sessions) || [];
+  const rows = c.entries.map((e) => {
+    const findings = (s.diagnostics || []).filter((d) => d.name === e.name && (d.source === null || d.source === e.source));
+    const drifted = sessions.filter((x) => x.drifted.includes(e.name) || x.quarantined.includes(e.name)).map((x) => x.id);
+    const holders = sessions.filter((x) => x.names.includes(e.name)).map((x) => x.id);
+    return el("tr", { "data-name": e.name },
+      el("td", {}, el("code", {}, e.name)),
+      el("td", {}, e.kind),
+      el("td", {}, e.source),
+      el("td", {}, el("code", {}, e.upstream_name)),
+      el("td", {}, trust.get(e.source) || "—"),
+      el("td", {}, findings.length ? folded("findings:" + e.name, findings.length + " findings", findings.map((d) => el("li", {}, d.code + ": " + d.message))) : "none"),
+      el("td", {}, drifted.length ? el("span", { class: "error" }, drifted.join(", ")) : "—"),
+      el("td", { class: "holders" }, holders.length ? folded("holders:" + e.name, holders.length + " sessions", holders.map((h) => el("li", {}, el("code", {}, h)))) : "—"));
+  });
+  if (rows.length === 0) rows.push(el("tr", {}, el("td", { colspan: "8", class: "muted" }, "no entries")));
+  replaceRows($("catalog-table").tBodies[0], rows);
 }
 
 function renderViews() {
@@ -523,6 +613,13 @@ function renderViews() {
 
 function renderSessions() {
   const list = (state.sessions && state.sessions.sessions) || [];
+  const pick = $("session-pick");
+  const ids = list.filter((x) => !x.declared).map((x) => x.id);
+  if ([...pick.options].map((o) => o.value).join("\n") !== ids.join("\n")) {
+    const current = pick.value;
+    pick.replaceChildren(...ids.map((id) => el("option", { value: id }, id)));
+    if (ids.includes(current)) pick.value = current;
+  }
   const rows = list.map((x) => el("tr", { "data-session": x.id },
     el("td", {}, el("code", {}, x.id), x.declared ? el("div", { class: "muted" }, "declared in the config") : null),
     el("td", {}, x.owner),
@@ -570,6 +667,72 @@ async function runRefresh(sources) {
   }
 }
 
+function splitNames(text) {
+  return text.split(",").map((x) => x.trim()).filter((x) => x);
+}
+
+async function sessionAction(label, run) {
+  const answer = $("session-answer");
+  answer.className = "answer";
+  try {
+    answer.textContent = await run();
+    await refresh();
+  } catch (err) {
+    if (err instanceof Unauthorized) { showLogin("The token is no longer accepted."); return; }
+    answer.className = "answer error";
+    answer.textContent = label + " failed: " + err.message;
+  }
+}
+
+async function createSession() {
+  const policy = $("new-policy").value;
+  const listed = splitNames($("new-names").value);
+  const body = { grant_policy: policy };
+  const owner = $("new-owner").value.trim();
+  if (owner) body.owner = owner;
+  if (policy === "explicit") body.names = listed;
+  if (policy === "follow" && listed.length) body.sources = listed;
+  const out = $("session-token");
+  out.className = "answer token";
+  try {
+    const made = await api("/v1/sessions", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    // Shown once, never stored: the operator copies it to the agent now.
+    out.textContent = "session " + made.id + " for " + made.owner + " (" + made.grant_policy + ", " + made.granted +
+      " names)\ntoken (shown once, copy it now): " + made.token;
+    $("new-names").value = "";
+    await refresh();
+    $("session-pick").value = made.id;
+  } catch (err) {
+    if (err instanceof Unauthorized) { showLogin("The token is no longer accepted."); return; }
+    out.className = "answer error";
+    out.textContent = "create failed: " + err.message;
+  }
+}
+
+function changeSession(kind) {
+  const id = $("session-pick").value;
+  if (!id) return;
+  const names = splitNames($("session-names").value);
+  const path = "/v1/sessions/" + encodeURIComponent(id);
+  const json = { "Content-Type": "application/json" };
+  if (kind === "grant") {
+    sessionAction("grant", async () => {
+      const out = await api(path + "/grants", { method: "POST", headers: json, body: JSON.stringify({ names }) });
+      return "granted to " + id + " at revision " + out.revision + ": " + (out.added.join(", ") || "nothing new");
+    });
+  } else if (kind === "revoke") {
+    sessionAction("revoke", async () => {
+      const out = await api(path + "/revoke", { method: "POST", headers: json, body: JSON.stringify({ names }) });
+      return "revoked from " + id + ": " + out.removed.join(", ");
+    });
+  } else {
+    sessionAction("delete", async () => {
+      await api(path, { method: "DELETE" });
+      return "deleted session " + id + " (its token stopped working)";
+    });
+  }
+}
+
 // -- wiring -------------------------------------------------------------------------------------
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -581,6 +744,11 @@ document.addEventListener("DOMContentLoaded", () => {
     if (token) login(token);
   });
   $("logout").addEventListener("click", () => showLogin("Logged out."));
+  for (const input of document.querySelectorAll("input.filter")) input.addEventListener("input", applyFilters);
+  $("session-create-form").addEventListener("submit", (event) => { event.preventDefault(); createSession(); });
+  $("session-grant").addEventListener("click", () => changeSession("grant"));
+  $("session-revoke").addEventListener("click", () => changeSession("revoke"));
+  $("session-delete").addEventListener("click", () => changeSession("delete"));
   $("refresh-all").addEventListener("click", () => runRefresh(null));
   $("refresh-one").addEventListener("click", () => {
     const name = $("refresh-source").value;
