@@ -22,6 +22,7 @@ from tests.api.conftest import (
     wait_until,
     write_config,
 )
+from tests.api.test_cli import cli
 
 pytestmark = pytest.mark.anyio
 
@@ -78,3 +79,20 @@ async def test_search_mode_per_session_and_a_pinned_session_searches_its_revisio
         assert set(built) >= {(first, None), (second, None)}
         assert built[(first, None)]["tools"] >= 2 and built[(first, None)]["build_ms"] >= 0
         assert built[(second, None)]["bytes"] > 0
+
+
+async def test_the_cli_creates_and_shows_a_search_mode_session(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, sources=[upstream_source("up", "alpha", "beta")])
+    async with served_gateway(cfg) as served:
+        env = {"url": served.base_url, "token": OPERATOR_TOKEN}
+        made = await cli("sessions", "create", "--discovery", "search", "--json", **env)
+        assert made.code == 0, made
+        created = json.loads(made.out)
+        assert created["discovery"] == "search" and created["found"] == []
+        headers = {"Authorization": f"Bearer {created['token']}"}
+        async with mcp_client(served, mode="auto", headers=headers) as mcp:
+            assert hits(await mcp.call_tool("find_tools", {"query": "beta"})) == ["up__beta"]
+        shown = await cli("sessions", "show", created["id"], **env)
+        assert "discovery   search; found: up__beta" in shown.out, shown.out
+        bad = await cli("sessions", "create", "--discovery", "sometimes", **env)
+        assert bad.code != 0 and "--discovery" in bad.err
