@@ -894,11 +894,12 @@ class Authority:
         pinned = self.discovery.always_visible
         new = [h.name for h in hits if h.name not in pinned]
         before = session.found
-        kept = [n for n in before if n not in set(new)] + new
+        fresh, known = set(new), set(before)
+        kept = [n for n in before if n not in fresh] + new
         bound = self.discovery.found_max
         dropped = tuple(kept[: max(0, len(kept) - bound)])
         session.found = tuple(kept[len(dropped) :])
-        added = tuple(n for n in new if n not in set(before))
+        added = tuple(n for n in new if n not in known)
         if dropped:
             log.info("session %s: found set at %d tools; dropped the oldest %d", session.id, bound, len(dropped))
         return Found(generation.revision, hits, added, dropped)
