@@ -139,6 +139,8 @@ class Control:
             quarantined=quarantined_names(session, self.engine),
             last_active_at=session.last_active_at,
             view=session.view,
+            discovery="search" if self.engine.sessions.searching(session) else "all",
+            found=list(session.found),
             **extra,
         )
 
@@ -362,6 +364,7 @@ class Control:
                 control_tools=body.control_tools,
                 shared=self.engine.clustered,
                 view=body.view,
+                discovery=body.discovery,
             )
         except GrantError as exc:
             raise ApiError(422, exc.code, str(exc)) from None

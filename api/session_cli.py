@@ -42,6 +42,9 @@ def add_session_actions(sessions: argparse.ArgumentParser) -> None:
     create.add_argument("--source", action="append", default=[], help="follow: a source to follow (repeatable)")
     create.add_argument("--revision", type=int, help="pin the session to this live revision")
     create.add_argument("--control-tools", action="store_true", help="operators only: may call the control tools")
+    create.add_argument(
+        "--discovery", choices=("all", "search"), help="search: list find_tools and what it finds (ADR 0029)"
+    )
     grant = actions.add_parser("grant", help="grant names from the current revision (all or nothing)")
     grant.add_argument("session_id", metavar="SESSION")
     grant.add_argument("names", nargs="+", metavar="NAME")
@@ -82,6 +85,8 @@ def _show(s: wire.SessionOut) -> None:
     print(f"pinned      {s.pinned_revision if s.pinned_revision is not None else '-'}")
     print(f"created     {ago(s.created_at)}")
     print(f"granted     {s.granted}: {', '.join(s.names) or '-'}")
+    if s.discovery == "search":
+        print(f"discovery   search; found: {', '.join(s.found) or '-'}")
     if s.drifted:
         print(f"drifted     {', '.join(s.drifted)}")
     if s.quarantined:
@@ -106,6 +111,7 @@ async def sessions(rc: ReconcilerClient, args: argparse.Namespace) -> int:
             sources=args.source,
             revision=args.revision,
             control_tools=args.control_tools,
+            discovery=args.discovery,
         )
         if as_json:
             emit_json(created)

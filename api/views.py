@@ -90,6 +90,12 @@ def status_out(st: EngineStatus) -> wire.StatusOut:
             )
             for v in st.views
         ],
+        search_indexes=[
+            wire.SearchIndexOut(
+                revision=r.revision, view=r.view, tools=r.documents, terms=r.terms, bytes=r.bytes, build_ms=r.build_ms
+            )
+            for r in st.search_indexes
+        ],
     )
 
 

@@ -136,6 +136,22 @@ class ViewOut(_Model):
     prompts: int = 0
 
 
+DISCOVERY_IN = "search: lists find_tools, the always-visible tools and what it found (null: view's or config's mode)"
+SEARCH_INDEXES = "tool search indexes of the live revisions (search mode): size and build time per revision"
+
+
+class SearchIndexOut(_Model):
+    """One built search index (ADR 0029): the revision and view (null: the whole catalog) it
+    covers, its size and how long it took to build. Built on the first search of a revision."""
+
+    revision: int
+    view: str | None
+    tools: int
+    terms: int
+    bytes: int
+    build_ms: float
+
+
 class StatusOut(_Model):
     """One consistent reading of the gateway (``GET /v1/status``). ``state``: ``starting`` before the
     first publication, ``error`` while the newest config is invalid (the last good one serves),
@@ -178,6 +194,7 @@ class StatusOut(_Model):
     views: list[ViewOut] = Field(
         default_factory=list, description="the named views of the current revision, served at /mcp/<name>"
     )
+    search_indexes: list[SearchIndexOut] = Field(default_factory=list, description=SEARCH_INDEXES)
 
 
 class RefreshIn(_Model):
@@ -300,6 +317,7 @@ class SessionIn(_Model):
         description="bind the session to this named view (views: in the config): it sees and calls only its names, "
         "on /mcp/<view> (or /mcp)",
     )
+    discovery: Literal["all", "search"] | None = Field(default=None, description=DISCOVERY_IN)
 
 
 class SessionOut(_Model):
@@ -322,6 +340,8 @@ class SessionOut(_Model):
     )
     last_active_at: float | None = Field(default=None, description="newest call or read by the session")
     view: str | None = Field(default=None, description="the named view the session is bound to (null: none)")
+    discovery: Literal["all", "search"] = Field(default="all", description="the session's discovery mode in effect")
+    found: list[str] = Field(default_factory=list, description="search mode: the tools find_tools made visible")
 
 
 class SessionCreated(SessionOut):

@@ -48,6 +48,7 @@ BENCHES: dict[str, tuple[str, bool, bool]] = {
     "frontdoor": ("bench_frontdoor.py", True, True),
     "relay": ("bench_relay.py", True, True),
     "subscriptions": ("bench_subscriptions.py", True, True),
+    "search": ("bench_search.py", True, True),
 }
 OUT_PATH = os.path.join(BENCH_DIR, "results", "all.json")
 HEARTBEAT_S = 30.0
@@ -459,6 +460,32 @@ def rows_subscriptions(d: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def rows_search(d: dict[str, Any]) -> list[Row]:
+    b, q, s = d["build_ms"], d["query_ms"], d["sessions"]
+    mib = d["index_bytes_tracemalloc"] / 1048576
+    return [
+        (
+            "search index build, 10,000 tools",
+            f"median {b['median']:.0f} ms, max {b['max']:.0f} ms",
+            "<= 300 ms",
+            verdict(b["max"] <= 300),
+        ),
+        ("find_tools search", f"p50 {q['p50']:.2f} ms, p99 {q['p99']:.2f} ms", "p99 <= 5 ms", verdict(q["p99"] <= 5)),
+        (
+            "search index memory",
+            f"{mib:.1f} MiB",
+            "<= 30 MB",
+            verdict(d["index_bytes_tracemalloc"] <= 30 * 1024 * 1024),
+        ),
+        (
+            f"{s['n']} search sessions",
+            f"{s['index_module_bytes_per_session']:.1f} B/session of index",
+            "no per-session index",
+            verdict(s["shared_index"] and s["index_module_bytes_per_session"] < 64),
+        ),
+    ]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "pins": rows_pins,
     "cycle": rows_cycle,
@@ -467,6 +494,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "frontdoor": rows_frontdoor,
     "relay": rows_relay,
     "subscriptions": rows_subscriptions,
+    "search": rows_search,
 }
 
 

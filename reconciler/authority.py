@@ -60,6 +60,7 @@ from mcp.shared.uri_template import UriTemplate
 
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.digest import digest_parts
+from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryMode, DiscoveryPolicy
 from mcp_reconciler.reconciler.errors import (
     ClusterUnavailableError,
     GrantError,
@@ -70,6 +71,7 @@ from mcp_reconciler.reconciler.errors import (
 )
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind, SessionSpec
+from mcp_reconciler.reconciler.search_index import Hit
 
 log = logging.getLogger("mcp_reconciler.authority")
 
@@ -159,6 +161,12 @@ class Session:
     #: The named view the session is bound to (``None``: the whole catalog); fixed at creation
     #: except for config-declared sessions, whose declaration may change it.
     view: str | None = None
+    #: The session's own discovery mode (``all`` | ``search``; ``None``: its view's or the
+    #: config's, ``reconciler/discovery.py``) and, in search mode, the tool names its
+    #: ``find_tools`` calls found, oldest first (replaced, never mutated; bounded by
+    #: ``DiscoveryPolicy.found_max``).
+    discovery: str | None = None
+    found: tuple[str, ...] = ()
     over_bound_logged: bool = False
     #: Mirrored to the cluster store (see the module docstring); ``version`` is the store's
     #: compare-and-set version of the record this replica last wrote or read.
@@ -201,6 +209,18 @@ class View:
         if other is None:
             return set(EntryKind)
         return {k for k in EntryKind if self.digests[k] != other.digests[k]}
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What one ``find_tools`` call returned and did to the session's found set: the hits
+    (all callable by the session, I21), the names that became visible, and the oldest names
+    dropped to stay within the bound."""
+
+    revision: int
+    hits: tuple[Hit, ...]
+    added: tuple[str, ...]
+    dropped: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +267,8 @@ class Authority:
         #: running out (readiness already false) and the sync's monitor setting ``unconfirmed``.
         self.store_confirmed: Callable[[], bool] | None = None
         self._session_listeners: list[Callable[[str, Session], None]] = []
+        #: Discovery modes and the search-mode settings (the config's; ``reconciler/discovery.py``).
+        self.discovery: DiscoveryPolicy = DEFAULT_POLICY
 
     # -- listeners ---------------------------------------------------------------------------
 
@@ -338,6 +360,7 @@ class Authority:
         transport_owned: bool = False,
         shared: bool = False,
         view: str | None = None,
+        discovery: str | None = None,
     ) -> Session:
         """Create a session owned by the principal ``owner`` with grants per ``policy`` from
         ``generation``: ``current`` (every visible name), ``none``, ``explicit`` (``names``,
@@ -350,7 +373,8 @@ class Authority:
         session limit instead, so a flood of connections can never use up the slots of API
         sessions (issue 10, item 6). ``shared``: mirror it to the cluster store (control-API
         sessions when a store is configured). ``view``: bind the session to that named view (its
-        grants come from the view's names, and it can never reach another)."""
+        grants come from the view's names, and it can never reach another). ``discovery``: the
+        session's own discovery mode (``all`` | ``search``; ``None``: its view's or the config's)."""
         if not transport_owned and len(self._sessions) - len(self._transport_owned) >= self.bounds.sessions:
             raise SessionLimitError(f"at most {self.bounds.sessions} sessions may exist; delete unused sessions")
         sid = session_id or f"s{next(_ids)}-{secrets.token_hex(6)}"
@@ -364,6 +388,7 @@ class Authority:
             control_tools=control_tools,
             shared=shared,
             view=view,
+            discovery=DiscoveryMode(discovery).value if discovery is not None else None,
         )
         if session.token_hash in self._by_token_hash:
             raise GrantError("that token is already in use by another session")
@@ -490,6 +515,7 @@ class Authority:
                         token=spec.token,
                         control_tools=spec.control_tools,
                         view=spec.view,
+                        discovery=spec.discovery,
                     )
                     try:
                         self._apply_declaration(session, spec, policy, generation)
@@ -531,6 +557,9 @@ class Authority:
         session.view = spec.view  # before the grants: they are names of the view
         self._apply_policy(session, policy, spec.names, spec.sources, generation, standing_names=True)
         session.control_tools = spec.control_tools
+        if spec.discovery != session.discovery:
+            session.discovery = spec.discovery
+            session.found = ()
         session.declared_digest = spec.grants_digest
 
     def _rotate(self, session: Session, token: str) -> None:
@@ -570,6 +599,7 @@ class Authority:
             session.pinned_revision = record.pinned_revision
             session.control_tools = record.control_tools
             session.view = record.view
+            session.discovery = record.discovery
             session.version = record.version
         session.shared = True
         self._by_token_hash[session.token_hash] = session
@@ -794,9 +824,13 @@ class Authority:
         drifted: set[str] = set()
         parts: dict[EntryKind, list[str]] = {k: [] for k in EntryKind}
         routes = _routes(session, generation)
+        # Search mode lists only the pinned and the found tools; the grants still decide (I9).
+        listed = self._listed_tools(session)
         for key, digest in sorted(session.grants.items()):
             kind_s, _, name = key.partition(":")
             kind = EntryKind(kind_s)
+            if listed is not None and kind is EntryKind.TOOL and name not in listed:
+                continue
             entry = routes[kind].get(name)
             if entry is None:
                 continue
@@ -815,6 +849,60 @@ class Authority:
             drifted=frozenset(drifted),
             digests={k: digest_parts(v) for k, v in parts.items()},
         )
+
+    # -- search mode (ADR 0029) -----------------------------------------------------------------
+
+    def set_discovery(self, policy: DiscoveryPolicy) -> None:
+        """Apply the config's discovery settings; a change re-evaluates every session's list
+        (the change listeners: ``list_changed`` where a list changed)."""
+        if policy == self.discovery:
+            return
+        self.discovery = policy
+        self._notify_changed()
+
+    def searching(self, session: Session) -> bool:
+        """Whether ``session`` is in search mode (its own mode, its view's, or the config's)."""
+        return self.discovery.mode_of(session.discovery, session.view) is DiscoveryMode.SEARCH
+
+    def _listed_tools(self, session: Session) -> frozenset[str] | None:
+        """The tool names a search-mode session lists (pinned and found); ``None``: every one."""
+        if not self.searching(session):
+            return None
+        return self.discovery.always_visible | frozenset(session.found)
+
+    def may_call(self, session: Session, generation: Generation, name: str) -> bool:
+        """Whether a ``tools/call`` of ``name`` by ``session`` on ``generation`` would be
+        answered by the tool (not unknown, unavailable or quarantined): the check
+        :meth:`resolve` makes, without its side effects. O(1)."""
+        granted = session.grants.get(grant_key(EntryKind.TOOL, name))
+        if granted is None:
+            return False
+        entry = _routes(session, generation)[EntryKind.TOOL].get(name)
+        if entry is None:
+            return False
+        return not (granted and entry.digest != granted and self.drift_policy is DriftPolicy.QUARANTINE)
+
+    def find(self, session: Session, generation: Generation, query: str, limit: int) -> Found:
+        """Search ``generation``'s index of the session's view for ``query``: the ``limit`` best
+        tools the session may call (I21). In search mode the hits join the session's found set
+        (newest last; a hit already found moves to the end) and the oldest names past
+        ``found_max`` are dropped. The generation's index is built on the first search of it."""
+        index = generation.search_index(session.view)
+        hits = tuple(index.search(query, limit, lambda name: self.may_call(session, generation, name)))
+        if not self.searching(session):
+            return Found(generation.revision, hits, (), ())
+        pinned = self.discovery.always_visible
+        new = [h.name for h in hits if h.name not in pinned]
+        before = session.found
+        fresh, known = set(new), set(before)
+        kept = [n for n in before if n not in fresh] + new
+        bound = self.discovery.found_max
+        dropped = tuple(kept[: max(0, len(kept) - bound)])
+        session.found = tuple(kept[len(dropped) :])
+        added = tuple(n for n in new if n not in known)
+        if dropped:
+            log.info("session %s: found set at %d tools; dropped the oldest %d", session.id, bound, len(dropped))
+        return Found(generation.revision, hits, added, dropped)
 
 
 def _gained(

@@ -158,6 +158,7 @@ class ConfigDesiredState:
                     sessions=outcome.loaded.sessions,
                     inputs=tracked_inputs(tracker),
                     curation=outcome.loaded.curation,
+                    discovery=outcome.loaded.discovery,
                 )
             assert outcome.error is not None
             rendered = str(outcome.error)
@@ -184,6 +185,7 @@ class ConfigDesiredState:
                 sessions=self._good.sessions,
                 inputs=tracked_inputs(tracker),
                 curation=self._good.curation,
+                discovery=self._good.discovery,
             )
 
     async def poll(self) -> set[str]:

@@ -13,7 +13,7 @@ import difflib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -88,6 +88,10 @@ class ViewConfig(_Strict):
     prompts: FilterConfig | None = Field(default=None, description="Which served prompt names it keeps.")
     rename: dict[str, str] = Field(
         default_factory=dict, description="Served name to the name this view serves it under."
+    )
+    discovery: Literal["all", "search"] | None = Field(
+        default=None,
+        description="The discovery mode of the view's sessions (`all` or `search`; default: the config's `discovery`).",
     )
 
     @field_validator("name")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mcp_reconciler.reconciler.curation import NO_CURATION, Curation
+from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryPolicy
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 
 
@@ -42,6 +43,8 @@ class DesiredState:
     inputs: tuple[TrackedInput, ...] = ()
     #: Filters, renames and views applied when the states are merged (from the same good config).
     curation: Curation = NO_CURATION
+    #: Discovery modes and the search-mode settings (ADR 0029; from the same good config).
+    discovery: DiscoveryPolicy = DEFAULT_POLICY
 
     def spec(self, name: str) -> SourceSpec | None:
         """The spec of source ``name``, or None if this state has no such source (O(sources))."""

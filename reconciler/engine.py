@@ -173,6 +173,7 @@ class Engine:
 
     def _declare_sessions(self, desired: DesiredState) -> None:
         live = self._runtime.current
+        self._sessions.set_discovery(desired.discovery)  # before the declarations: they read it
         self._sessions.declare(desired.sessions, live.generation if live is not None else None)
 
     async def __aenter__(self) -> Engine:

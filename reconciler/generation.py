@@ -10,6 +10,7 @@ from mcp_reconciler.reconciler.curation import EMPTY_ROUTES
 from mcp_reconciler.reconciler.digest import digest_parts
 from mcp_reconciler.reconciler.events import Trigger
 from mcp_reconciler.reconciler.model import CatalogEntry, Diagnostic, EntryKind, SourceState
+from mcp_reconciler.reconciler.search_index import SearchIndex, SearchIndexes
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,9 @@ class Generation:
     catalog: Catalog
     published_at: float
     trigger: Trigger = field(default_factory=Trigger)
+    #: The generation's tool search indexes (ADR 0029): built once per view on first use,
+    #: shared by every session, freed with the generation. Not content (no part of equality).
+    search: SearchIndexes = field(default_factory=SearchIndexes, compare=False, repr=False)
 
     @property
     def digest(self) -> str:
@@ -51,6 +55,10 @@ class Generation:
         if view is None:
             return self.catalog.routes
         return self.catalog.views.get(view, EMPTY_ROUTES)
+
+    def search_index(self, view: str | None) -> SearchIndex:
+        """The search index over the tools of ``routes_for(view)``, built on first use."""
+        return self.search.get(view, lambda: self.routes_for(view)[EntryKind.TOOL])
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:

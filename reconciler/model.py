@@ -127,6 +127,7 @@ class SessionSpec:
     sources: tuple[str, ...] = ()
     control_tools: bool = False
     view: str | None = None
+    discovery: str | None = None  # all | search (None: the view's or the config's; ADR 0029)
 
     @property
     def grants_digest(self) -> str:
@@ -139,6 +140,8 @@ class SessionSpec:
         }
         if self.view is not None:
             data["view"] = self.view
+        if self.discovery is not None:
+            data["discovery"] = self.discovery
         return digest_json(data)
 
 

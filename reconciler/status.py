@@ -148,6 +148,8 @@ class EngineStatus:
     conditions: tuple[Condition, ...] = ()
     inputs: tuple[TrackedInput, ...] = ()  # tracked files as of the newest load (paths: operators only)
     views: tuple[ViewReport, ...] = ()  # the named views of the current generation, in config order
+    #: The search indexes built for the live generations (ADR 0029), current first.
+    search_indexes: tuple[SearchIndexReport, ...] = ()
 
 
 def build_status(
@@ -257,6 +259,29 @@ def build_status(
         conditions=tuple(conditions),
         inputs=desired.inputs if desired is not None else (),
         views=_views(gen),
+        search_indexes=_search_indexes(rec),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SearchIndexReport:
+    """One built search index of a live generation: size and build time (ADR 0029)."""
+
+    revision: int
+    view: str | None
+    documents: int
+    terms: int
+    bytes: int
+    build_ms: float
+
+
+def _search_indexes(rec: Reconciler) -> tuple[SearchIndexReport, ...]:
+    lives = [rec.runtime.current, *rec.runtime.retiring]
+    return tuple(
+        SearchIndexReport(live.revision, r.view, r.documents, r.terms, r.bytes, r.build_ms)
+        for live in lives
+        if live is not None
+        for r in live.generation.search.reports()
     )
 
 

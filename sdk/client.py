@@ -178,11 +178,13 @@ class ReconcilerClient:
         revision: int | None = None,
         control_tools: bool = False,
         view: str | None = None,
+        discovery: Literal["all", "search"] | None = None,
     ) -> wire.SessionCreated:
         """Create an agent session; its ``token`` (shown once) is its bearer token on ``/mcp``.
         ``names`` go with ``explicit``, ``sources`` with ``follow``; ``control_tools`` (operators
         only) lets it call the built-in control tools; ``view`` binds it to a named view (served
-        at ``/mcp/<view>``: it sees and calls only that view's names)."""
+        at ``/mcp/<view>``: it sees and calls only that view's names); ``discovery="search"``
+        gives it search mode (``find_tools`` and what it finds; ``None``: the view's or config's)."""
         body: dict[str, Any] = {
             "owner": owner,
             "grant_policy": grant_policy,
@@ -195,6 +197,8 @@ class ReconcilerClient:
             body["control_tools"] = True
         if view is not None:
             body["view"] = view
+        if discovery is not None:
+            body["discovery"] = discovery
         response = await self._request("POST", "/v1/sessions", json=body)
         return wire.SessionCreated.model_validate(response.json())
 

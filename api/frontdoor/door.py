@@ -32,6 +32,7 @@ from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.relay import Relay
+from mcp_reconciler.api.frontdoor.search import FindTools
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
 from mcp_reconciler.api.frontdoor.subscriptions import ResourceSubscriptions
 from mcp_reconciler.api.frontdoor.tasks import Tasks
@@ -101,12 +102,14 @@ class FrontDoor:
         self.sessions = Sessions(self.catalog, authority, local=local or GrantSet("current"), local_view=local_view)
         self.notifier = Notifier(self.catalog, authority, self.sessions.bindings)
         self.control = ControlTools(self.catalog, status=status, refresh=refresh) if expose_control_tools else None
+        self.find_tools = FindTools(self.catalog, authority, self.sessions, self.notifier)  # search mode
         self.listing = Listing(
             self.catalog,
             authority,
             self.sessions,
             extra_tools=self.control.tools if self.control else (),
             may_use_extra=self.may_use_control_tools,
+            search_tool=self.find_tools.tool,
         )
         # The relay: what upstreams start while serving a call (sampling, elicitation, roots,
         # log records) reaches the session that made the call (I17). Attached to the engine
@@ -181,9 +184,11 @@ class FrontDoor:
 
     def _fast_lane_takes(self, name: str) -> bool:
         """Whether ``tools/call`` of ``name`` may take the fast lane: not a built-in control tool
-        (answered by the gateway itself), not a tool that runs only as a task."""
+        or ``find_tools`` (answered by the gateway itself), not a tool that runs only as a task."""
         if self.control is not None and name in self.control.names:
             return False
+        if name == self.find_tools.name:
+            return False  # answered by the gateway in search mode (the normal lane decides)
         return not self.tasks.runs_as_task(name)
 
     @property
@@ -230,6 +235,10 @@ class FrontDoor:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        if params.name == self.find_tools.name:
+            binding = self.sessions.binding(ctx)
+            if self.find_tools.shown(binding):
+                return await self.find_tools.call(ctx, binding, params.arguments)
         if self.control is not None and params.name in self.control.names:
             binding = self.sessions.binding(ctx)
             if self.may_use_control_tools(binding):

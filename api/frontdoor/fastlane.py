@@ -11,7 +11,8 @@ cannot be sure of that. ``tests/integration/test_fastlane.py`` runs the same exp
 against both lanes.
 
 **Lists.** A list page is a pure function of (method, protocol version, revision, the session's
-grant set, drift policy, whether the control tools are shown, cursor). The first request for a
+grant set, drift policy, whether the control tools are shown, in search mode the found set and
+the always-visible names, cursor). The first request for a
 key runs the normal lane and its wire dict is kept; later ones — the same session or any session
 with an equal grant set — are answered from it. The grant set is identified by a digest computed
 once per ``Session.grants`` object (replaced, never mutated: ``reconciler/authority.py``). Both
@@ -170,6 +171,10 @@ class ListCache:
             self._authority.drift_policy,
             self.grant_digest(binding.session.grants),
             binding.session.view,  # equal grant keys name other entries in another view
+            # Search mode (ADR 0029) lists only pinned + found tools: both are in the key.
+            (binding.session.found, self._authority.discovery.always_visible)
+            if self._authority.searching(binding.session)
+            else None,
             self._show_extra(binding),
             cursor,
         )

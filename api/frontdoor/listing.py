@@ -59,7 +59,9 @@ def page(items: list[Any], cursor: str | None, revision: int) -> tuple[list[Any]
 class Listing:
     """The list handlers of the front door's MCP server, and the tool input-schema lookup the
     SDK uses to validate new-era call headers. Extra tools (the built-in control tools, when
-    exposed) come first in the tool listing of every caller ``may_use_extra`` admits."""
+    exposed) come first in the tool listing of every caller ``may_use_extra`` admits; before
+    them ``search_tool`` (``find_tools``) for every session in search mode, whose tool list the
+    authority's view limits to its pinned and found tools."""
 
     def __init__(
         self,
@@ -69,6 +71,7 @@ class Listing:
         *,
         extra_tools: Sequence[types.Tool] = (),
         may_use_extra: Callable[[Binding], bool] = lambda binding: True,
+        search_tool: types.Tool | None = None,
         cache_entries: int = DEFINITION_CACHE_ENTRIES,
     ) -> None:
         self._catalog = catalog
@@ -76,6 +79,7 @@ class Listing:
         self._sessions = sessions
         self._extra_tools = list(extra_tools)
         self._may_use_extra = may_use_extra
+        self._search_tool = search_tool
         self.definitions: LRU[tuple[Any, ...], Any] = LRU(cache_entries)
 
     async def list_tools(
@@ -145,7 +149,13 @@ class Listing:
         live = choose_generation(self._catalog, ctx, binding.session, params.meta if params is not None else None)
         view = self._authority.view(binding.session, live.generation)
         items = [self.definition(e, f"{kind.value}:{e.exposed_name}" in view.drifted) for e in view.entries[kind]]
-        if kind is EntryKind.TOOL and self._extra_tools and self._may_use_extra(binding):
-            items = self._extra_tools + items
+        if kind is EntryKind.TOOL:
+            # Built-ins first: the search tool (search mode, ADR 0029), then the control tools.
+            extra: list[Any] = []
+            if self._search_tool is not None and self._authority.searching(binding.session):
+                extra.append(self._search_tool)
+            if self._extra_tools and self._may_use_extra(binding):
+                extra.extend(self._extra_tools)
+            items = extra + items
         items_page, nxt = page(items, params.cursor if params is not None else None, live.revision)
         return items_page, nxt, live.revision

@@ -41,7 +41,8 @@ from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.listen import ListenStreams
 from mcp_reconciler.api.frontdoor.sessions import Binding
 from mcp_reconciler.api.standalone_stream import StandaloneStream
-from mcp_reconciler.reconciler.authority import Authority
+from mcp_reconciler.reconciler.authority import Authority, Session
+from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import EntryKind
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
@@ -147,6 +148,21 @@ class Notifier:
         if bus is None:
             bus = self._buses[binding.key] = ListenStreams()
         return await bus.serve(ctx, params)
+
+    async def tell_session(self, session: Session, generation: Generation) -> None:
+        """Re-evaluate every binding of ``session`` against ``generation`` now and deliver what
+        changed (``find_tools`` made tools visible: the client is told before the answer). What
+        cannot be delivered yet stays pending for the loop."""
+        for binding in list(self._bindings.values()):
+            if binding.session is not session:
+                continue
+            view = self._authority.view(session, generation)
+            binding.pending |= view.changed_kinds(binding.last_view)
+            binding.last_view = view
+            if binding.pending:
+                await self._deliver(binding)
+        if self.any_pending():
+            self.touch()
 
     async def _notify_all(self) -> None:
         live = self._catalog.current()

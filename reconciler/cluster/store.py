@@ -85,6 +85,7 @@ class SessionRecord:
     control_tools: bool = False
     version: int = 0
     view: str | None = None  # the named view the session is bound to (ADR 0026)
+    discovery: str | None = None  # the session's own discovery mode (ADR 0029; not its found set)
 
     def to_json(self) -> str:
         """A stable JSON form (the store's payload; ``version`` included)."""
@@ -92,6 +93,8 @@ class SessionRecord:
         data["grants"] = dict(self.grants)
         if self.view is None:
             del data["view"]  # records of sessions without a view keep their bytes
+        if self.discovery is None:
+            del data["discovery"]  # likewise without a mode of their own
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @staticmethod

@@ -120,6 +120,7 @@ def to_record(session: Session) -> SessionRecord:
         control_tools=session.control_tools,
         version=session.version,
         view=session.view,
+        discovery=session.discovery,
     )
 
 
@@ -143,6 +144,7 @@ def from_record(record: SessionRecord) -> Session:
         standing=standing,
         control_tools=record.control_tools,
         view=record.view,
+        discovery=record.discovery,
         shared=True,
         version=record.version,
         token_hash=record.token_hash,

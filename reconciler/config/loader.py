@@ -31,6 +31,7 @@ from mcp_reconciler.reconciler.config.yaml_lines import (
     _validation_problems,
 )
 from mcp_reconciler.reconciler.curation import NO_CURATION, Curation
+from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryPolicy
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig
 
@@ -59,6 +60,8 @@ class LoadedConfig:
     cluster: ClusterConfig | None = field(default=None, repr=False)
     #: Per-source filters and renames, and the named views (ADR 0026).
     curation: Curation = NO_CURATION
+    #: Discovery modes and the search-mode settings (ADR 0029).
+    discovery: DiscoveryPolicy = DEFAULT_POLICY
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,6 +205,7 @@ def _load(
         secret_values=frozenset(secrets),
         cluster=cluster,
         curation=curation,
+        discovery=main.discovery.policy({v.name: v.discovery for v in main.views}),
     )
 
 

@@ -21,6 +21,7 @@ from mcp_reconciler.reconciler.curation_config import (
     ViewConfig,
     valid_served_name,
 )
+from mcp_reconciler.reconciler.discovery import DiscoveryConfig, Mode
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig, UpstreamOAuthConfig
 from mcp_reconciler.reconciler.projection import (
     MIN_BUDGET,
@@ -446,6 +447,10 @@ class SessionConfig(_Frozen):
     view: str | None = Field(
         default=None, description="A named view (`views:`): the session sees only that view's names."
     )
+    discovery: Mode | None = Field(
+        default=None,
+        description="`all` or `search` (reconciler/discovery.py, ADR 0029); default: the view's, else the config's.",
+    )
 
     _check_lists = field_validator("names", "sources")(_nonempty_items)
 
@@ -748,6 +753,10 @@ class _MainFile(_Frozen):
         default=(),
         max_length=64,
         description="Named views (at most 64): each served at /mcp/<name> and by `stdio --view <name>`.",
+    )
+    discovery: DiscoveryConfig = Field(
+        default_factory=DiscoveryConfig,
+        description="Search mode for large catalogs (ADR 0029): `search`, or `{mode, always_visible, found_max}`.",
     )
 
     @field_validator("sources", "include", "sessions", "views", mode="before")

@@ -319,6 +319,7 @@ def _build_sessions(
                 sources=declared.sources,
                 control_tools=declared.control_tools,
                 view=declared.view,
+                discovery=declared.discovery,
             )
         )
     return tuple(out)

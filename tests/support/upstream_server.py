@@ -173,6 +173,7 @@ class UpstreamServer:
         self.bad_tools = bad_tools
         self.tools = list(tools)
         self.descriptions: dict[str, str] = {}
+        self.schemas: dict[str, dict[str, Any]] = {}  # name -> inputSchema (a --tools-file catalog)
         self.page_size = page_size
         self.bus = InMemorySubscriptionBus()
         # By default a flood must reach the client, not end its listen stream at the backlog cap.
@@ -193,7 +194,7 @@ class UpstreamServer:
         return types.Tool(
             name=name,
             description=self.descriptions.get(name, f"echo tool {name}"),
-            input_schema={"type": "object", "properties": {"x": {"type": "string"}}},
+            input_schema=self.schemas.get(name) or {"type": "object", "properties": {"x": {"type": "string"}}},
         )
 
     def names(self) -> list[str]:
@@ -420,7 +421,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port-file", help="http and sse: write the port listened on here (before the pid file)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--tools", default="", help="comma-separated tool names")
-    group.add_argument("--tools-file", help="JSON list of tool names, read once at spawn")
+    group.add_argument(
+        "--tools-file",
+        help="JSON list of tool names, or of {name, description, properties: {param: description}}, read once at spawn",
+    )
     p.add_argument("--page-size", type=int, default=100)
     p.add_argument("--pid-file")
     p.add_argument("--bad-tools", type=int, default=0, help="also list N invalid tool definitions")
@@ -439,12 +443,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def load_tools(args: argparse.Namespace) -> list[str]:
-    if args.tools_file:
-        names = json.loads(Path(args.tools_file).read_text())
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise SystemExit("--tools-file must hold a JSON list of strings")
-        return names
-    return [t for t in (s.strip() for s in args.tools.split(",")) if t]
+    return load_catalog(args)[0]
+
+
+def load_catalog(args: argparse.Namespace) -> tuple[list[str], dict[str, str], dict[str, dict[str, Any]]]:
+    """Tool names, descriptions and input schemas: ``--tools`` gives names only; ``--tools-file``
+    a JSON list of names or of ``{name, description, properties: {param: description}}``."""
+    if not args.tools_file:
+        return [t for t in (s.strip() for s in args.tools.split(",")) if t], {}, {}
+    items = json.loads(Path(args.tools_file).read_text())
+    if not isinstance(items, list):
+        raise SystemExit("--tools-file must hold a JSON list")
+    names: list[str] = []
+    descriptions: dict[str, str] = {}
+    schemas: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if isinstance(item, str):
+            names.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("name"), str):
+            name = item["name"]
+            names.append(name)
+            if isinstance(item.get("description"), str):
+                descriptions[name] = item["description"]
+            props = item.get("properties") or {}
+            schemas[name] = {
+                "type": "object",
+                "properties": {str(p): {"type": "string", "description": str(d)} for p, d in props.items()},
+            }
+        else:
+            raise SystemExit("--tools-file items are names or {name, description, properties} objects")
+    return names, descriptions, schemas
 
 
 async def _no_discover(ctx: ServerRequestContext[Any], params: types.RequestParams) -> Any:
@@ -453,13 +481,16 @@ async def _no_discover(ctx: ServerRequestContext[Any], params: types.RequestPara
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    names, descriptions, schemas = load_catalog(args)
     upstream = UpstreamServer(
-        load_tools(args),
+        names,
         page_size=args.page_size,
         bad_tools=args.bad_tools,
         listen_backlog=args.listen_backlog,
         noisy=args.noisy,
     )
+    upstream.descriptions.update(descriptions)
+    upstream.schemas.update(schemas)
     if args.era == "legacy":  # an auto client (the gateway) falls back to the 2025-11-25 handshake
         upstream.server.add_request_handler("server/discover", types.RequestParams, _no_discover)
     if args.transport == "stdio":

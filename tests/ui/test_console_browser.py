@@ -130,6 +130,11 @@ async def test_operator_console_in_a_headless_browser(tmp_path: Path, browser_bi
             view_row = "#view-table tr[data-view='search-only']"
             await step(lambda: wait_for(driver, "the view's row", lambda d: "/mcp/search-only" in text_of(d, view_row)))
             assert text_of(driver, view_row + " td:nth-child(3)") == "1"  # its one tool
+            # Search mode (ADR 0029): an index built on this revision (what its first find_tools
+            # does) shows with its size and build time once the page next reads status.
+            live = engine.current
+            assert live is not None
+            live.generation.search_index(None)
             assert await step(lambda: driver.find_element(By.ID, "token").get_attribute("value")) == ""
 
             # A run holds the current revision; then a watched file changes.
@@ -153,6 +158,9 @@ async def test_operator_console_in_a_headless_browser(tmp_path: Path, browser_bi
                 assert f"revision {first + 1} published" in text_of(driver, "#event-log")
 
             await step(sees_new_revision_and_old_draining)
+            index_row = f"#search-table tr[data-index='{first}:']"
+            await step(lambda: wait_for(driver, "the index row", lambda d: "whole catalog" in text_of(d, index_row)))
+            assert text_of(driver, index_row + " td:nth-child(6)").endswith(" ms")
             await step(lambda: driver.save_screenshot(str(tmp_path / "draining.png")))
 
             engine.holds.release(hold.id)

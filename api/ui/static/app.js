@@ -600,6 +600,15 @@ function renderViews() {
     el("td", {}, String(v.prompts))));
   if (rows.length === 0) rows.push(el("tr", {}, el("td", { colspan: "6", class: "muted" }, "no views (views: in the config)")));
   replaceRows($("view-table").tBodies[0], rows);
+  const indexes = (s.search_indexes || []).map((i) => el("tr", { "data-index": i.revision + ":" + (i.view || "") },
+    el("td", {}, String(i.revision)),
+    el("td", {}, i.view || "(whole catalog)"),
+    el("td", {}, String(i.tools)),
+    el("td", {}, String(i.terms)),
+    el("td", {}, (i.bytes / 1048576).toFixed(2) + " MB"),
+    el("td", {}, i.build_ms.toFixed(1) + " ms")));
+  if (indexes.length === 0) indexes.push(el("tr", {}, el("td", { colspan: "6", class: "muted" }, "none built (no find_tools yet)")));
+  replaceRows($("search-table").tBodies[0], indexes);
 }
 
 function renderSessions() {
