@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -121,55 +120,37 @@ class StdioTransportConfig(_Frozen):
         return value
 
 
-class HttpTransportConfig(_Frozen):
+class _RemoteTransportConfig(_Frozen):
+    """What both HTTP transports take: the endpoint, headers, and ``oauth`` for a bearer token
+    by client credentials (one way to authorize, not both)."""
+
+    url: str = Field(min_length=1, description="The MCP endpoint, an http:// or https:// URL.")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description='HTTP headers sent with every request, e.g. `Authorization: "Bearer ${TOKEN}"` '
+        "(interpolated values are secrets, redacted in logs).",
+    )
+    oauth: UpstreamOAuthConfig | None = Field(
+        default=None,
+        description="OAuth 2.1 client credentials: the gateway fetches its own bearer token for this upstream "
+        "(instead of an Authorization header).",
+    )
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> Self:
+        if self.oauth is not None and any(k.lower() == "authorization" for k in self.headers):
+            raise PydanticCustomError(
+                "authorization_conflict", "an Authorization header and oauth are both set; keep one of them"
+            )
+        return self
+
+
+class HttpTransportConfig(_RemoteTransportConfig):
     """A streamable-HTTP MCP endpoint; ``oauth`` gets its bearer token by client credentials."""
 
-    url: str = Field(min_length=1, description="The streamable-HTTP MCP endpoint, an http:// or https:// URL.")
-    headers: dict[str, str] = Field(
-        default_factory=dict,
-        description='HTTP headers sent with every request, e.g. `Authorization: "Bearer ${TOKEN}"` '
-        "(interpolated values are secrets, redacted in logs).",
-    )
-    oauth: UpstreamOAuthConfig | None = Field(
-        default=None,
-        description="OAuth 2.1 client credentials: the gateway fetches its own bearer token for this upstream "
-        "(instead of an Authorization header).",
-    )
 
-    @model_validator(mode="after")
-    def _one_authorization(self) -> HttpTransportConfig:
-        return _one_authorization(self)
-
-
-class SseTransportConfig(_Frozen):
+class SseTransportConfig(_RemoteTransportConfig):
     """A legacy HTTP+SSE MCP endpoint; ``oauth`` as for ``http``."""
-
-    url: str = Field(min_length=1, description="The legacy HTTP+SSE MCP endpoint, an http:// or https:// URL.")
-    headers: dict[str, str] = Field(
-        default_factory=dict,
-        description='HTTP headers sent with every request, e.g. `Authorization: "Bearer ${TOKEN}"` '
-        "(interpolated values are secrets, redacted in logs).",
-    )
-    oauth: UpstreamOAuthConfig | None = Field(
-        default=None,
-        description="OAuth 2.1 client credentials: the gateway fetches its own bearer token for this upstream "
-        "(instead of an Authorization header).",
-    )
-
-    @model_validator(mode="after")
-    def _one_authorization(self) -> SseTransportConfig:
-        return _one_authorization(self)
-
-
-_Remote = typing.TypeVar("_Remote", HttpTransportConfig, SseTransportConfig)
-
-
-def _one_authorization(remote: _Remote) -> _Remote:
-    if remote.oauth is not None and any(k.lower() == "authorization" for k in remote.headers):
-        raise PydanticCustomError(
-            "authorization_conflict", "an Authorization header and oauth are both set; keep one of them"
-        )
-    return remote
 
 
 class RootConfig(_Frozen):
