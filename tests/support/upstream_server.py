@@ -395,7 +395,10 @@ async def serve_http(
 
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
+    # listening socket's proto says TCP; with proto 0, Nagle + delayed ACK add ~40 ms per response
+    # (as in api/server.py).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     port = int(sock.getsockname()[1])
