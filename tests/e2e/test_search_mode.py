@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import MCPError
 
 from mcp_reconciler.api.frontdoor.fastlane import FAST_LANE_ENV
 from mcp_reconciler.api.server import serve_http
+from mcp_reconciler.reconciler.search_index import LIMIT_MAX, QUERY_CHARS_MAX
 from tests.e2e.conftest import downstream, payload, tool_names, upstream_source, write_config
 from tests.support.search_catalog import catalog, labelled, name_of
 
@@ -85,3 +87,19 @@ async def test_a_view_in_mode_all_lists_everything_and_has_no_find_tools(mode: s
         async with downstream(served.url + "/plain", mode) as (client, _changes):
             names = await tool_names(client)
             assert "find_tools" not in names and len(names) > TOOLS
+
+
+async def test_find_tools_arguments_are_bounded_at_n_and_n_plus_1(tmp_path: Path) -> None:
+    """The query's length and the limit an outsider sends are bounded: N answers, N+1 is refused
+    with invalid params naming the bound (search_index.QUERY_CHARS_MAX, LIMIT_MAX)."""
+    cfg = search_config(tmp_path)
+    async with serve_http(cfg, port=0) as served:
+        async with downstream(served.url, "auto") as (client, _changes):
+            at_bound = "jira " * (QUERY_CHARS_MAX // 5) + "x" * (QUERY_CHARS_MAX % 5)
+            assert len(at_bound) == QUERY_CHARS_MAX
+            assert payload(await client.call_tool("find_tools", {"query": at_bound, "limit": LIMIT_MAX}))["tools"]
+            with pytest.raises(MCPError, match=f"at most {QUERY_CHARS_MAX} characters"):
+                await client.call_tool("find_tools", {"query": at_bound + "x"})
+            for limit in (0, LIMIT_MAX + 1):
+                with pytest.raises(MCPError, match=f"from 1 to {LIMIT_MAX}"):
+                    await client.call_tool("find_tools", {"query": "jira", "limit": limit})
