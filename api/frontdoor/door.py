@@ -31,6 +31,7 @@ from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
+from mcp_reconciler.api.frontdoor.observe import OperationObserver
 from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.search import FindTools
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
@@ -96,6 +97,7 @@ class FrontDoor:
         expose_control_tools: bool = False,
         status: StatusFn | None = None,
         refresh: RefreshFn | None = None,
+        served_names_max: int = 200,
     ) -> None:
         self.authority = authority
         self.catalog = CatalogAccess(engine)
@@ -118,7 +120,13 @@ class FrontDoor:
         self.relay = Relay(on_log=self.logs.deliver, bindings=self.sessions.bindings)
         self.exchanges = Exchanges(self.relay, deadline_s=self.catalog.operation_deadline_s)
         self.forwarder = Forwarder(
-            self.catalog, authority, self.sessions, relay=self.relay, exchanges=self.exchanges, logs=self.logs
+            self.catalog,
+            authority,
+            self.sessions,
+            relay=self.relay,
+            exchanges=self.exchanges,
+            logs=self.logs,
+            observer=OperationObserver(served_names_max),  # per-name metrics, trace context, audit
         )
         self.completer = Completer(self.forwarder)
         self.subscriptions = ResourceSubscriptions(self.catalog, authority, self.sessions, self.notifier)

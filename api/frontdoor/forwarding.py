@@ -39,6 +39,7 @@ from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
+from mcp_reconciler.api.frontdoor.observe import OperationObserver, OpFacts, client_context, inject
 from mcp_reconciler.api.frontdoor.passthrough import FastParams, RawResult, simple_call_result
 from mcp_reconciler.api.frontdoor.progress import PROGRESS_KEYS, progress_token, send_with_progress
 from mcp_reconciler.api.frontdoor.relay import Relay, RelayError
@@ -88,6 +89,7 @@ class Forwarder:
         exchanges: Exchanges,
         logs: LogRelay,
         seal: StateSeal | None = None,
+        observer: OperationObserver | None = None,
     ) -> None:
         self._catalog = catalog
         self._authority = authority
@@ -96,6 +98,7 @@ class Forwarder:
         self._exchanges = exchanges
         self._logs = logs
         self._seal = seal or StateSeal()
+        self._observer = observer or OperationObserver()
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -110,11 +113,18 @@ class Forwarder:
                 params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
             ),
             types.CallToolResult,
+            arguments=params.arguments,
         )
 
     async def call_tool_fast(
-        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None, meta: Any, *,
-        input_responses: Any = None, request_state: str | None = None,
+        self,
+        ctx: ServerRequestContext[Any],
+        name: str,
+        arguments: dict[str, Any] | None,
+        meta: Any,
+        *,
+        input_responses: Any = None,
+        request_state: str | None = None,
     ) -> Any:
         """:meth:`call_tool` for ``fastlane.CallLane``; the result stays the upstream's JSON (a
         ``RawResult``) when it is a ``simple_call_result`` from the fast upstream lane.
@@ -123,7 +133,7 @@ class Forwarder:
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
         )
         params, result_type = FastParams(meta, input_responses, request_state), types.CallToolResult
-        return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True)
+        return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True, arguments=arguments)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
@@ -153,6 +163,7 @@ class Forwarder:
                 params=types.GetPromptRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
             ),
             types.GetPromptResult,
+            arguments=params.arguments,
         )
 
     async def forward(
@@ -167,6 +178,7 @@ class Forwarder:
         op: str | None = None,
         shortcut: Callable[[UpstreamConnection], Any] | None = None,
         raw: bool = False,
+        arguments: Any = None,
     ) -> Any:
         """Run one operation on the exposed ``name`` of ``kind`` and return the upstream's result
         with the gateway's ``_meta``; raises a sanitized ``MCPError`` otherwise. ``params`` is
@@ -174,15 +186,23 @@ class Forwarder:
         ``request_state`` when it retries a multi-round exchange); ``op`` names the operation in
         telemetry (default: the kind); ``shortcut(conn)``, when it returns a result, answers
         without asking the upstream (e.g. a source without the capability); ``raw``: the result
-        may come back as a :class:`RawResult` (the fast lane)."""
+        may come back as a :class:`RawResult` (the fast lane); ``arguments``: what the audit
+        record's opt-in digest and request size cover (``observe``)."""
         label = op or kind.value
         t0 = anyio.current_time()
         outcome = "ok"
-        with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": label}) as span:
+        facts = OpFacts()
+        result: Any = None
+        parent = client_context(ctx, params.meta)  # the client's traceparent parents our span
+        with telemetry.tracer.start_as_current_span(
+            "frontdoor.operation", context=parent, attributes={"mcp.kind": label}
+        ) as span:
             try:
-                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw)
+                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, facts)
                 meta_out = result.meta or {}
                 span.set_attribute("revision", meta_out.get(REVISION_META, -1))
+                if facts.entry is not None:
+                    span.set_attribute("source", facts.entry.source)
                 return result
             except MCPError as exc:
                 outcome = (
@@ -194,7 +214,9 @@ class Forwarder:
                 outcome = "cancelled"
                 raise
             finally:
-                _operation_duration.record(anyio.current_time() - t0, {"kind": label, "outcome": outcome})
+                elapsed = anyio.current_time() - t0
+                _operation_duration.record(elapsed, {"kind": label, "outcome": outcome})
+                self._observer.finish(label, name, facts, outcome, elapsed, arguments=arguments, result=result)
 
     async def _forward(
         self,
@@ -205,9 +227,11 @@ class Forwarder:
         build: RequestBuilder,
         result_type: type[Any],
         shortcut: Callable[[UpstreamConnection], Any] | None,
-        raw: bool = False,
+        raw: bool,
+        facts: OpFacts,
     ) -> Any:
         binding = self._sessions.binding(ctx)
+        facts.session, facts.principal, facts.view = binding.session.id, binding.principal, binding.session.view
         meta: Mapping[str, Any] | None = params.meta
         responses = getattr(params, "input_responses", None)
         state = getattr(params, "request_state", None)
@@ -218,7 +242,7 @@ class Forwarder:
                 exchange_revision: int | None = None
                 try:
                     result, exchange = await self._exchanges.resume(binding, ctx, kind, name, state, responses)
-                    exchange_revision = exchange.revision
+                    exchange_revision = facts.revision = exchange.revision
                 except Exception as exc:
                     raise self._client_error(exc, None, exchange_revision) from None
                 return self._finish(result, exchange.revision, exchange.drifted)
@@ -229,9 +253,10 @@ class Forwarder:
             self._catalog, ctx, binding.session, meta, prefer=sealed.revision if sealed is not None else None
         )
         conn: Any = None
+        facts.revision = live.revision
         try:
             resolved = self._authority.resolve(binding.session, live.generation, kind, name)
-            entry = resolved.entry
+            entry = facts.entry = resolved.entry
             if sealed is not None and sealed.source != entry.source:
                 raise invalid_state()
             state_ = live.generation.source_state(entry.source)
@@ -241,7 +266,7 @@ class Forwarder:
             answer = shortcut(conn) if shortcut is not None else None
             if answer is not None:
                 return self._finish(answer, live.revision, resolved.drifted)
-            up_meta = forwardable(meta)
+            up_meta = inject(forwardable(meta))  # the gateway's span is the upstream's parent
             if not conn.legacy:
                 level = self._logs.call_level(binding, meta)
                 if level is not None:  # 2026-era upstreams send records only to requests that opt in
@@ -273,7 +298,9 @@ class Forwarder:
                 rtype = interactive if interactive is not None and not conn.legacy else result_type
                 async with live.operation(deadline_s=self._catalog.operation_deadline_s):
                     with self._relay.call(binding, ctx, conn) as call:
+                        sent = anyio.current_time()
                         result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
+                        facts.upstream_s = anyio.current_time() - sent
                         if isinstance(result, types.InputRequiredResult):
                             retry = self._retrier(conn, entry, build, up_meta, rtype, ctx, meta, call_s)
                             result = await answer_input_required(

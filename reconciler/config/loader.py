@@ -14,7 +14,13 @@ from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.config.includes import _display_for, _expand_includes, _raw_includes
 from mcp_reconciler.reconciler.config.interpolation import _TYPED_ENV, _TypedEnv
 from mcp_reconciler.reconciler.config.problems import ConfigError, ConfigProblem
-from mcp_reconciler.reconciler.config.schema import ClusterConfig, GatewaySettings, SourceConfig, _MainFile
+from mcp_reconciler.reconciler.config.schema import (
+    ClusterConfig,
+    GatewaySettings,
+    SourceConfig,
+    TelemetryConfig,
+    _MainFile,
+)
 from mcp_reconciler.reconciler.config.specs import (
     _build_curation,
     _build_sessions,
@@ -62,6 +68,8 @@ class LoadedConfig:
     curation: Curation = NO_CURATION
     #: Discovery modes and the search-mode settings (ADR 0029).
     discovery: DiscoveryPolicy = DEFAULT_POLICY
+    #: Metrics, OTLP export and the audit trail (ADR 0031).
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,6 +214,7 @@ def _load(
         cluster=cluster,
         curation=curation,
         discovery=main.discovery.policy({v.name: v.discovery for v in main.views}),
+        telemetry=main.telemetry,
     )
 
 

@@ -1,0 +1,178 @@
+"""What every forwarded operation leaves behind (ADR 0031): metrics by served name, the trace
+context across the hop, one audit record.
+
+Written once, in :meth:`Forwarder.forward <mcp_reconciler.api.frontdoor.forwarding.Forwarder.forward>`,
+where every tool call, resource read, prompt get and completion passes — whichever lane
+(normal, fast, held exchange) carried it.
+
+- **Metrics**: ``frontdoor.calls.duration`` (histogram, s, by ``kind``, ``name``, ``outcome``;
+  its ``_count`` is the calls by outcome) and ``frontdoor.upstream.duration`` (histogram, s, the
+  upstream's share, by ``kind`` and ``source``). ``name`` is bounded (:class:`NameLabels`): only
+  names that resolved in the catalog get a label, the first ``telemetry.served_names_max`` of
+  them their own; later ones are ``other``, unresolved ones ``unknown``.
+- **Trace context**: the client's ``traceparent`` (``_meta`` per the MCP trace-context
+  convention, else the HTTP header) is the parent of the gateway's ``frontdoor.operation`` span
+  unless the SDK's server span already continues that trace; the upstream request's ``_meta``
+  carries the gateway span as its parent (:func:`inject`). Without a tracer provider the client's
+  context passes through unchanged.
+- **Audit**: one ``<kind>`` record (``tools.call``, ``resources.read``, ``prompts.get``,
+  ``completion.complete``) with principal, session, view, source, served and upstream name,
+  revision, definition digest, outcome, error code, duration and sizes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+
+from mcp_reconciler.reconciler import audit, telemetry
+from mcp_reconciler.reconciler.model import CatalogEntry
+
+_calls = telemetry.meter.create_histogram(
+    "frontdoor.calls.duration",
+    unit="s",
+    description="Forwarded operations by kind, served name (bounded: other, unknown) and outcome",
+)
+_upstream = telemetry.meter.create_histogram(
+    "frontdoor.upstream.duration", unit="s", description="Time the upstream took to answer, by kind and source"
+)
+
+AUDIT_KINDS = {
+    "tool": "tools.call",
+    "resource": "resources.read",
+    "prompt": "prompts.get",
+    "complete": "completion.complete",
+}
+TRACE_KEYS = ("traceparent", "tracestate")
+
+
+class NameLabels:
+    """The ``name`` label of a served name: itself for the first ``cap`` distinct names seen,
+    ``other`` after that (bounded cardinality, whatever the catalog's size or churn)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._seen: set[str] = set()
+
+    def __call__(self, name: str | None) -> str:
+        """The label for ``name`` (``None``: a name that did not resolve)."""
+        if name is None:
+            return "unknown"
+        if name in self._seen:
+            return name
+        if len(self._seen) < self.cap:
+            self._seen.add(name)
+            return name
+        return "other"
+
+
+@dataclass
+class OpFacts:
+    """What an operation resolved to, filled in as it goes (for the metrics and the record)."""
+
+    entry: CatalogEntry | None = None
+    revision: int | None = None
+    upstream_s: float | None = None
+    session: str | None = None
+    principal: str | None = None
+    view: str | None = None
+
+
+def client_context(ctx: Any, meta: Mapping[str, Any] | None) -> otel_context.Context | None:
+    """The client's trace context to parent the gateway's span on, or ``None`` to keep the
+    ambient one (no client context, or the SDK's server span already continues that trace)."""
+    carrier: Mapping[str, Any] | None = meta if meta and "traceparent" in meta else None
+    if carrier is None:
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None)
+        value = headers.get("traceparent") if headers is not None else None
+        if not value or headers is None:
+            return None
+        carrier = {"traceparent": value, "tracestate": headers.get("tracestate", "")}
+    try:
+        parent = propagate.extract(dict(carrier))
+    except (ValueError, TypeError):
+        return None
+    parent_span = trace.get_current_span(parent).get_span_context()
+    if not parent_span.is_valid:
+        return None
+    ambient = trace.get_current_span().get_span_context()
+    if ambient.is_valid and ambient.trace_id == parent_span.trace_id:
+        return None  # the SDK's server span is already a child of the client's
+    return parent
+
+
+def inject(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``meta`` for the upstream with the current span as ``traceparent`` (``tracestate`` too):
+    the gateway's span is the upstream's parent. Unchanged when there is no valid span."""
+    if not trace.get_current_span().get_span_context().is_valid:
+        return dict(meta) if meta else None
+    out = {k: v for k, v in (meta or {}).items() if k not in TRACE_KEYS}
+    propagate.inject(out)
+    return out
+
+
+def size_of(value: Any) -> int | None:
+    """Bytes of ``value`` as compact JSON (models via their JSON dump), for the audit record."""
+    if value is None:
+        return None
+    try:
+        if hasattr(value, "model_dump"):
+            value = value.model_dump(mode="json", by_alias=True, exclude_none=True)
+        elif hasattr(value, "data"):  # the fast lane's RawResult
+            value = value.data
+        return len(json.dumps(value, separators=(",", ":"), default=str))
+    except (TypeError, ValueError):
+        return None
+
+
+class OperationObserver:
+    """Records one finished operation: the per-name metrics always, the audit record when the
+    audit trail is on (its sizes and digest are computed only then)."""
+
+    def __init__(self, names_max: int = 200) -> None:
+        self.names = NameLabels(names_max)
+
+    def finish(
+        self,
+        label: str,
+        name: str,
+        facts: OpFacts,
+        outcome: str,
+        duration_s: float,
+        *,
+        arguments: Any = None,
+        result: Any = None,
+    ) -> None:
+        """Record an operation of kind ``label`` on ``name`` (as the client sent it) that ended
+        with ``outcome`` (``ok``, the client error code, or ``cancelled``)."""
+        entry = facts.entry
+        _calls.record(
+            duration_s,
+            {"kind": label, "name": self.names(entry.exposed_name if entry is not None else None), "outcome": outcome},
+        )
+        if facts.upstream_s is not None and entry is not None:
+            _upstream.record(facts.upstream_s, {"kind": label, "source": entry.source})
+        if not audit.enabled():
+            return
+        audit.record(
+            AUDIT_KINDS.get(label, f"{label}.call"),
+            principal=facts.principal,
+            session=facts.session,
+            view=facts.view,
+            source=entry.source if entry is not None else None,
+            name=name,
+            upstream_name=entry.upstream_name if entry is not None else None,
+            revision=facts.revision,
+            digest=entry.digest if entry is not None else None,
+            outcome="ok" if outcome == "ok" else "error",
+            error=None if outcome == "ok" else outcome,
+            duration_ms=round(duration_s * 1000, 3),
+            request_bytes=size_of(arguments),
+            response_bytes=size_of(result) if outcome == "ok" else None,
+            args_sha256=audit.argument_digest(arguments),
+        )
