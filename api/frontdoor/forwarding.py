@@ -299,8 +299,10 @@ class Forwarder:
                 async with live.operation(deadline_s=self._catalog.operation_deadline_s):
                     with self._relay.call(binding, ctx, conn) as call:
                         sent = anyio.current_time()
-                        result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
-                        facts.upstream_s = anyio.current_time() - sent
+                        try:
+                            result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
+                        finally:  # the upstream's share, also when it failed
+                            facts.upstream_s = anyio.current_time() - sent
                         if isinstance(result, types.InputRequiredResult):
                             retry = self._retrier(conn, entry, build, up_meta, rtype, ctx, meta, call_s)
                             result = await answer_input_required(
