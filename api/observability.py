@@ -192,11 +192,12 @@ async def _answer(stream: anyio.abc.SocketStream, obs: Observability) -> None:
                 head += await stream.receive(LISTENER_HEAD_BYTES)
             except (anyio.EndOfStream, anyio.BrokenResourceError):
                 return
-    if b"\r\n\r\n" not in head:
+    end = head.find(b"\r\n\r\n")
+    if end < 0 or end + 4 > LISTENER_HEAD_BYTES:
         if len(head) > LISTENER_HEAD_BYTES:
             telemetry.bound_hits.add(1, {"bound": "metrics_headers"})
             await _reply(stream, 431, "text/plain", b"request head too large\n")
-        return  # timed out or too large: closed
+        return  # timed out, or the peer went away: closed
     request_line = head.split(b"\r\n", 1)[0].split()
     if len(request_line) < 2 or request_line[0] not in (b"GET", b"HEAD"):
         await _reply(stream, 405, "text/plain", b"only GET /metrics\n")

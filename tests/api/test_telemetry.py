@@ -13,11 +13,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2 as httpx
 import pytest
 
 from mcp_reconciler.reconciler.prometheus import parse_text
 from tests.api.conftest import (
+    ALICE,
     OPERATOR_TOKEN,
     WAIT,
     mcp_client,
@@ -156,3 +158,102 @@ async def test_metrics_after_a_scripted_session(tmp_path: Path) -> None:
     assert first["args_sha256"].startswith("sha256:") and first["args_sha256"] != records[2]["args_sha256"]
     assert records[0]["principal"] == "operator::operator1" and records[0]["session"] == session
     assert records[7]["reason"] == "invalid" and records[7]["status"] == 401
+
+
+async def test_metrics_needs_an_operator_token(tmp_path: Path) -> None:
+    async with served_gateway(_config(tmp_path)) as served:
+        assert (await _scrape(served.base_url, None)).status_code == 401
+        assert (await _scrape(served.base_url, "not-a-token")).status_code == 401
+        assert (await _scrape(served.base_url, ALICE)).status_code == 403  # an owner's token
+        assert (await _scrape(served.base_url)).status_code == 200
+    async with served_gateway(_config(tmp_path, metrics=False)) as served:
+        assert (await _scrape(served.base_url)).status_code == 404
+
+
+async def test_served_names_get_labels_up_to_the_cap_then_other(tmp_path: Path) -> None:
+    async with served_gateway(_config(tmp_path, served_names_max=1)) as served:
+        before = parse_text((await _scrape(served.base_url)).text)
+        async with mcp_client(served) as client:
+            await client.call_tool("up__a", {})
+            await client.call_tool("up__b", {})
+            await client.call_tool("up__a", {})
+        after = parse_text((await _scrape(served.base_url)).text)
+    calls = "mcp_reconciler_frontdoor_calls_duration_seconds_count"
+    assert _delta(after, before, f'{calls}{{kind="tool",name="up__a",outcome="ok"}}') == 2
+    assert _delta(after, before, f'{calls}{{kind="tool",name="other",outcome="ok"}}') == 1
+    assert _delta(after, before, f'{calls}{{kind="tool",name="up__b",outcome="ok"}}') == 0
+
+
+async def _get(port: int, request: bytes) -> bytes:
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(request)
+        out = b""
+        with anyio.fail_after(WAIT):
+            while True:
+                try:
+                    out += await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return out
+
+
+async def test_metrics_listener_serves_metrics_without_auth_within_its_bounds(tmp_path: Path) -> None:
+    from mcp_reconciler.api.observability import LISTENER_CONNECTIONS, LISTENER_HEAD_BYTES
+
+    async with served_gateway(_config(tmp_path, metrics_listen="127.0.0.1:0")) as served:
+        assert served.observability is not None
+        port = served.observability.metrics_port
+        assert port
+        ok = await _get(port, b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert ok.startswith(b"HTTP/1.1 200") and b"mcp_reconciler_revision" in ok
+        assert (await _get(port, b"GET /v1/status HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404")
+        # The request head bound: at N served, past it 431.
+        line = b"GET /metrics HTTP/1.1\r\n"
+        pad = LISTENER_HEAD_BYTES - len(line) - len(b"x-pad: \r\n\r\n")
+        at_bound = line + b"x-pad: " + b"p" * pad + b"\r\n\r\n"
+        assert len(at_bound) == LISTENER_HEAD_BYTES
+        assert (await _get(port, at_bound)).startswith(b"HTTP/1.1 200")
+        past = line + b"x-pad: " + b"p" * (pad + 1) + b"\r\n\r\n"
+        assert (await _get(port, past)).startswith(b"HTTP/1.1 431")
+        # The connection bound: N - 1 idle connections held, one more is still served; with N
+        # held, the next is closed without an answer.
+        idle = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(LISTENER_CONNECTIONS - 1)]
+        try:
+            assert (await _get(port, b"GET /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            idle.append(await anyio.connect_tcp("127.0.0.1", port))
+            before = parse_text((await _scrape(served.base_url)).text)
+            assert await _get(port, b"GET /metrics HTTP/1.1\r\n\r\n") == b""
+            after = parse_text((await _scrape(served.base_url)).text)
+            assert _delta(after, before, 'mcp_reconciler_gateway_limits_hits_total{bound="metrics_connections"}') == 1
+        finally:
+            for stream in idle:
+                await stream.aclose()
+
+
+async def test_I23_a_full_disk_never_fails_a_call(tmp_path: Path) -> None:
+    """10,000 calls with the audit sink on ``/dev/full`` (every write fails: no space) and a
+    queue of 16: every call answers ok, and every record is accounted for as written, failed
+    at the sink or dropped at the queue bound — and reported in /v1/status."""
+    calls = 10_000
+    cfg = _config(tmp_path, audit={"path": "/dev/full", "queue": 16})
+    async with served_gateway(cfg) as served:
+        ok = 0
+
+        async with mcp_client(served) as client:
+
+            async def worker(n: int) -> None:
+                nonlocal ok
+                for _ in range(n):
+                    result = await client.call_tool("up__a", {})
+                    ok += not result.is_error
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(20):
+                    tg.start_soon(worker, calls // 20)
+        assert ok == calls
+        trail = served.observability.audit_log if served.observability is not None else None
+        assert trail is not None and trail.drained(WAIT)
+        assert trail.written == 0 and trail.failed > 0
+        assert trail.failed + trail.dropped == calls
+        async with httpx.AsyncClient(headers={"authorization": f"Bearer {OPERATOR_TOKEN}"}) as http:
+            status = (await http.get(f"{served.base_url}/v1/status")).json()
+        assert status["audit"]["failed"] + status["audit"]["dropped"] >= calls
