@@ -22,7 +22,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,29 @@ class GatewayGauges:
         }
 
 
+class LimitGauges:
+    """``gateway.limits.hits``: every I18 bound an outsider hit, read from the parts that keep
+    the counts (the connection guard, the body limit, the transport sessions, the metrics
+    listener) — nothing on the request path counts twice. Upstream message bytes refused are
+    ``reconciler.upstream.messages_refused``."""
+
+    def __init__(self, guard: Any, body: Any, sessions: Any, obs: Observability) -> None:
+        self._guard, self._body, self._sessions, self._obs = guard, body, sessions, obs
+
+    def gauges(self) -> dict[str, Iterable[telemetry.Reading]]:
+        """The cumulative hits, by bound."""
+        g = self._guard
+        counts = {
+            "connections": g.refused + g.evicted,
+            "header_bytes": g.oversized,
+            "header_timeout": g.timed_out,
+            "body_bytes": self._body.refused,
+            "transport_sessions_per_client": self._sessions.refused_per_client,
+            **self._obs.hits,
+        }
+        return {"gateway.limits.hits": [(float(n), {"bound": bound}) for bound, n in sorted(counts.items())]}
+
+
 @dataclass
 class Observability:
     """The running telemetry of one ``serve``: the reader ``/metrics`` renders, the audit log
@@ -93,6 +116,7 @@ class Observability:
     reader: Any = None
     audit_log: audit.AuditLog | None = None
     metrics_port: int | None = None
+    hits: Counter[str] = field(default_factory=Counter)  # the metrics listener's own bound hits
 
     def routes(self) -> list[BaseRoute]:
         """``/metrics`` for the main listener (none with ``telemetry.metrics: false``)."""
@@ -172,7 +196,7 @@ async def _listen(
             try:
                 slots.acquire_nowait()
             except anyio.WouldBlock:
-                telemetry.bound_hits.add(1, {"bound": "metrics_connections"})
+                obs.hits["metrics_connections"] += 1
                 return  # over the bound: closed at once
             try:
                 await _answer(stream, obs)
@@ -195,7 +219,7 @@ async def _answer(stream: anyio.abc.SocketStream, obs: Observability) -> None:
     end = head.find(b"\r\n\r\n")
     if end < 0 or end + 4 > LISTENER_HEAD_BYTES:
         if len(head) > LISTENER_HEAD_BYTES:
-            telemetry.bound_hits.add(1, {"bound": "metrics_headers"})
+            obs.hits["metrics_headers"] += 1
             await _reply(stream, 431, "text/plain", b"request head too large\n")
         return  # timed out, or the peer went away: closed
     request_line = head.split(b"\r\n", 1)[0].split()

@@ -40,13 +40,14 @@ from mcp_reconciler.api.lifecycle import DrainGate, GatewayUvicorn
 from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.oauth.resource_server import ResourceServer
-from mcp_reconciler.api.observability import Observability, observed
+from mcp_reconciler.api.observability import LimitGauges, Observability, observed
 from mcp_reconciler.api.routes import routes as control_routes
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
 from mcp_reconciler.api.stdio_input import stdin_lines
 from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.config import GatewaySettings, TelemetryConfig
 from mcp_reconciler.reconciler.gateway import Gateway
+from mcp_reconciler.reconciler.telemetry import state_gauges
 
 log = logging.getLogger("mcp_reconciler.server")
 
@@ -198,7 +199,8 @@ async def serve_http(
             max_sessions_per_client=limits.transport_sessions_per_client,
             max_body_bytes=limits.body_bytes,
         )
-        gate = DrainGate(BodyLimit(app, {"/mcp": limits.body_bytes, "/v1": MAX_BODY_BYTES}))
+        body_limit = BodyLimit(app, {"/mcp": limits.body_bytes, "/v1": MAX_BODY_BYTES})
+        gate = DrainGate(body_limit)
         budget = descriptor_budget(limits.connections, limits.fd_reserve)
         if budget.connections < limits.connections:
             log.warning(
@@ -213,6 +215,7 @@ async def serve_http(
         guard = ConnectionGuard(
             connections=budget.connections, header_timeout_s=limits.header_timeout_s, header_bytes=limits.header_bytes
         )
+        stack.enter_context(state_gauges.observing(LimitGauges(guard, body_limit, transport_sessions, obs)))
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
         # listening socket's proto says TCP; with proto 0, Nagle + delayed ACK add ~40 ms per response.
         sock = socket.socket(

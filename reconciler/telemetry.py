@@ -126,11 +126,6 @@ cluster_write_failures = meter.create_counter(
     "reconciler.cluster.write_failures", description="Cluster store writes that failed or lost a compare-and-set"
 )
 
-# Every I18 bound an outsider hit (connections, transport sessions, bodies, headers, upstream
-# message bytes: README "Observe it"), by ``bound``; each refusal site adds one.
-bound_hits = meter.create_counter(
-    "gateway.limits.hits", description="Requests or messages refused (or connections closed) at an I18 bound, by bound"
-)
 # The cluster store's round trips (ADR 0020), by operation and outcome.
 cluster_store_duration = meter.create_histogram(
     "reconciler.cluster.store.duration", unit="s", description="Cluster store operations, by op and outcome"
@@ -159,8 +154,14 @@ class StateSource(Protocol):
         """Readings by gauge name (names from :data:`STATE_GAUGES`); missing names read nothing."""
 
 
-#: The state gauges: name → (unit, description).
+#: The state gauges: name → (unit, description). Names in :data:`STATE_COUNTERS` are observable
+#: counters (cumulative counts kept by their owner), the rest gauges.
 STATE_GAUGES: dict[str, tuple[str, str]] = {
+    "gateway.limits.hits": (
+        "1",
+        "Requests or connections refused (or closed to make room) at an I18 bound, by bound: connections, "
+        "header_bytes, header_timeout, body_bytes, transport_sessions_per_client, metrics_connections, metrics_headers",
+    ),
     "reconciler.source.state": ("1", "1 for each source's current state (ready|stale|failed|connecting), by source"),
     "reconciler.source.consecutive_failures": ("1", "Consecutive failed reads of each source"),
     "reconciler.source.last_success_age": ("s", "Seconds since each source last listed completely"),
@@ -168,6 +169,9 @@ STATE_GAUGES: dict[str, tuple[str, str]] = {
     "reconciler.generations.retiring": ("1", "Superseded generations still open (calls in flight, holds)"),
     "frontdoor.sessions": ("1", "Downstream sessions bound now, by era and grant policy"),
 }
+
+
+STATE_COUNTERS = frozenset({"gateway.limits.hits"})
 
 
 class StateGauges:
@@ -178,7 +182,8 @@ class StateGauges:
     def __init__(self, meter: Meter) -> None:
         self._sources: list[StateSource] = []
         for name, (unit, description) in STATE_GAUGES.items():
-            meter.create_observable_gauge(name, callbacks=[self._callback(name)], unit=unit, description=description)
+            create = meter.create_observable_counter if name in STATE_COUNTERS else meter.create_observable_gauge
+            create(name, callbacks=[self._callback(name)], unit=unit, description=description)
 
     @contextmanager
     def observing(self, source: StateSource) -> Iterator[None]:

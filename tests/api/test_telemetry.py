@@ -259,3 +259,22 @@ async def test_I23_a_full_disk_never_fails_a_call(tmp_path: Path) -> None:
         async with httpx.AsyncClient(headers={"authorization": f"Bearer {OPERATOR_TOKEN}"}) as http:
             status = (await http.get(f"{served.base_url}/v1/status")).json()
         assert status["audit"]["failed"] + status["audit"]["dropped"] >= calls
+
+
+async def test_I18_bound_hits_are_counted_by_bound(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    data = json.loads(cfg.read_text())
+    data["gateway"]["limits"] = {"body_bytes": 1024}
+    cfg.write_text(json.dumps(data))
+    series = 'mcp_reconciler_gateway_limits_hits_total{bound="body_bytes"}'
+    async with served_gateway(cfg) as served:
+        before = parse_text((await _scrape(served.base_url)).text)
+        async with httpx.AsyncClient() as http:
+            at_bound = await http.post(served.url, content=b"x" * 1024)
+            assert at_bound.status_code == 401  # within the bound: on to the credential check
+            mid = parse_text((await _scrape(served.base_url)).text)
+            assert _delta(mid, before, series) == 0
+            past = await http.post(served.url, content=b"x" * 1025)
+            assert past.status_code == 413
+        after = parse_text((await _scrape(served.base_url)).text)
+    assert _delta(after, before, series) == 1
