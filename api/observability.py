@@ -157,9 +157,11 @@ async def observed(
     endpoint = config.otlp_endpoint or os.environ.get(otel.OTLP_ENV) or None
     installed = otel.install(otlp_endpoint=endpoint)
     obs = Observability(config, auth, reader=installed.reader)
-    if obs.reader is not None and replica is not None:
-        obs.reader.const_labels["replica"] = replica
     async with contextlib.AsyncExitStack() as stack:
+        if obs.reader is not None and replica is not None:
+            # Every series carries the replica (the reader is the process's: forgotten on exit).
+            obs.reader.const_labels["replica"] = replica
+            stack.callback(obs.reader.const_labels.pop, "replica", None)
         stack.enter_context(telemetry.state_gauges.observing(GatewayGauges(engine, front)))
         if config.audit is not None:
             sink = audit.open_sink(

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp import Client
 import httpx2 as httpx
 import pytest
+from mcp import Client
 
 from mcp_reconciler.reconciler.prometheus import parse_text
 from tests.api.conftest import (
@@ -121,7 +121,10 @@ async def test_metrics_after_a_scripted_session(tmp_path: Path) -> None:
     # set_tools publishes a, b, c; the crash may publish the source's failure; the reconnected
     # upstream lists its spawn snapshot a, b again: exactly what the engine published.
     assert len(published) >= 2
-    assert _delta(after, before, "mcp_reconciler_publishes_total") == len(published)
+    publishes = sum(
+        _delta(after, before, k) for k in {*after, *before} if k.startswith("mcp_reconciler_publishes_total{")
+    )
+    assert publishes == len(published)
     assert _delta(after, before, 'mcp_reconciler_reconnects_total{source="up"}') == 1
     assert after["mcp_reconciler_revision"] == revision
     assert after['mcp_reconciler_source_state{source="up",state="ready"}'] == 1
@@ -278,3 +281,24 @@ async def test_I18_bound_hits_are_counted_by_bound(tmp_path: Path) -> None:
             assert past.status_code == 413
         after = parse_text((await _scrape(served.base_url)).text)
     assert _delta(after, before, series) == 1
+
+
+async def test_cluster_replica_labels_metrics_and_records(tmp_path: Path) -> None:
+    trail = tmp_path / "audit.jsonl"
+    cfg = _config(tmp_path, audit={"path": str(trail)})
+    data = json.loads(cfg.read_text())
+    data["cluster"] = {"store": "memory", "replica_id": "replica-7"}
+    cfg.write_text(json.dumps(data))
+    async with served_gateway(cfg) as served:
+        async with mcp_client(served) as client:
+            await client.call_tool("up__a", {})
+        text = (await _scrape(served.base_url)).text
+        assert served.observability is not None and served.observability.audit_log is not None
+        assert served.observability.audit_log.drained(WAIT)
+    samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert samples and all('replica="replica-7"' in line for line in samples)
+    assert [json.loads(line)["replica"] for line in trail.read_text().splitlines()] == ["replica-7"]
+    # The label belongs to that gateway only.
+    (tmp_path / "next").mkdir()
+    async with served_gateway(_config(tmp_path / "next")) as served:
+        assert 'replica="' not in (await _scrape(served.base_url)).text
