@@ -155,8 +155,11 @@ async def observed(
 ) -> AsyncIterator[Observability]:
     """Start the telemetry of one gateway for the block (module docstring)."""
     endpoint = config.otlp_endpoint or os.environ.get(otel.OTLP_ENV) or None
-    installed = otel.install(otlp_endpoint=endpoint)
-    obs = Observability(config, auth, reader=installed.reader)
+    reader = None
+    if config.metrics or config.metrics_listen is not None or endpoint or otel.installed() is not None:
+        reader = otel.install(otlp_endpoint=endpoint).reader
+    # else: nothing to export to: the instruments stay the API's no-ops (no per-call cost)
+    obs = Observability(config, auth, reader=reader)
     async with contextlib.AsyncExitStack() as stack:
         if obs.reader is not None and replica is not None:
             # Every series carries the replica (the reader is the process's: forgotten on exit).

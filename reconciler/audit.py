@@ -16,9 +16,9 @@ that fails (a full disk) counts its records as ``failed`` and keeps going. Nothi
 blocks, awaits or raises into the caller (I23). Without an installed :class:`AuditLog`
 (``telemetry.audit`` absent) :func:`record` does nothing.
 
-Every string field is redacted (``reconciler/redaction.py``: bearer tokens, ``token=`` pairs and
-every ``${VAR}`` value the config interpolated) before it is queued. Arguments and results are
-never recorded; :func:`argument_digest` gives the opt-in SHA-256 of the arguments
+Every free-text field is redacted (``reconciler/redaction.py``: bearer tokens, ``token=`` pairs and
+every ``${VAR}`` value the config interpolated) by the writer thread before it is written, off
+the call path. Arguments and results are never recorded; :func:`argument_digest` gives the opt-in SHA-256 of the arguments
 (``telemetry.audit.argument_digest``).
 
 Sinks: :class:`FileSink` (JSON lines, rotated by size: ``<path>.1`` … ``<path>.<keep>``) or
@@ -188,10 +188,7 @@ class AuditLog:
         out: dict[str, Any] = {"ts": round(time.time(), 6), "kind": kind}
         if self.replica is not None:
             out["replica"] = self.replica
-        for key, value in fields.items():
-            if value is None:
-                continue
-            out[key] = redact_text(value) if isinstance(value, str) else value
+        out.update(fields)  # redacted and serialized by the writer thread, off the call path
         try:
             self._queue.put_nowait(out)
         except queue.Full:
@@ -246,7 +243,7 @@ class AuditLog:
                     self.sink.close()
                     return
                 try:
-                    self.sink.write(json.dumps(item, separators=(",", ":"), default=str) + "\n")
+                    self.sink.write(_line(item))
                     self.written += 1
                     _records.add(1, {"kind": item["kind"]})
                 except (OSError, ValueError):
@@ -257,6 +254,35 @@ class AuditLog:
                 if not self._queue.unfinished_tasks:
                     with self._idle:
                         self._idle.notify_all()
+
+
+#: Fields whose values the gateway makes itself (ids, codes, digests, numbers): not redacted.
+_OWN = frozenset(
+    {
+        "ts",
+        "kind",
+        "replica",
+        "principal",
+        "session",
+        "view",
+        "source",
+        "revision",
+        "digest",
+        "outcome",
+        "error",
+        "duration_ms",
+        "request_bytes",
+        "response_bytes",
+        "args_sha256",
+        "status",
+    }
+)
+
+
+def _line(item: Mapping[str, Any]) -> str:
+    """One record as a JSON line: ``None`` fields left out, every other string redacted."""
+    out = {k: redact_text(v) if isinstance(v, str) and k not in _OWN else v for k, v in item.items() if v is not None}
+    return json.dumps(out, separators=(",", ":"), default=str) + "\n"
 
 
 _current: AuditLog | None = None

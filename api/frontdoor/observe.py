@@ -21,14 +21,15 @@ where every tool call, resource read, prompt get and completion passes — which
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from pydantic_core import PydanticSerializationError, to_json
 
+from mcp_reconciler.api.frontdoor.passthrough import RawResult
 from mcp_reconciler.reconciler import audit, telemetry
 from mcp_reconciler.reconciler.model import CatalogEntry
 
@@ -117,16 +118,13 @@ def inject(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def size_of(value: Any) -> int | None:
-    """Bytes of ``value`` as compact JSON (models via their JSON dump), for the audit record."""
+    """Bytes of ``value`` as compact JSON (pydantic-core's serializer: models and plain data
+    alike, without building an intermediate dict), for the audit record."""
     if value is None:
         return None
     try:
-        if hasattr(value, "model_dump"):
-            value = value.model_dump(mode="json", by_alias=True, exclude_none=True)
-        elif hasattr(value, "data"):  # the fast lane's RawResult
-            value = value.data
-        return len(json.dumps(value, separators=(",", ":"), default=str))
-    except (TypeError, ValueError):
+        return len(to_json(value.data if isinstance(value, RawResult) else value, by_alias=True, exclude_none=True))
+    except (TypeError, ValueError, PydanticSerializationError):
         return None
 
 
