@@ -11,7 +11,7 @@ Run from the repo root:  python bench/bench_telemetry.py [--quick] [--json PATH]
    call ``up__a`` sequentially, in blocks alternating off/on so both see the same background
    load. Printed: p50/p99 latency per gateway and the gateway's CPU ms per call (its own
    utime+stime from ``/proc/<pid>/stat``), and the on/off ratio (the issue's goal: ≤ 1.05).
-2. Scrape cost: one MeterProvider with a catalog's worth of per-name series (200 names × 3
+2. Scrape cost: one MeterProvider with a catalog's worth of per-name series (200 names x 3
    outcomes of a histogram, plus counters), rendered by ``reconciler/prometheus.py``'s reader and,
    if ``opentelemetry-exporter-prometheus`` is importable, by its reader + ``generate_latest``.
 
@@ -124,7 +124,7 @@ def bench_scrape() -> dict[str, Any]:
         pass
     provider = MeterProvider(metric_readers=list(readers.values()), views=seconds_views())
     meter = provider.get_meter("bench")
-    hist = meter.create_histogram("frontdoor.calls.duration", unit="s")
+    hist = meter.create_histogram("frontdoor.operation.duration", unit="s")
     counter = meter.create_counter("reconciler.cycles")
     for i in range(200):
         for outcome in ("ok", "upstream_unavailable", "deadline_exceeded"):

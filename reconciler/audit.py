@@ -9,17 +9,18 @@ Recording a decision is one call, from anywhere in the process::
 
 :func:`record` takes a ``kind`` (dotted, ``<what>.<verb>``: ``tools.call``, ``session.create``,
 ``credential.refused``) and any of the fields in :data:`FIELDS` (others are refused with a
-``TypeError`` at the call site, so the record format stays the documented one). It returns at
-once: the record joins a bounded queue (``telemetry.audit.queue``) that one writer thread drains
-to the sink; when the queue is full the record is dropped and counted (``dropped``), and a sink
-that fails (a full disk) counts its records as ``failed`` and keeps going. Nothing here ever
-blocks, awaits or raises into the caller (I23). Without an installed :class:`AuditLog`
-(``telemetry.audit`` absent) :func:`record` does nothing.
+``TypeError`` at the call site, so the record format stays the documented one; call it from the
+event loop's thread, where the queue bound is exact). It returns at once: the record joins a
+bounded queue (``telemetry.audit.queue``) that one writer thread drains to the sink; when the
+queue is full the record is dropped and counted (``dropped``), and a sink that fails (a full
+disk) counts its records as ``failed`` and keeps going. Nothing here ever blocks or awaits
+(I23). Without an installed :class:`AuditLog` (``telemetry.audit`` absent) :func:`record` does
+nothing.
 
 Every free-text field is redacted (``reconciler/redaction.py``: bearer tokens, ``token=`` pairs and
 every ``${VAR}`` value the config interpolated) by the writer thread before it is written, off
-the call path. Arguments and results are never recorded; :func:`argument_digest` gives the opt-in SHA-256 of the arguments
-(``telemetry.audit.argument_digest``).
+the call path. Arguments and results are never recorded; :func:`argument_digest` gives the
+opt-in SHA-256 of the arguments (``telemetry.audit.argument_digest``).
 
 Sinks: :class:`FileSink` (JSON lines, rotated by size: ``<path>.1`` … ``<path>.<keep>``) or
 :class:`StreamSink` (stderr). In a cluster each replica writes its own file and every record
@@ -35,9 +36,11 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol
+
+from opentelemetry.metrics import CallbackOptions, Observation
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.redaction import redact_text
@@ -66,9 +69,23 @@ FIELDS = frozenset(
     }
 )
 
-_records = telemetry.meter.create_counter("audit.records", description="Audit records written, by kind")
-_drops = telemetry.meter.create_counter(
-    "audit.dropped", description="Audit records not written, by reason (queue_full|sink_error)"
+
+def _observe_records(_options: CallbackOptions) -> Iterable[Observation]:
+    log = _current
+    if log is None:
+        return []
+    return [
+        Observation(log.written, {"outcome": "written"}),
+        Observation(log.dropped, {"outcome": "dropped"}),
+        Observation(log.failed, {"outcome": "failed"}),
+    ]
+
+
+# Read from the log's own counts at collection: nothing on the call path or the writer's.
+telemetry.meter.create_observable_counter(
+    "audit.records",
+    callbacks=[_observe_records],
+    description="Audit records by outcome: written, dropped (queue full), failed (the sink refused: a full disk)",
 )
 
 
@@ -167,7 +184,12 @@ class AuditLog:
         self.sink = sink
         self.replica = replica
         self.argument_digest = argument_digest
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_max)
+        # A C SimpleQueue bounded by two counts, each written by one side only (records are
+        # made on the event loop, taken by the writer): cheaper per record than queue.Queue.
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._put = 0
+        self._taken = 0  # taken by the writer (no longer waiting)
+        self._done = 0  # handed to the sink (written or failed)
         self.queue_max = queue_max
         self.written = 0
         self.dropped = 0
@@ -178,7 +200,7 @@ class AuditLog:
     @property
     def queued(self) -> int:
         """Records waiting for the writer right now."""
-        return self._queue.qsize()
+        return self._put - self._taken
 
     def record(self, kind: str, fields: Mapping[str, Any]) -> None:
         """Queue one record (never blocks; a full queue counts a drop)."""
@@ -189,11 +211,11 @@ class AuditLog:
         if self.replica is not None:
             out["replica"] = self.replica
         out.update(fields)  # redacted and serialized by the writer thread, off the call path
-        try:
-            self._queue.put_nowait(out)
-        except queue.Full:
-            self.dropped += 1
-            _drops.add(1, {"reason": "queue_full"})
+        if self._put - self._taken >= self.queue_max:
+            self.dropped += 1  # full: the record is dropped, the caller never waits (I23)
+            return
+        self._put += 1
+        self._queue.put(out)
 
     def status(self) -> dict[str, int]:
         """The counters ``/v1/status`` shows under ``audit``."""
@@ -218,17 +240,14 @@ class AuditLog:
             self.sink.close()
             return
         self._thread = None
-        try:
-            self._queue.put(_STOP, timeout=timeout_s)
-        except queue.Full:
-            return  # the writer is stuck on the sink: leave it (a daemon thread)
-        thread.join(timeout_s)
+        self._queue.put(_STOP)
+        thread.join(timeout_s)  # a writer stuck on the sink is left behind (a daemon thread)
 
     def drained(self, timeout_s: float) -> bool:
         """Wait until every queued record has been handed to the sink (tests, shutdown)."""
         deadline = time.monotonic() + timeout_s
         with self._idle:
-            while self._queue.unfinished_tasks:
+            while self._put != self._done:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -238,20 +257,18 @@ class AuditLog:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            if item is _STOP:
+                self.sink.close()
+                return
+            self._taken += 1
             try:
-                if item is _STOP:
-                    self.sink.close()
-                    return
-                try:
-                    self.sink.write(_line(item))
-                    self.written += 1
-                    _records.add(1, {"kind": item["kind"]})
-                except (OSError, ValueError):
-                    self.failed += 1
-                    _drops.add(1, {"reason": "sink_error"})
+                self.sink.write(_line(item))
+                self.written += 1
+            except (OSError, ValueError):
+                self.failed += 1
             finally:
-                self._queue.task_done()
-                if not self._queue.unfinished_tasks:
+                self._done += 1
+                if self._done == self._put:  # idle: wake whoever waits in drained()
                     with self._idle:
                         self._idle.notify_all()
 

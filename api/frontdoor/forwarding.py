@@ -63,9 +63,6 @@ from mcp_reconciler.reconciler.upstream import UpstreamConnection
 from mcp_reconciler.reconciler.uris import rewrite_result, upstream_uri
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
-_operation_duration = telemetry.meter.create_histogram(
-    "frontdoor.operation.duration", unit="s", description="Downstream operations (call/read/get), by kind and outcome"
-)
 
 _SPEC_META_PREFIX = "io.modelcontextprotocol/"
 
@@ -76,8 +73,8 @@ RequestBuilder = Callable[[CatalogEntry, Any, dict[str, Any]], Any]
 
 class Forwarder:
     """The call/read/get handlers of the front door's MCP server (contract in the module
-    docstring). Every operation is traced: a ``frontdoor.operation`` span and a duration
-    histogram by kind and outcome."""
+    docstring). Every operation is traced: a ``frontdoor.operation`` span, a duration
+    histogram by kind, served name and outcome, and an audit record (``observe``)."""
 
     def __init__(
         self,
@@ -214,8 +211,7 @@ class Forwarder:
                 outcome = "cancelled"
                 raise
             finally:
-                elapsed = anyio.current_time() - t0
-                _operation_duration.record(elapsed, {"kind": label, "outcome": outcome})
+                elapsed = anyio.current_time() - t0  # the duration histogram, by kind, name and outcome
                 self._observer.finish(label, name, facts, outcome, elapsed, arguments=arguments, result=result)
 
     async def _forward(

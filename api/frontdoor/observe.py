@@ -5,7 +5,7 @@ Written once, in :meth:`Forwarder.forward <mcp_reconciler.api.frontdoor.forwardi
 where every tool call, resource read, prompt get and completion passes — whichever lane
 (normal, fast, held exchange) carried it.
 
-- **Metrics**: ``frontdoor.calls.duration`` (histogram, s, by ``kind``, ``name``, ``outcome``;
+- **Metrics**: ``frontdoor.operation.duration`` (histogram, s, by ``kind``, ``name``, ``outcome``;
   its ``_count`` is the calls by outcome) and ``frontdoor.upstream.duration`` (histogram, s, the
   upstream's share, by ``kind`` and ``source``). ``name`` is bounded (:class:`NameLabels`): only
   names that resolved in the catalog get a label, the first ``telemetry.served_names_max`` of
@@ -33,10 +33,14 @@ from mcp_reconciler.api.frontdoor.passthrough import RawResult
 from mcp_reconciler.reconciler import audit, telemetry
 from mcp_reconciler.reconciler.model import CatalogEntry
 
-_calls = telemetry.meter.create_histogram(
-    "frontdoor.calls.duration",
+#: Every forwarded operation by kind, served name and outcome (``frontdoor.operation.duration``,
+#: ADR 0008; ``name`` added by ADR 0031, bounded by :class:`NameLabels`). Its ``_count`` is the
+#: calls by outcome. One instrument: each SDK record costs microseconds on the call path.
+operation_duration = telemetry.meter.create_histogram(
+    "frontdoor.operation.duration",
     unit="s",
-    description="Forwarded operations by kind, served name (bounded: other, unknown) and outcome",
+    description="Downstream operations (call/read/get/complete), by kind, served name (bounded: other, unknown) "
+    "and outcome",
 )
 _upstream = telemetry.meter.create_histogram(
     "frontdoor.upstream.duration", unit="s", description="Time the upstream took to answer, by kind and source"
@@ -149,7 +153,7 @@ class OperationObserver:
         """Record an operation of kind ``label`` on ``name`` (as the client sent it) that ended
         with ``outcome`` (``ok``, the client error code, or ``cancelled``)."""
         entry = facts.entry
-        _calls.record(
+        operation_duration.record(
             duration_s,
             {"kind": label, "name": self.names(entry.exposed_name if entry is not None else None), "outcome": outcome},
         )

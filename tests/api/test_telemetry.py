@@ -110,11 +110,11 @@ async def test_metrics_after_a_scripted_session(tmp_path: Path) -> None:
         after = parse_text(response.text)
         revision = engine.current_revision
 
-    calls = "mcp_reconciler_frontdoor_calls_duration_seconds_count"
+    calls = "mcp_reconciler_frontdoor_operation_duration_seconds_count"
     assert _delta(after, before, f'{calls}{{kind="tool",name="up__a",outcome="ok"}}') == 2
     assert _delta(after, before, f'{calls}{{kind="tool",name="up__b",outcome="ok"}}') == 1
     assert _delta(after, before, f'{calls}{{kind="tool",name="unknown",outcome="unknown_name"}}') == 1
-    le = 'mcp_reconciler_frontdoor_calls_duration_seconds_bucket{kind="tool",name="up__a",outcome="ok",le="+Inf"}'
+    le = 'mcp_reconciler_frontdoor_operation_duration_seconds_bucket{kind="tool",name="up__a",outcome="ok",le="+Inf"}'
     assert _delta(after, before, le) == 2
     assert _delta(after, before, f'{calls}{{kind="tool",name="up__crash",outcome="upstream_unavailable"}}') == 1
     assert _delta(after, before, 'mcp_reconciler_frontdoor_auth_refused_total{reason="invalid"}') == 1
@@ -182,7 +182,7 @@ async def test_served_names_get_labels_up_to_the_cap_then_other(tmp_path: Path) 
             await client.call_tool("up__b", {})
             await client.call_tool("up__a", {})
         after = parse_text((await _scrape(served.base_url)).text)
-    calls = "mcp_reconciler_frontdoor_calls_duration_seconds_count"
+    calls = "mcp_reconciler_frontdoor_operation_duration_seconds_count"
     assert _delta(after, before, f'{calls}{{kind="tool",name="up__a",outcome="ok"}}') == 2
     assert _delta(after, before, f'{calls}{{kind="tool",name="other",outcome="ok"}}') == 1
     assert _delta(after, before, f'{calls}{{kind="tool",name="up__b",outcome="ok"}}') == 0
