@@ -39,7 +39,7 @@ from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
-from mcp_reconciler.api.frontdoor.observe import OperationObserver, OpFacts, client_context, inject
+from mcp_reconciler.api.frontdoor.observe import OperationObserver, OpFacts, inject
 from mcp_reconciler.api.frontdoor.passthrough import FastParams, RawResult, simple_call_result
 from mcp_reconciler.api.frontdoor.progress import PROGRESS_KEYS, progress_token, send_with_progress
 from mcp_reconciler.api.frontdoor.relay import Relay, RelayError
@@ -55,7 +55,6 @@ from mcp_reconciler.api.frontdoor.rounds import (
     invalid_state,
 )
 from mcp_reconciler.api.frontdoor.sessions import Sessions
-from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
 from mcp_reconciler.reconciler.pins import OperationDeadlineError
@@ -185,34 +184,11 @@ class Forwarder:
         without asking the upstream (e.g. a source without the capability); ``raw``: the result
         may come back as a :class:`RawResult` (the fast lane); ``arguments``: what the audit
         record's opt-in digest and request size cover (``observe``)."""
-        label = op or kind.value
-        t0 = anyio.current_time()
-        outcome = "ok"
-        facts = OpFacts()
-        result: Any = None
-        parent = client_context(ctx, params.meta)  # the client's traceparent parents our span
-        with telemetry.tracer.start_as_current_span(
-            "frontdoor.operation", context=parent, attributes={"mcp.kind": label}
-        ) as span:
-            try:
-                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, facts)
-                meta_out = result.meta or {}
-                span.set_attribute("revision", meta_out.get(REVISION_META, -1))
-                if facts.entry is not None:
-                    span.set_attribute("source", facts.entry.source)
-                return result
-            except MCPError as exc:
-                outcome = (
-                    str((exc.error.data or {}).get("code", "error")) if isinstance(exc.error.data, dict) else "error"
-                )
-                span.set_attribute("error.code", outcome)
-                raise
-            except BaseException:
-                outcome = "cancelled"
-                raise
-            finally:
-                elapsed = anyio.current_time() - t0  # the duration histogram, by kind, name and outcome
-                self._observer.finish(label, name, facts, outcome, elapsed, arguments=arguments, result=result)
+        # The span (parented on the client's traceparent), the duration histogram by kind, name
+        # and outcome, and the audit record: ``observe``.
+        with self._observer.operation(ctx, op or kind.value, name, params.meta, arguments) as facts:
+            facts.result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, facts)
+            return facts.result
 
     async def _forward(
         self,

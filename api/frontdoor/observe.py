@@ -21,15 +21,19 @@ where every tool call, resource read, prompt get and completion passes — which
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+from mcp import MCPError
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from pydantic_core import PydanticSerializationError, to_json
 
 from mcp_reconciler.api.frontdoor.passthrough import RawResult
+from mcp_reconciler.api.frontdoor.revisions import REVISION_META
 from mcp_reconciler.reconciler import audit, telemetry
 from mcp_reconciler.reconciler.model import CatalogEntry
 
@@ -80,6 +84,7 @@ class OpFacts:
     """What an operation resolved to, filled in as it goes (for the metrics and the record)."""
 
     entry: CatalogEntry | None = None
+    result: Any = None
     revision: int | None = None
     upstream_s: float | None = None
     session: str | None = None
@@ -139,6 +144,39 @@ class OperationObserver:
     def __init__(self, names_max: int = 200) -> None:
         self.names = NameLabels(names_max)
 
+    @contextmanager
+    def operation(
+        self, ctx: Any, label: str, name: str, meta: Mapping[str, Any] | None, arguments: Any = None
+    ) -> Iterator[OpFacts]:
+        """The ``frontdoor.operation`` span (parented on the client's trace context; attributes
+        ``mcp.kind``, ``revision``, ``source``, ``error.code``) around one operation, and
+        :meth:`finish` when it ends; the block fills the yielded :class:`OpFacts`. ``outcome``:
+        ``ok``, the client error code of an ``MCPError``, or ``cancelled`` for anything else."""
+        facts = OpFacts()
+        t0 = anyio.current_time()
+        outcome = "ok"
+        with telemetry.tracer.start_as_current_span(
+            "frontdoor.operation", context=client_context(ctx, meta), attributes={"mcp.kind": label}
+        ) as span:
+            try:
+                yield facts
+                span.set_attribute(
+                    "revision", ((facts.result.meta if facts.result else None) or {}).get(REVISION_META, -1)
+                )
+                if facts.entry is not None:
+                    span.set_attribute("source", facts.entry.source)
+            except MCPError as exc:
+                data = exc.error.data
+                outcome = str(data.get("code", "error")) if isinstance(data, dict) else "error"
+                span.set_attribute("error.code", outcome)
+                raise
+            except BaseException:
+                outcome = "cancelled"
+                raise
+            finally:
+                elapsed = anyio.current_time() - t0
+                self.finish(label, name, facts, outcome, elapsed, arguments=arguments, result=facts.result)
+
     def finish(
         self,
         label: str,
@@ -177,4 +215,25 @@ class OperationObserver:
             request_bytes=size_of(arguments),
             response_bytes=size_of(result) if outcome == "ok" else None,
             args_sha256=audit.argument_digest(arguments),
+        )
+
+
+_relayed = telemetry.meter.create_counter(
+    "frontdoor.relay.requests", description="Server→client requests from upstreams, by kind and outcome"
+)
+
+
+def relayed(kind: str, outcome: str, source: str, binding: Any) -> None:
+    """One server→client request from ``source`` answered (``outcome``: ``ok`` or the error
+    code): counted, and recorded for the session it reached (``binding``, if it was attributed)."""
+    _relayed.add(1, {"kind": kind, "outcome": outcome})
+    if audit.enabled():
+        audit.record(
+            "relay.request",
+            principal=binding.principal if binding is not None else None,
+            session=binding.session.id if binding is not None else None,
+            source=source,
+            reason=kind,
+            outcome="ok" if outcome == "ok" else "error",
+            error=None if outcome == "ok" else outcome,
         )
