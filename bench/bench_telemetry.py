@@ -7,7 +7,7 @@ Run from the repo root:  python bench/bench_telemetry.py [--quick] [--json PATH]
 1. Two ``mcp-reconciler serve`` subprocesses on the same config (one stdio echo upstream,
    anonymous access): ``off`` (``telemetry.metrics: false``, no audit: no SDK meter provider is
    installed, every instrument is the API's no-op) and ``on`` (``/metrics`` served and scraped
-   once per block, the audit trail to a file with argument digests). SDK clients in this process
+   once per block, the audit trail to a file, defaults otherwise). SDK clients in this process
    call ``up__a`` sequentially, in blocks alternating off/on so both see the same background
    load. Printed: p50/p99 latency per gateway and the gateway's CPU ms per call (its own
    utime+stime from ``/proc/<pid>/stat``), and the on/off ratio (the issue's goal: ≤ 1.05).
@@ -68,7 +68,7 @@ async def bench_calls() -> dict[str, Any]:
         tmp = Path(tmpdir)
         variants = {
             "off": _config(tmp, "off", {"metrics": False}),
-            "on": _config(tmp, "on", {"audit": {"path": str(tmp / "audit.jsonl"), "argument_digest": True}}),
+            "on": _config(tmp, "on", {"audit": {"path": str(tmp / "audit.jsonl")}}),
         }
         lat: dict[str, list[float]] = {k: [] for k in variants}
         cpu: dict[str, float] = dict.fromkeys(variants, 0.0)
