@@ -229,6 +229,7 @@ class Forwarder:
         try:
             resolved = self._authority.resolve(binding.session, live.generation, kind, name)
             entry = facts.entry = resolved.entry
+            facts.drifted = resolved.drifted
             if sealed is not None and sealed.source != entry.source:
                 raise invalid_state()
             state_ = live.generation.source_state(entry.source)

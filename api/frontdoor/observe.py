@@ -85,6 +85,7 @@ class OpFacts:
 
     entry: CatalogEntry | None = None
     result: Any = None
+    drifted: bool = False  # served although its definition changed since the grant (I10 flag)
     revision: int | None = None
     upstream_s: float | None = None
     session: str | None = None
@@ -215,6 +216,7 @@ class OperationObserver:
             request_bytes=size_of(arguments),
             response_bytes=size_of(result) if outcome == "ok" else None,
             args_sha256=audit.argument_digest(arguments),
+            reason="drift_flagged" if facts.drifted else None,
         )
 
 
