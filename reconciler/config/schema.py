@@ -748,15 +748,16 @@ class TelemetryConfig(_Frozen):
         default=True,
         description="Serve `/metrics` (Prometheus text) on the main listener, for operator tokens.",
     )
+    # Declared before metrics_listen: its validator reads this one.
+    metrics_listen_public: bool = Field(
+        default=False,
+        description="true: `metrics_listen` may be a non-loopback address (anyone who reaches it reads the metrics).",
+    )
     metrics_listen: str | None = Field(
         default=None,
         min_length=3,
         description="`host:port` of a second listener serving only `/metrics`, without auth (e.g. "
         "`127.0.0.1:9464`). Loopback only unless `metrics_listen_public` is true.",
-    )
-    metrics_listen_public: bool = Field(
-        default=False,
-        description="true: `metrics_listen` may be a non-loopback address (anyone who reaches it reads the metrics).",
     )
     served_names_max: int = Field(
         default=200,
@@ -777,26 +778,20 @@ class TelemetryConfig(_Frozen):
 
     @field_validator("metrics_listen")
     @classmethod
-    def _host_port(cls, value: str | None) -> str | None:
+    def _host_port(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return value
         host, sep, port = value.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise PydanticCustomError("host_port", "metrics_listen must be host:port, e.g. 127.0.0.1:9464")
+        if not info.data.get("metrics_listen_public") and not is_loopback(host.strip("[]")):
+            raise PydanticCustomError(
+                "metrics_listen_public",
+                "{host} is not a loopback address and this listener serves /metrics without auth; "
+                "set metrics_listen_public: true to allow it",
+                {"host": host},
+            )
         return value
-
-    @model_validator(mode="after")
-    def _loopback_unless_public(self) -> TelemetryConfig:
-        if self.metrics_listen is not None and not self.metrics_listen_public:
-            host = self.metrics_listen.rpartition(":")[0].strip("[]")
-            if not is_loopback(host):
-                raise PydanticCustomError(
-                    "metrics_listen_public",
-                    "metrics_listen {host} is not a loopback address and serves /metrics without auth; "
-                    "set metrics_listen_public: true to allow it",
-                    {"host": host},
-                )
-        return self
 
 
 def is_loopback(host: str) -> bool:

@@ -62,3 +62,18 @@ async def test_tail_follow_prints_new_records(tmp_path: Path) -> None:
         finally:
             process.terminate()
     assert json.loads(seen.splitlines()[3])["kind"] == "session.delete"
+
+
+def test_metrics_listen_off_loopback_is_refused_unless_public(tmp_path: Path) -> None:
+    from mcp_reconciler.reconciler.config import check_config
+
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text("sources: []\ntelemetry:\n  metrics_listen: 0.0.0.0:9464\n")
+    problems = check_config(cfg, environ={})
+    assert len(problems) == 1
+    text = str(problems[0])
+    assert "gateway.yaml:3" in text and "telemetry" in text and "metrics_listen_public" in text
+    cfg.write_text("sources: []\ntelemetry:\n  metrics_listen: 0.0.0.0:9464\n  metrics_listen_public: true\n")
+    assert check_config(cfg, environ={}) == []
+    cfg.write_text("sources: []\ntelemetry:\n  metrics_listen: '[::1]:9464'\n")
+    assert check_config(cfg, environ={}) == []
