@@ -23,8 +23,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.api.sdk_compat import mcp_http_client
-from tests.api.conftest import OPERATOR_TOKEN, upstream_source
-from tests.integration.conftest import REPO_ROOT
+from tests.api.conftest import OPERATOR_TOKEN
+from tests.integration.conftest import REPO_ROOT, HttpUpstreams
+from tests.integration.conftest import http_upstreams as http_upstreams  # noqa: F401 - the fixture
 from tests.support.gateway_process import gateway_process
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
@@ -102,14 +103,17 @@ def _metric_names(received: list[tuple[str, bytes]]) -> set[str]:
 
 
 async def test_otlp_exports_spans_parented_on_the_clients_traceparent(
-    tmp_path: Path, collector: ThreadingHTTPServer
+    tmp_path: Path, collector: ThreadingHTTPServer, http_upstreams: HttpUpstreams
 ) -> None:
+    # An HTTP upstream: the gateway's pooled poster sends the request's _meta as built by the
+    # front door (the SDK's own client would add a span of its own in between).
+    _, port = await http_upstreams.start("--tools", "a")
     cfg = tmp_path / "gateway.yaml"
     cfg.write_text(
         json.dumps(
             {
                 "gateway": {"cooldown_s": 0.05},
-                "sources": [upstream_source("up", "a")],
+                "sources": [{"name": "up", "http": {"url": f"http://127.0.0.1:{port}/mcp"}}],
                 "sessions": [{"name": "agent", "token": TOKEN, "grant_policy": "current"}],
             }
         )
