@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_reconciler.api.sdk_compat import mcp_http_client
 from tests.api.conftest import OPERATOR_TOKEN
 from tests.integration.conftest import REPO_ROOT, HttpUpstreams
-from tests.integration.conftest import http_upstreams as http_upstreams  # noqa: F401 - the fixture
+from tests.integration.conftest import http_upstreams as http_upstreams  # the fixture
 from tests.support.gateway_process import gateway_process
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
