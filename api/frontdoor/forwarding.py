@@ -1,8 +1,9 @@
 """Forwarding: one downstream operation (call, read, get) run on one upstream connection.
 
 Every operation: find the caller's binding → choose its generation (``revisions``) → resolve the
-exposed name in that generation's immutable routing table and check the grant (I9) → pin the
-generation (I4) → send on the source's live connection → release. The upstream's own protocol
+exposed name in that generation's immutable routing table and check the grant (I9) → for a tool
+that needs an approval, park until it is answered (``approvals``, I22) → pin the generation (I4)
+→ send on the source's live connection → release. The upstream's own protocol
 keys and progress token never travel (the upstream session mints its own token); the result
 carries the revision it ran on, and the drift flag when the definition changed since the grant.
 Resource URIs cross in the source's namespace (``reconciler/uris.py``): a read is sent with the
@@ -21,7 +22,11 @@ records) is attributed to it through the ``relay`` (the operation is registered 
 duration) and reaches this caller only; log records still being relayed are delivered before
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
-held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``)."""
+held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``).
+
+It is over 400 lines because it is the one path every forwarded operation takes (three kinds,
+both eras, the fast lane, multi-round retries, the approval hook): a second module would be a
+second path for the same operation."""
 
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from mcp.server import ServerRequestContext
 
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
+from mcp_reconciler.api.frontdoor.approvals import ApprovalGate
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
@@ -57,7 +63,7 @@ from mcp_reconciler.api.frontdoor.sessions import Sessions
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
-from mcp_reconciler.reconciler.pins import OperationDeadlineError
+from mcp_reconciler.reconciler.pins import OperationDeadlineError, Pin
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
 from mcp_reconciler.reconciler.uris import rewrite_result, upstream_uri
 
@@ -88,6 +94,7 @@ class Forwarder:
         exchanges: Exchanges,
         logs: LogRelay,
         seal: StateSeal | None = None,
+        approvals: ApprovalGate | None = None,
     ) -> None:
         self._catalog = catalog
         self._authority = authority
@@ -96,6 +103,7 @@ class Forwarder:
         self._exchanges = exchanges
         self._logs = logs
         self._seal = seal or StateSeal()
+        self._approvals = approvals or ApprovalGate(catalog)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -110,6 +118,7 @@ class Forwarder:
                 params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
             ),
             types.CallToolResult,
+            arguments=params.arguments,
         )
 
     async def call_tool_fast(
@@ -123,7 +132,7 @@ class Forwarder:
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
         )
         params, result_type = FastParams(meta, input_responses, request_state), types.CallToolResult
-        return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True)
+        return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True, arguments=arguments)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
@@ -167,6 +176,7 @@ class Forwarder:
         op: str | None = None,
         shortcut: Callable[[UpstreamConnection], Any] | None = None,
         raw: bool = False,
+        arguments: Mapping[str, Any] | None = None,
     ) -> Any:
         """Run one operation on the exposed ``name`` of ``kind`` and return the upstream's result
         with the gateway's ``_meta``; raises a sanitized ``MCPError`` otherwise. ``params`` is
@@ -174,13 +184,14 @@ class Forwarder:
         ``request_state`` when it retries a multi-round exchange); ``op`` names the operation in
         telemetry (default: the kind); ``shortcut(conn)``, when it returns a result, answers
         without asking the upstream (e.g. a source without the capability); ``raw``: the result
-        may come back as a :class:`RawResult` (the fast lane)."""
+        may come back as a :class:`RawResult` (the fast lane); ``arguments``: a tool call's
+        arguments (their digest is what an approval names, ADR 0034)."""
         label = op or kind.value
         t0 = anyio.current_time()
         outcome = "ok"
         with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": label}) as span:
             try:
-                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw)
+                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, arguments)
                 meta_out = result.meta or {}
                 span.set_attribute("revision", meta_out.get(REVISION_META, -1))
                 return result
@@ -206,6 +217,7 @@ class Forwarder:
         result_type: type[Any],
         shortcut: Callable[[UpstreamConnection], Any] | None,
         raw: bool = False,
+        arguments: Mapping[str, Any] | None = None,
     ) -> Any:
         binding = self._sessions.binding(ctx)
         meta: Mapping[str, Any] | None = params.meta
@@ -229,6 +241,7 @@ class Forwarder:
             self._catalog, ctx, binding.session, meta, prefer=sealed.revision if sealed is not None else None
         )
         conn: Any = None
+        approved: Pin | None = None
         try:
             resolved = self._authority.resolve(binding.session, live.generation, kind, name)
             entry = resolved.entry
@@ -238,6 +251,12 @@ class Forwarder:
             conn = state_.connection if state_ is not None else None
             if not isinstance(conn, UpstreamConnection) or not conn.alive:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
+            if kind is EntryKind.TOOL and self._approvals.needed(binding, name):
+                # The one approval hook (ADR 0034): parks until answered; on return ``live``
+                # still serves the approved definition, and ``approved`` keeps it until the end.
+                approved = await self._approvals.clear(binding, ctx, live, entry, name, arguments)
+                if not conn.alive:
+                    raise UpstreamUnavailable()
             answer = shortcut(conn) if shortcut is not None else None
             if answer is not None:
                 return self._finish(answer, live.revision, resolved.drifted)
@@ -291,6 +310,9 @@ class Forwarder:
                         await call.settle()
         except Exception as exc:
             raise self._client_error(exc, conn, live.revision) from None
+        finally:
+            if approved is not None:
+                approved.release()
         if not isinstance(result, RawResult):  # a raw result has no URI (simple_call_result)
             result = rewrite_result(result, conn.spec.uri_prefix)  # exposed URIs in links and contents
         return self._finish(result, live.revision, resolved.drifted)
