@@ -36,8 +36,7 @@ def add_approval_actions(approvals: argparse.ArgumentParser) -> None:
 
 def _rows(found: list[wire.ApprovalOut]) -> str:
     rows = [
-        (a.id, a.state, a.tool, a.principal, a.session, a.revision, a.arguments_digest[:12], _expiry(a))
-        for a in found
+        (a.id, a.state, a.tool, a.principal, a.session, a.revision, a.arguments_digest[:12], _expiry(a)) for a in found
     ]
     return table(rows, ("APPROVAL", "STATE", "TOOL", "PRINCIPAL", "SESSION", "REVISION", "ARGS", "EXPIRES"))
 

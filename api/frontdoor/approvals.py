@@ -123,9 +123,7 @@ class ApprovalGate:
     def _can_elicit(binding: Binding, ctx: ServerRequestContext[Any] | None) -> bool:
         if binding.era != "legacy" or ctx is None:
             return False  # a 2026-07-28 client cannot receive a server→client request mid-call
-        probe = types.ElicitRequest(
-            params=types.ElicitRequestFormParams(message="", requested_schema=APPROVAL_SCHEMA)
-        )
+        probe = types.ElicitRequest(params=types.ElicitRequestFormParams(message="", requested_schema=APPROVAL_SCHEMA))
         try:
             return missing_capability(ctx, probe) is None
         except Exception:

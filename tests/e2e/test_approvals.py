@@ -156,9 +156,11 @@ async def test_I22_an_approved_call_runs_on_the_revision_and_definition_it_was_a
             assert request.definition_digest == digest_a
             assert request.expires_at > request.requested_at
 
-            async with ReconcilerClient(served.base_url, BOB) as bob, ReconcilerClient(
-                served.base_url, ALICE
-            ) as alice, ReconcilerClient(served.base_url, OPERATOR_TOKEN) as op:
+            async with (
+                ReconcilerClient(served.base_url, BOB) as bob,
+                ReconcilerClient(served.base_url, ALICE) as alice,
+                ReconcilerClient(served.base_url, OPERATOR_TOKEN) as op,
+            ):
                 # Grants are access control: another owner neither sees nor answers it.
                 assert await bob.approvals() == []
                 with pytest.raises(NotFound):
@@ -182,9 +184,7 @@ async def test_I22_an_approved_call_runs_on_the_revision_and_definition_it_was_a
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_I22_a_definition_change_between_request_and_approval_fails_the_call(
-    mode: str, tmp_path: Path
-) -> None:
+async def test_I22_a_definition_change_between_request_and_approval_fails_the_call(mode: str, tmp_path: Path) -> None:
     """The rug pull: the upstream changes up__a's definition and announces list_changed while
     the call waits; the approval names the old definition, so the call does not run."""
     async with served_gateway(config(tmp_path)) as served:
@@ -274,10 +274,14 @@ async def test_parked_calls_are_bounded_per_principal_and_in_total_at_n_and_n_pl
     async with served_gateway(config(tmp_path, parked_per_principal=2, parked_max=3)) as served:
         requests = Requests(served)
         registry = served.gateway.engine.approvals
-        async with session_client(served, ALICE) as (alice_mcp, _), session_client(served, BOB) as (
-            bob_mcp,
-            _,
-        ), anyio.create_task_group() as tg:
+        async with (
+            session_client(served, ALICE) as (alice_mcp, _),
+            session_client(served, BOB) as (
+                bob_mcp,
+                _,
+            ),
+            anyio.create_task_group() as tg,
+        ):
             calls = [Outcome(), Outcome()]
             for i, call in enumerate(calls):  # alice: N = 2 parked
                 tg.start_soon(call.run, alice_mcp, "up__a", {"i": i})
@@ -335,9 +339,11 @@ async def test_a_session_owner_can_require_approvals_for_its_session_but_not_lif
         requests = Requests(served)
         async with session_client(served, ALICE) as (client, sid), anyio.create_task_group() as tg:
             assert not (await client.call_tool("up__b", {})).is_error  # nothing required yet
-            async with ReconcilerClient(served.base_url, ALICE) as alice, ReconcilerClient(
-                served.base_url, BOB
-            ) as bob, ReconcilerClient(served.base_url, OPERATOR_TOKEN) as op:
+            async with (
+                ReconcilerClient(served.base_url, ALICE) as alice,
+                ReconcilerClient(served.base_url, BOB) as bob,
+                ReconcilerClient(served.base_url, OPERATOR_TOKEN) as op,
+            ):
                 assert (await alice.set_session_approval(sid, ["up__b*"])).required == ["up__b*"]
                 with pytest.raises(NotFound):
                     await bob.set_session_approval(sid, [])
