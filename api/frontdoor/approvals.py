@@ -33,10 +33,16 @@ from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.sessions import Binding
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.approvals import ApprovalRequest, Parked, arguments_digest, definition_kept
-from mcp_reconciler.reconciler.errors import ApprovalStateError, DefinitionChangedError, ReconcilerError
+from mcp_reconciler.reconciler.errors import (
+    ApprovalStateError,
+    DefinitionChangedError,
+    ReconcilerError,
+    UpstreamUnavailableError,
+)
 from mcp_reconciler.reconciler.model import CatalogEntry
 from mcp_reconciler.reconciler.pins import Pin
 from mcp_reconciler.reconciler.runtime import LiveGeneration
+from mcp_reconciler.reconciler.upstream import UpstreamConnection
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
 _request_ids = itertools.count(1)
@@ -67,11 +73,15 @@ class ApprovalGate:
         entry: CatalogEntry,
         name: str,
         arguments: Mapping[str, Any] | None,
+        conn: UpstreamConnection,
     ) -> Pin | None:
-        """Return once the call may run on ``live``: ``None`` when a standing approval covers it,
-        else the pin that kept ``live`` while it waited (the caller releases it after the call).
-        Raises the engine's approval errors (limit, denied, expired, withdrawn) or
-        DefinitionChangedError (I22)."""
+        """Return once the call may run on ``live`` over ``conn``: ``None`` when it needs no
+        approval or a standing approval covers it, else the pin that kept ``live`` while it
+        waited (the caller releases it after the call). Raises the engine's approval errors
+        (limit, denied, expired, withdrawn), DefinitionChangedError (I22), or
+        UpstreamUnavailableError when the connection died while the call waited."""
+        if not self.needed(binding, name):
+            return None
         registry = self._catalog.approvals
         principal = binding.principal or binding.session.owner
         digest = arguments_digest(arguments)
@@ -114,6 +124,8 @@ class ApprovalGate:
                     registry.changed(parked)
                     span.set_attribute("approval.state", "changed")
                     raise DefinitionChangedError(request.id, name, request.revision)
+                if not conn.alive:
+                    raise UpstreamUnavailableError()
         except BaseException:
             parked.pin.release()
             raise

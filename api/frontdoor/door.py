@@ -22,7 +22,6 @@ from mcp import MCPDeprecationWarning
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 
 from mcp_reconciler.api import sdk_compat
-from mcp_reconciler.api.frontdoor.approvals import ApprovalGate
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.completion import Completer
 from mcp_reconciler.api.frontdoor.control_tools import ControlTools, RefreshFn, StatusFn
@@ -119,13 +118,7 @@ class FrontDoor:
         self.relay = Relay(on_log=self.logs.deliver, bindings=self.sessions.bindings)
         self.exchanges = Exchanges(self.relay, deadline_s=self.catalog.operation_deadline_s)
         self.forwarder = Forwarder(
-            self.catalog,
-            authority,
-            self.sessions,
-            relay=self.relay,
-            exchanges=self.exchanges,
-            logs=self.logs,
-            approvals=ApprovalGate(self.catalog),  # tool calls that need an approval park here (ADR 0034)
+            self.catalog, authority, self.sessions, relay=self.relay, exchanges=self.exchanges, logs=self.logs
         )
         self.completer = Completer(self.forwarder)
         self.subscriptions = ResourceSubscriptions(self.catalog, authority, self.sessions, self.notifier)

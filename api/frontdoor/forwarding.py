@@ -1,11 +1,11 @@
 """Forwarding: one downstream operation (call, read, get) run on one upstream connection.
 
 Every operation: find the caller's binding → choose its generation (``revisions``) → resolve the
-exposed name in that generation's immutable routing table and check the grant (I9) → for a tool
-that needs an approval, park until it is answered (``approvals``, I22) → pin the generation (I4)
-→ send on the source's live connection → release. The upstream's own protocol
-keys and progress token never travel (the upstream session mints its own token); the result
-carries the revision it ran on, and the drift flag when the definition changed since the grant.
+exposed name in that generation's immutable routing table and check the grant (I9) → park a tool
+call that needs an approval until answered (``approvals``, I22) → pin the generation (I4) → send
+on the source's live connection → release. The upstream's own protocol keys and progress token
+never travel (the upstream session mints its own); the result carries the revision it ran on,
+and the drift flag when the definition changed since the grant.
 Resource URIs cross in the source's namespace (``reconciler/uris.py``): a read is sent with the
 upstream URI, and URIs in results come back exposed.
 
@@ -22,11 +22,7 @@ records) is attributed to it through the ``relay`` (the operation is registered 
 duration) and reaches this caller only; log records still being relayed are delivered before
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
-held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``).
-
-It is over 400 lines because it is the one path every forwarded operation takes (three kinds,
-both eras, the fast lane, multi-round retries, the approval hook): a second module would be a
-second path for the same operation."""
+held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``)."""
 
 from __future__ import annotations
 
@@ -94,7 +90,6 @@ class Forwarder:
         exchanges: Exchanges,
         logs: LogRelay,
         seal: StateSeal | None = None,
-        approvals: ApprovalGate | None = None,
     ) -> None:
         self._catalog = catalog
         self._authority = authority
@@ -103,22 +98,17 @@ class Forwarder:
         self._exchanges = exchanges
         self._logs = logs
         self._seal = seal or StateSeal()
-        self._approvals = approvals or ApprovalGate(catalog)
+        self._approvals = ApprovalGate(catalog)  # the one approval hook (ADR 0034)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         """``tools/call``, forwarded under the tool's upstream name."""
+        build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
+            params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
+        )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx,
-            EntryKind.TOOL,
-            params.name,
-            params,
-            lambda e, m, x: types.CallToolRequest(
-                params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
-            ),
-            types.CallToolResult,
-            arguments=params.arguments,
+            ctx, EntryKind.TOOL, params.name, params, build, types.CallToolResult, arguments=params.arguments
         )
 
     async def call_tool_fast(
@@ -138,15 +128,11 @@ class Forwarder:
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         """``resources/read``, forwarded to the source that serves the URI."""
+        build = lambda e, m, x: types.ReadResourceRequest(  # noqa: E731
+            params=types.ReadResourceRequestParams(uri=upstream_uri(e, params.uri), _meta=m, **x)
+        )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx,
-            EntryKind.RESOURCE,
-            str(params.uri),
-            params,
-            lambda e, m, x: types.ReadResourceRequest(
-                params=types.ReadResourceRequestParams(uri=upstream_uri(e, params.uri), _meta=m, **x)
-            ),
-            types.ReadResourceResult,
+            ctx, EntryKind.RESOURCE, str(params.uri), params, build, types.ReadResourceResult
         )
 
     async def get_prompt(
@@ -184,8 +170,7 @@ class Forwarder:
         ``request_state`` when it retries a multi-round exchange); ``op`` names the operation in
         telemetry (default: the kind); ``shortcut(conn)``, when it returns a result, answers
         without asking the upstream (e.g. a source without the capability); ``raw``: the result
-        may come back as a :class:`RawResult` (the fast lane); ``arguments``: a tool call's
-        arguments (their digest is what an approval names, ADR 0034)."""
+        may come back as a :class:`RawResult` (the fast lane); ``arguments``: a tool call's (approvals)."""
         label = op or kind.value
         t0 = anyio.current_time()
         outcome = "ok"
@@ -241,7 +226,7 @@ class Forwarder:
             self._catalog, ctx, binding.session, meta, prefer=sealed.revision if sealed is not None else None
         )
         conn: Any = None
-        approved: Pin | None = None
+        approved: Pin | None = None  # the approved call's pin on ``live`` (released at the end)
         try:
             resolved = self._authority.resolve(binding.session, live.generation, kind, name)
             entry = resolved.entry
@@ -251,12 +236,8 @@ class Forwarder:
             conn = state_.connection if state_ is not None else None
             if not isinstance(conn, UpstreamConnection) or not conn.alive:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
-            if kind is EntryKind.TOOL and self._approvals.needed(binding, name):
-                # The one approval hook (ADR 0034): parks until answered; on return ``live``
-                # still serves the approved definition, and ``approved`` keeps it until the end.
-                approved = await self._approvals.clear(binding, ctx, live, entry, name, arguments)
-                if not conn.alive:
-                    raise UpstreamUnavailable()
+            if kind is EntryKind.TOOL:  # parks until approved, if it needs an approval (I22)
+                approved = await self._approvals.clear(binding, ctx, live, entry, name, arguments, conn)
             answer = shortcut(conn) if shortcut is not None else None
             if answer is not None:
                 return self._finish(answer, live.revision, resolved.drifted)
