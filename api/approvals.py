@@ -9,6 +9,7 @@ What an approval lets run is the definition it names, or nothing (I22, ``reconci
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,22 +27,9 @@ if TYPE_CHECKING:
 
 
 def approval_out(request: ApprovalRequest) -> wire.ApprovalOut:
-    """``request`` as the wire model."""
-    return wire.ApprovalOut(
-        id=request.id,
-        state=request.state,
-        principal=request.principal,
-        session=request.session,
-        tool=request.tool,
-        arguments_digest=request.arguments_digest,
-        definition_digest=request.definition_digest,
-        revision=request.revision,
-        requested_at=request.requested_at,
-        expires_at=request.expires_at,
-        decided_by=request.decided_by,
-        uses=request.uses,
-        window_s=request.window_s,
-    )
+    """``request`` as the wire model (every field but the session's owner, which decides who sees it)."""
+    fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(request) if f.name != "session_owner"}
+    return wire.ApprovalOut.model_validate(fields)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
@@ -61,6 +62,18 @@ class Requests:
     def pending(self) -> list[ApprovalRequest]:
         decided = {r.id for r in self.seen if r.state != "pending"}
         return [r for r in self.seen if r.state == "pending" and r.id not in decided]
+
+    async def park(
+        self, tg: anyio.abc.TaskGroup, client: Client, name: str, args: dict[str, Any]
+    ) -> tuple[Outcome, ApprovalRequest]:
+        """Start ``client``'s call of ``name`` in ``tg`` and return it with the request it parked on."""
+        call = Outcome()
+        before = {r.id for r in self.pending()}
+        tg.start_soon(call.run, client, name, args)
+        with anyio.fail_after(WAIT):
+            while not [r for r in self.pending() if r.id not in before]:
+                await self._event.wait()
+        return call, next(r for r in self.pending() if r.id not in before)
 
     async def wait_pending(self, count: int = 1) -> list[ApprovalRequest]:
         with anyio.fail_after(WAIT):
@@ -147,9 +160,7 @@ async def test_I22_an_approved_call_runs_on_the_revision_and_definition_it_was_a
         async with session_client(served, ALICE, mode) as (client, sid), anyio.create_task_group() as tg:
             rev1 = served.gateway.engine.current_revision
             digest_a = entry_digest(served, "up__a")
-            call = Outcome()
-            tg.start_soon(call.run, client, "up__a", {"x": "1"})
-            (request,) = await requests.wait_pending()
+            call, request = await requests.park(tg, client, "up__a", {"x": "1"})
             assert (request.tool, request.session, request.revision) == ("up__a", sid, rev1)
             assert request.principal == f"session::{sid}" and request.session_owner == "owner::alice"
             assert request.arguments_digest == arguments_digest({"x": "1"})
@@ -190,9 +201,7 @@ async def test_I22_a_definition_change_between_request_and_approval_fails_the_ca
     async with served_gateway(config(tmp_path)) as served:
         requests = Requests(served)
         async with session_client(served, ALICE, mode) as (client, _sid), anyio.create_task_group() as tg:
-            call = Outcome()
-            tg.start_soon(call.run, client, "up__a", {"x": "1"})
-            (request,) = await requests.wait_pending()
+            call, request = await requests.park(tg, client, "up__a", {"x": "1"})
             await set_description(client, served, a="now deletes everything")
             assert entry_digest(served, "up__a") != request.definition_digest
             async with ReconcilerClient(served.base_url, OPERATOR_TOKEN) as op:
@@ -221,9 +230,7 @@ async def test_I22_a_generation_that_could_not_be_kept_fails_the_approved_call(t
     async with served_gateway(config(tmp_path)) as served:
         requests = Requests(served)
         async with session_client(served, ALICE) as (client, _sid), anyio.create_task_group() as tg:
-            call = Outcome()
-            tg.start_soon(call.run, client, "up__a", {})
-            (request,) = await requests.wait_pending()
+            call, request = await requests.park(tg, client, "up__a", {})
             await set_description(client, served, b="b changed")
             live = served.gateway.rec.runtime.get(request.revision)
             served.gateway.rec.runtime._close_generation(live)  # what the drain deadline does
@@ -240,9 +247,7 @@ async def test_a_denied_call_fails_with_approval_denied(tmp_path: Path) -> None:
     async with served_gateway(config(tmp_path)) as served:
         requests = Requests(served)
         async with session_client(served, ALICE) as (client, _sid), anyio.create_task_group() as tg:
-            call = Outcome()
-            tg.start_soon(call.run, client, "up__a", {"x": "1"})
-            (request,) = await requests.wait_pending()
+            call, request = await requests.park(tg, client, "up__a", {"x": "1"})
             async with ReconcilerClient(served.base_url, OPERATOR_TOKEN) as op:
                 assert (await op.deny(request.id)).state == "denied"
                 assert (await op.approval(request.id)).state == "denied"
@@ -312,9 +317,7 @@ async def test_an_approval_may_cover_n_identical_calls(tmp_path: Path) -> None:
     async with served_gateway(config(tmp_path)) as served:
         requests = Requests(served)
         async with session_client(served, ALICE) as (client, _sid), anyio.create_task_group() as tg:
-            first = Outcome()
-            tg.start_soon(first.run, client, "up__a", {"x": "1"})
-            (request,) = await requests.wait_pending()
+            first, request = await requests.park(tg, client, "up__a", {"x": "1"})
             async with ReconcilerClient(served.base_url, ALICE) as alice:
                 assert (await alice.approve(request.id, uses=2)).uses == 2
             assert (await first.wait()).result is not None
@@ -322,9 +325,7 @@ async def test_an_approval_may_cover_n_identical_calls(tmp_path: Path) -> None:
             assert not (await client.call_tool("up__a", {"x": "1"})).is_error
             assert len(requests.seen) == 2  # requested, approved: nothing new
             # Different arguments, or a third call: parked again.
-            other = Outcome()
-            tg.start_soon(other.run, client, "up__a", {"x": "2"})
-            (again,) = await requests.wait_pending()
+            other, again = await requests.park(tg, client, "up__a", {"x": "2"})
             assert again.arguments_digest == arguments_digest({"x": "2"})
             async with ReconcilerClient(served.base_url, ALICE) as alice:
                 await alice.deny(again.id)
@@ -350,9 +351,7 @@ async def test_a_session_owner_can_require_approvals_for_its_session_but_not_lif
                 with pytest.raises(ReconcilerAPIError) as lift:
                     await alice.set_session_approval(sid, [])
                 assert lift.value.status == 403
-                call = Outcome()
-                tg.start_soon(call.run, client, "up__b", {})
-                (request,) = await requests.wait_pending()
+                call, request = await requests.park(tg, client, "up__b", {})
                 assert request.tool == "up__b"
                 await alice.approve(request.id)
                 assert (await call.wait()).result is not None
