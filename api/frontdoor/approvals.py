@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp import MCPError
 from mcp.server import ServerRequestContext
 
 from mcp_reconciler.api import sdk_compat
@@ -160,6 +161,16 @@ class ApprovalGate:
         approve = answer.action == "accept" and bool((answer.content or {}).get("approve"))
         with contextlib.suppress(ApprovalStateError):  # answered on another channel first
             self._catalog.approvals.decide(request.id, approve=approve, by=f"{request.principal} (elicitation)")
+
+
+def task_refused(name: str) -> MCPError:
+    """A tool that needs an approval is never run as a task (tasks bypass the forwarding
+    operation the approval hook sits in): the caller is told to call it plainly."""
+    return MCPError(
+        types.INVALID_REQUEST,
+        f"{name} needs an approval: call it without a task (approvals and tasks do not combine)",
+        {"code": "approval_needs_plain_call", "retryable": False},
+    )
 
 
 def describe(request: ApprovalRequest) -> str:

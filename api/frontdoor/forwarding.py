@@ -98,7 +98,7 @@ class Forwarder:
         self._exchanges = exchanges
         self._logs = logs
         self._seal = seal or StateSeal()
-        self._approvals = ApprovalGate(catalog)  # the one approval hook (ADR 0034)
+        self.approvals = ApprovalGate(catalog)  # the one approval hook (ADR 0034)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -237,7 +237,7 @@ class Forwarder:
             if not isinstance(conn, UpstreamConnection) or not conn.alive:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
             if kind is EntryKind.TOOL:  # parks until approved, if it needs an approval (I22)
-                approved = await self._approvals.clear(binding, ctx, live, entry, name, arguments, conn)
+                approved = await self.approvals.clear(binding, ctx, live, entry, name, arguments, conn)
             answer = shortcut(conn) if shortcut is not None else None
             if answer is not None:
                 return self._finish(answer, live.revision, resolved.drifted)

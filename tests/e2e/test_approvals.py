@@ -397,3 +397,39 @@ async def test_a_client_that_supports_elicitation_is_asked_to_approve(answer: bo
         decided = [r for r in requests.seen if r.state != "pending"]
         assert decided[0].decided_by == f"session::{sid} (elicitation)"
         assert decided[0].state == ("approved" if answer else "denied")
+
+
+# -- tasks: never a way around an approval -----------------------------------------------------------
+
+
+async def test_a_tool_that_needs_an_approval_never_runs_as_a_task(tmp_path: Path) -> None:
+    """Tasks run outside the forwarding operation the approval hook sits in, so a tool that
+    needs an approval is refused as a task — task-augmented, or required — with a clear error,
+    while the same optional-task tool called plainly parks as usual."""
+    from mcp_reconciler.api.server import serve_http
+    from tests.e2e.support_resources import session_client as token_client
+    from tests.e2e.test_tasks import config as task_config
+    from tests.e2e.test_tasks import create
+
+    cfg = task_config(tmp_path)
+    import json
+
+    doc = json.loads(cfg.read_text())
+    doc["approvals"] = ["tasks__slow", "tasks__must"]
+    cfg.write_text(json.dumps(doc))
+    async with serve_http(cfg, port=0) as served, token_client(served, "legacy") as client:
+        registry = served.gateway.engine.approvals
+        for call in (
+            create(client, "tasks__slow", {"value": "v"}),  # task-augmented
+            client.call_tool("tasks__must", {}),  # a tool that requires a task, called plainly
+        ):
+            with anyio.fail_after(WAIT), pytest.raises(MCPError) as refused:
+                await call
+            assert refused.value.error.data["code"] == "approval_needs_plain_call"
+            assert "needs an approval" in refused.value.error.message
+        assert registry.parked == 0 and served.front.tasks.table is not None
+        requests = Requests(served)
+        async with anyio.create_task_group() as tg:
+            plain, request = await requests.park(tg, client, "tasks__slow", {"value": "v"})
+            registry.decide(request.id, approve=False, by="operator::test")
+            assert (await plain.wait()).error is not None and plain.error.error.code == DENIED  # type: ignore[union-attr]
