@@ -33,10 +33,17 @@ def _stdio(args: argparse.Namespace) -> int:
 
 
 def _run_gateway(func: Callable[..., Awaitable[int]], *func_args: object) -> int:
+    import gc
+
     import anyio
 
     from mcp_reconciler.reconciler.config import ConfigError
 
+    # What the imports made (the SDK, pydantic, uvicorn: ~100,000 objects) lives as long as the
+    # process. Frozen, a full collection skips it: a collection that falls inside a big upstream
+    # parse paused the loop for 100-155 ms, now a few ms (ADR 0025, bench_upstream_bounds.py C).
+    gc.collect()
+    gc.freeze()
     try:
         return anyio.run(func, *func_args)
     except KeyboardInterrupt:
