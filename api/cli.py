@@ -23,7 +23,7 @@ from mcp_reconciler.api.version import __version__
 def _serve(args: argparse.Namespace) -> int:
     from mcp_reconciler.api.server import run_serve
 
-    return _run_gateway(run_serve, args.config, args.host, args.port, args.insecure_no_auth)
+    return _run_gateway(run_serve, args.config, args.host, args.port, args.insecure_no_auth, args.port_file)
 
 
 def _stdio(args: argparse.Namespace) -> int:
@@ -102,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--port", type=int, help="listen port (default: $MCP_RECONCILER_PORT, else the config's, else 8765)"
+    )
+    serve.add_argument(
+        "--port-file",
+        help="once listening, write the port to this file (atomically); with --port 0, how a supervisor learns it",
     )
     serve.add_argument(
         "--insecure-no-auth", action="store_true", help="DEMOS ONLY: accept every control-API request as operator"
