@@ -49,6 +49,7 @@ from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, MessageBo
 from mcp_reconciler.reconciler.transports import stdio_parameters
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
 from tests.integration.conftest import REPO_ROOT, wait_for_file
+from tests.integration.test_stdio_oracle import scrub  # the pid differs between runs
 
 pytestmark = pytest.mark.anyio
 
@@ -182,18 +183,6 @@ def call(name: str, arguments: dict[str, Any], **extra: Any) -> types.CallToolRe
 
 def dump(model: Any) -> Any:
     return scrub(model.model_dump(mode="json", by_alias=True, exclude_none=True))
-
-
-def scrub(value: Any) -> Any:
-    """The server's pid (and cwd) differ between runs; everything else must not."""
-    if isinstance(value, dict):
-        return {k: ("<pid>" if k == "pid" else scrub(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub(v) for v in value]
-    if isinstance(value, str) and value.startswith("{"):
-        with contextlib.suppress(ValueError):
-            return scrub(json.loads(value))
-    return value
 
 
 # -- requests, progress, protocol errors: the SDK as the oracle -------------------------------------
