@@ -4,7 +4,9 @@ A real ``mcp-reconciler serve`` process, a real stdio upstream that answers with
 100 MB, and a real MCP client over streamable HTTP. Asserted loosely (bounds, not timings): the
 gateway's CPU for each answer (``/proc/<pid>/stat``), its peak RSS (``VmHWM``), the slowest
 ``/healthz`` answer meanwhile, and the exact error the client gets for an answer over
-``limits.upstream_message_bytes``."""
+``limits.upstream_message_bytes``. A broken wire too: a stdio line with no newline, garbage
+between stdio messages and between SSE events (``tests/support/broken_http.py``), an SSE event
+that never ends — each with what the client sees."""
 
 from __future__ import annotations
 
