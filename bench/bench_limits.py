@@ -39,7 +39,8 @@ from mcp_reconciler.reconciler.cluster.redis_store import RedisStore  # noqa: E4
 from mcp_reconciler.reconciler.limiter import Limiter  # noqa: E402
 from mcp_reconciler.reconciler.model import EntryKind  # noqa: E402
 from mcp_reconciler.reconciler.rate_limits import RateLimitsConfig  # noqa: E402
-from tests.support.redis_server import RedisServer, free_port as redis_port, redis_binary  # noqa: E402
+from tests.support.redis_server import RedisServer, redis_binary  # noqa: E402
+from tests.support.redis_server import free_port as redis_port  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 BATCH, BATCHES = (500, 20) if QUICK else (1000, 60)
@@ -60,7 +61,7 @@ LIMITS: dict[str, Any] = {
 async def limiter_path(limiter: Limiter) -> list[float]:
     """µs of CPU per call (per-batch means) for admit + slot."""
     out: list[float] = []
-    admit, slot, tool = limiter.admit, limiter.slot, EntryKind.TOOL
+    admit, slot, tool = limiter.take, limiter.slot, EntryKind.TOOL
     for b in range(BATCHES):
         c0 = time.thread_time()
         for i in range(BATCH):
@@ -95,7 +96,7 @@ async def bench_in_process(server: RedisServer) -> dict[str, Any]:
         lat: list[float] = []
         for i in range(REDIS_CALLS):
             t0 = time.perf_counter()
-            await shared.admit(f"s{i & 63}", "owner::bench", EntryKind.TOOL, "h__echo", "h")
+            await shared.take(f"s{i & 63}", "owner::bench", EntryKind.TOOL, "h__echo", "h")
             lat.append((time.perf_counter() - t0) * 1e6)
     finally:
         await store.aclose()

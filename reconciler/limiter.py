@@ -4,9 +4,10 @@ ADR 0033).
 The front door's forwarding operation (``api/frontdoor/forwarding.py``) asks, for every
 ``tools/call``, ``resources/read`` and ``prompts/get`` it is about to send upstream:
 
-1. :meth:`Limiter.admit` — one token from every bucket of every rate rule the call matches, all
-   or none (``reconciler/token_bucket.py``), else :class:`~reconciler.errors.RateLimitedError`
-   naming the rule that refuses longest and when to retry.
+1. :meth:`Limiter.admit` (:meth:`Limiter.take` by scope values) — one token from every bucket
+   of every rate rule the call matches, all or none (``reconciler/token_bucket.py``), else
+   :class:`~reconciler.errors.RateLimitedError` naming the rule that refuses longest and when to
+   retry. It returns the call's slot:
 2. :meth:`Limiter.slot` — a slot of the source's concurrency rule for as long as the call runs:
    free, or a place in a bounded FIFO queue for at most ``queue_timeout_s``, else
    :class:`~reconciler.errors.ConcurrencyLimitedError`.
@@ -44,7 +45,7 @@ from mcp_reconciler.reconciler.errors import (
     RateLimitedError,
     ReconcilerError,
 )
-from mcp_reconciler.reconciler.model import EntryKind
+from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
 from mcp_reconciler.reconciler.rate_limits import NO_LIMITS, ConcurrencyRule, FailMode, LimitPolicy, RateRule
 from mcp_reconciler.reconciler.token_bucket import BucketSpec, BucketTable, Refusal
 
@@ -55,7 +56,21 @@ RETRY_STORE_AFTER_S = 1.0
 #: The retry-after a refusal for an unreachable store suggests.
 UNAVAILABLE_RETRY_S = 1.0
 #: The slot of a call no concurrency rule covers (``nullcontext`` is reusable and reentrant).
-_NO_SLOT: AbstractAsyncContextManager[Any] = nullcontext()
+NO_SLOT: AbstractAsyncContextManager[Any] = nullcontext()
+
+
+class Caller(Protocol):
+    """Who makes a call: a session (``reconciler/authority.py::Session``) id and owner principal."""
+
+    @property
+    def id(self) -> str:
+        """The session id (``scope: session``)."""
+        ...
+
+    @property
+    def owner(self) -> str:
+        """Its owner's role-qualified principal id (``scope: principal``)."""
+        ...
 
 
 class SharedBuckets(Protocol):
@@ -202,8 +217,16 @@ class Limiter:
             policy.fail.value,
         )
 
-    async def admit(self, session_id: str, principal: str, kind: EntryKind, name: str, source: str) -> None:
-        """Take the call's tokens or raise (module docstring)."""
+    async def admit(self, caller: Caller, entry: CatalogEntry) -> AbstractAsyncContextManager[Any]:
+        """Take the tokens of ``caller``'s call on ``entry`` or raise (module docstring); returns
+        the call's concurrency :meth:`slot`, to hold while the upstream works on the call. A read
+        through a resource template counts as a ``resource`` under the template's name."""
+        kind = EntryKind.RESOURCE if entry.kind is EntryKind.RESOURCE_TEMPLATE else entry.kind
+        await self.take(caller.id, caller.owner, kind, entry.exposed_name, entry.source)
+        return self.slot(entry.source)
+
+    async def take(self, session_id: str, principal: str, kind: EntryKind, name: str, source: str) -> None:
+        """The rate part of :meth:`admit`, by scope values: take the tokens or raise."""
         policy = self._policy
         if not policy.rates:
             return
@@ -249,10 +272,10 @@ class Limiter:
         """The source's concurrency slot for the duration of a call (a no-op without a rule)."""
         policy = self._policy
         if not policy.concurrency:
-            return _NO_SLOT
+            return NO_SLOT
         rule = policy.concurrency_for(source)
         if rule is None:
-            return _NO_SLOT
+            return NO_SLOT
         gate = self._gates.get((rule.name, source))
         if gate is None:
             gate = self._gates[(rule.name, source)] = Gate(rule, self._clock)

@@ -22,18 +22,12 @@ duration) and reaches this caller only; log records still being relayed are deli
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
 held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``).
-
-Limits (ADR 0033): this is the one point every forwarded call, read and get passes, so it is
-where ``rate_limits:`` apply — after the name resolved to a live source and before anything is
-sent: the rate rules' tokens (``Limiter.admit``), then the source's concurrency slot for as long
-as the upstream works on it (``Limiter.slot``). The continuation of a held exchange is part of
-the call that started it and is not counted again."""
+Every call, read and get passes ``rate_limits:`` here (ADR 0033), before anything is sent."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
 from typing import Any
 
 import anyio
@@ -63,7 +57,7 @@ from mcp_reconciler.api.frontdoor.rounds import (
 from mcp_reconciler.api.frontdoor.sessions import Sessions
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
-from mcp_reconciler.reconciler.limiter import Limiter
+from mcp_reconciler.reconciler.limiter import NO_SLOT, Limiter
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
 from mcp_reconciler.reconciler.pins import OperationDeadlineError
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
@@ -190,7 +184,6 @@ class Forwarder:
         outcome = "ok"
         with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": label}) as span:
             try:
-                # Limits count calls, reads and gets, not completions (``op``): see ADR 0033.
                 result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, op is None)
                 meta_out = result.meta or {}
                 span.set_attribute("revision", meta_out.get(REVISION_META, -1))
@@ -253,9 +246,8 @@ class Forwarder:
             answer = shortcut(conn) if shortcut is not None else None
             if answer is not None:
                 return self._finish(answer, live.revision, resolved.drifted)
-            if limited:
-                session = binding.session
-                await self._limiter.admit(session.id, session.owner, kind, entry.exposed_name, entry.source)
+            # Limits (ADR 0033; not completions): tokens now, the source's concurrency slot below.
+            slot = await self._limiter.admit(binding.session, entry) if limited else NO_SLOT
             up_meta = forwardable(meta)
             if not conn.legacy:
                 level = self._logs.call_level(binding, meta)
@@ -269,43 +261,36 @@ class Forwarder:
             request = build(entry, up_meta, extra)
             call_s = call_timeout(conn)
             interactive = INTERACTIVE.get(result_type)
-            slot = self._limiter.slot(entry.source) if limited else nullcontext()
-            async with slot:  # held while the upstream works on the call
-                if interactive is not None and binding.era == "modern" and conn.legacy:
-                    # The upstream may send real requests mid-call; a 2026 client can only take them
-                    # as an InputRequiredResult, so the call runs as a held exchange.
-                    result = await self._exchanges.start(
-                        binding,
-                        ctx,
-                        conn,
-                        live,
-                        request,
-                        result_type,
-                        kind=kind,
-                        name=name,
-                        drifted=resolved.drifted,
-                        timeout_s=call_s,
-                    )
-                else:
-                    rtype = interactive if interactive is not None and not conn.legacy else result_type
-                    async with live.operation(deadline_s=self._catalog.operation_deadline_s):
-                        with self._relay.call(binding, ctx, conn) as call:
-                            result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
-                            if isinstance(result, types.InputRequiredResult):
-                                retry = self._retrier(conn, entry, build, up_meta, rtype, ctx, meta, call_s)
-                                result = await answer_input_required(
-                                    self._relay,
-                                    self._seal,
-                                    binding,
-                                    ctx,
-                                    call,
-                                    conn,
-                                    entry.source,
-                                    live.revision,
-                                    result,
-                                    retry,
-                                )
-                            await call.settle()
+            if interactive is not None and binding.era == "modern" and conn.legacy:
+                # The upstream may send real requests mid-call; a 2026 client can only take them
+                # as an InputRequiredResult, so the call runs as a held exchange (pinned while it waits for a slot).
+                with live.pin():
+                    async with slot:
+                        result = await self._exchanges.start(
+                            binding, ctx, conn, live, request, result_type,
+                            kind=kind, name=name, drifted=resolved.drifted, timeout_s=call_s,
+                        )  # fmt: skip
+            else:
+                rtype = interactive if interactive is not None and not conn.legacy else result_type
+                # The slot inside the operation: a queued call is pinned and bounded by its deadlines.
+                async with live.operation(deadline_s=self._catalog.operation_deadline_s), slot:
+                    with self._relay.call(binding, ctx, conn) as call:
+                        result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
+                        if isinstance(result, types.InputRequiredResult):
+                            retry = self._retrier(conn, entry, build, up_meta, rtype, ctx, meta, call_s)
+                            result = await answer_input_required(
+                                self._relay,
+                                self._seal,
+                                binding,
+                                ctx,
+                                call,
+                                conn,
+                                entry.source,
+                                live.revision,
+                                result,
+                                retry,
+                            )
+                        await call.settle()
         except Exception as exc:
             raise self._client_error(exc, conn, live.revision) from None
         if not isinstance(result, RawResult):  # a raw result has no URI (simple_call_result)

@@ -45,7 +45,7 @@ async def replicas(server: RedisServer, policy: LimitPolicy, n: int = 2) -> Asyn
 
 async def admitted(limiter: Limiter, session: str = "s1") -> bool:
     try:
-        await limiter.admit(session, "owner::a", TOOL, "up__a", "up")
+        await limiter.take(session, "owner::a", TOOL, "up__a", "up")
     except RateLimitedError:
         return False
     return True
@@ -68,7 +68,7 @@ async def test_I24_two_replicas_share_one_bucket_on_redis(redis_server: RedisSer
         assert results == [True] * n
         # N+1, on either replica: the total bucket is shared.
         with pytest.raises(RateLimitedError) as err:
-            await a.admit("s9", "owner::a", TOOL, "up__a", "up")
+            await a.take("s9", "owner::a", TOOL, "up__a", "up")
         assert err.value.limit == "total" and err.value.retry_after_s > 3000
         assert not await admitted(b, "s8")
         # A session over its own bucket on one replica is over it on the other, and the refusal
@@ -87,7 +87,7 @@ async def test_I24_sessions_stay_isolated_across_replicas(redis_server: RedisSer
 
 async def _refusal(limiter: Limiter, session: str) -> RateLimitedError:
     with pytest.raises(RateLimitedError) as err:
-        await limiter.admit(session, "owner::a", TOOL, "up__a", "up")
+        await limiter.take(session, "owner::a", TOOL, "up__a", "up")
     return err.value
 
 
@@ -103,7 +103,7 @@ async def test_I24_redis_down_fails_closed_or_open_as_configured(redis_server: R
             for _ in range(20):
                 if fail is FailMode.CLOSED:
                     with pytest.raises(LimitUnavailableError) as err:
-                        await limiter.admit("s2", "owner::a", TOOL, "up__a", "up")
+                        await limiter.take("s2", "owner::a", TOOL, "up__a", "up")
                     assert err.value.code == "cluster_unavailable" and err.value.limit == "session"
                 else:
                     assert await admitted(limiter, "s2")  # open: admitted unchecked

@@ -45,7 +45,7 @@ def limiter(*rules: RateRule, concurrency: tuple[ConcurrencyRule, ...] = ()) -> 
 async def refused(lim: Limiter, session: str = "s1", principal: str = "owner::a", name: str = "up__a",
                   source: str = "up") -> RateLimitedError | None:  # fmt: skip
     try:
-        await lim.admit(session, principal, TOOL, name, source)
+        await lim.take(session, principal, TOOL, name, source)
     except RateLimitedError as exc:
         return exc
     return None
@@ -126,11 +126,11 @@ async def test_the_refusal_names_the_limit_that_refuses_longest() -> None:
 async def test_kinds_filter_which_operations_count() -> None:
     lim, _ = limiter(RateRule("tools", Scope.TOTAL, rate=1.0, burst=1, kinds=frozenset({EntryKind.TOOL})))
     for _ in range(3):
-        await lim.admit("s", "p", EntryKind.RESOURCE, "up://x", "up")
-        await lim.admit("s", "p", EntryKind.PROMPT, "up__p", "up")
-    await lim.admit("s", "p", TOOL, "up__a", "up")
+        await lim.take("s", "p", EntryKind.RESOURCE, "up://x", "up")
+        await lim.take("s", "p", EntryKind.PROMPT, "up__p", "up")
+    await lim.take("s", "p", TOOL, "up__a", "up")
     with pytest.raises(RateLimitedError):
-        await lim.admit("s", "p", TOOL, "up__a", "up")
+        await lim.take("s", "p", TOOL, "up__a", "up")
 
 
 async def test_I24_a_policy_swap_changes_limits_and_keeps_spent_buckets() -> None:
