@@ -85,6 +85,21 @@ async def test_I24_sessions_stay_isolated_across_replicas(redis_server: RedisSer
         assert not await admitted(a, "two")
 
 
+async def test_I24_a_refusal_on_redis_spends_no_token_of_the_calls_other_buckets(redis_server: RedisServer) -> None:
+    policy = LimitPolicy(
+        rates=(
+            RateRule("total", Scope.TOTAL, rate=1 / 3600, burst=3),
+            RateRule("session", Scope.SESSION, rate=1 / 3600, burst=1),
+        )
+    )
+    async with replicas(redis_server, policy) as (a, b):
+        assert await admitted(a, "s1")
+        for x in (a, b, a, b):  # s1 is over its own limit: these must not drain the total bucket
+            assert (await _refusal(x, "s1")).limit == "session"
+        assert await admitted(b, "s2") and await admitted(a, "s3")
+        assert (await _refusal(b, "s4")).limit == "total"
+
+
 async def _refusal(limiter: Limiter, session: str) -> RateLimitedError:
     with pytest.raises(RateLimitedError) as err:
         await limiter.take(session, "owner::a", TOOL, "up__a", "up")
