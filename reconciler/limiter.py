@@ -263,7 +263,7 @@ class Limiter:
         raise LimitUnavailableError(names, UNAVAILABLE_RETRY_S)
 
     def store_recovered(self) -> None:
-        """Try the store again at the next call (tests; the engine when the store confirms)."""
+        """Ask the store again from the next call on (called once a call reached it again)."""
         if self._store_down_until:
             log.info("limits: checking the cluster store again")
         self._store_down_until = 0.0

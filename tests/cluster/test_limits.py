@@ -21,7 +21,7 @@ from mcp_reconciler.reconciler.errors import LimitUnavailableError, RateLimitedE
 from mcp_reconciler.reconciler.limiter import RETRY_STORE_AFTER_S, Limiter
 from mcp_reconciler.reconciler.model import EntryKind
 from mcp_reconciler.reconciler.rate_limits import FailMode, LimitPolicy, RateRule, Scope
-from tests.cluster.processes import Replica, agent, cluster_config, write_tools
+from tests.cluster.processes import Replica, agent, cluster_config, start_all, write_tools
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -153,10 +153,7 @@ async def test_I24_two_gateway_processes_share_a_rate_limit_through_redis(
     cfg.write_text(json.dumps(doc))
     a, b = Replica("A", tmp_path, cfg, redis_server.url), Replica("B", tmp_path, cfg, redis_server.url)
     try:
-        with anyio.fail_after(120):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(a.start)
-                tg.start_soon(b.start)
+        await start_all(a, b)
         created = await a.post("/v1/sessions", {"grant_policy": "explicit", "names": ["up__echo"]})
         assert created.status_code == 201, created.text
         token = created.json()["token"]
