@@ -269,7 +269,7 @@ class Forwarder:
                         result = await self._exchanges.start(
                             binding, ctx, conn, live, request, result_type,
                             kind=kind, name=name, drifted=resolved.drifted, timeout_s=call_s,
-                        )  # fmt: skip
+                        )
             else:
                 rtype = interactive if interactive is not None and not conn.legacy else result_type
                 # The slot inside the operation: a queued call is pinned and bounded by its deadlines.
