@@ -160,6 +160,7 @@ class ConfigDesiredState:
                     curation=outcome.loaded.curation,
                     discovery=outcome.loaded.discovery,
                     approvals=outcome.loaded.approvals,
+                    limits=outcome.loaded.limits,
                 )
             assert outcome.error is not None
             rendered = str(outcome.error)
@@ -188,6 +189,7 @@ class ConfigDesiredState:
                 curation=self._good.curation,
                 discovery=self._good.discovery,
                 approvals=self._good.approvals,
+                limits=self._good.limits,
             )
 
     async def poll(self) -> set[str]:

@@ -11,6 +11,7 @@ from mcp_reconciler.reconciler.approvals import ApprovalPolicy
 from mcp_reconciler.reconciler.curation import NO_CURATION, Curation
 from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryPolicy
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
+from mcp_reconciler.reconciler.rate_limits import NO_LIMITS, LimitPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,8 @@ class DesiredState:
     discovery: DiscoveryPolicy = DEFAULT_POLICY
     #: Which tools need an approval, and the parked-call bounds (ADR 0034; same good config).
     approvals: ApprovalPolicy = NO_APPROVALS
+    #: Rate and concurrency limits (ADR 0033; from the same good config), swapped in after the cycle.
+    limits: LimitPolicy = NO_LIMITS
 
     def spec(self, name: str) -> SourceSpec | None:
         """The spec of source ``name``, or None if this state has no such source (O(sources))."""

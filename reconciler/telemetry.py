@@ -133,3 +133,16 @@ approvals = meter.create_counter(
 approvals_parked = meter.create_up_down_counter(
     "reconciler.approvals.parked", description="Calls parked waiting for an approval now"
 )
+
+# Rate and concurrency limits (reconciler/limiter.py, ADR 0033), by the rule's name.
+limits_refused = meter.create_counter(
+    "gateway.limits.refused",
+    description="Calls refused by a limit, by limit and reason (rate|concurrency|queue_timeout|unavailable)",
+)
+limits_queued = meter.create_counter(
+    "gateway.limits.queued", description="Calls that waited in a concurrency rule's queue, by limit"
+)
+limits_unchecked = meter.create_counter(
+    "gateway.limits.unchecked",
+    description="Calls let through unchecked because the cluster store was unreachable (fail: open), by limit",
+)

@@ -22,7 +22,8 @@ records) is attributed to it through the ``relay`` (the operation is registered 
 duration) and reaches this caller only; log records still being relayed are delivered before
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
-held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``)."""
+held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``).
+Every call, read and get passes ``rate_limits:`` here (ADR 0033), before anything is sent."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ from mcp_reconciler.api.frontdoor.rounds import (
 from mcp_reconciler.api.frontdoor.sessions import Sessions
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
+from mcp_reconciler.reconciler.limiter import NO_SLOT, Limiter
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
 from mcp_reconciler.reconciler.pins import OperationDeadlineError, Pin
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
@@ -90,8 +92,10 @@ class Forwarder:
         exchanges: Exchanges,
         logs: LogRelay,
         seal: StateSeal | None = None,
+        limiter: Limiter | None = None,
     ) -> None:
         self._catalog = catalog
+        self._limiter = limiter or Limiter()
         self._authority = authority
         self._sessions = sessions
         self._relay = relay
@@ -108,7 +112,7 @@ class Forwarder:
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
         )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx, EntryKind.TOOL, params.name, params, build, types.CallToolResult, arguments=params.arguments
+            ctx, EntryKind.TOOL, params.name, params, build, types.CallToolResult
         )
 
     async def call_tool_fast(
@@ -121,8 +125,8 @@ class Forwarder:
         build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
         )
-        params, result_type = FastParams(meta, input_responses, request_state), types.CallToolResult
-        return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True, arguments=arguments)
+        params, result_type = FastParams(meta, input_responses, request_state, arguments), types.CallToolResult
+        return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
@@ -162,7 +166,6 @@ class Forwarder:
         op: str | None = None,
         shortcut: Callable[[UpstreamConnection], Any] | None = None,
         raw: bool = False,
-        arguments: Mapping[str, Any] | None = None,
     ) -> Any:
         """Run one operation on the exposed ``name`` of ``kind`` and return the upstream's result
         with the gateway's ``_meta``; raises a sanitized ``MCPError`` otherwise. ``params`` is
@@ -170,13 +173,13 @@ class Forwarder:
         ``request_state`` when it retries a multi-round exchange); ``op`` names the operation in
         telemetry (default: the kind); ``shortcut(conn)``, when it returns a result, answers
         without asking the upstream (e.g. a source without the capability); ``raw``: the result
-        may come back as a :class:`RawResult` (the fast lane); ``arguments``: a tool call's (approvals)."""
+        may come back as a :class:`RawResult` (the fast lane)."""
         label = op or kind.value
         t0 = anyio.current_time()
         outcome = "ok"
         with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": label}) as span:
             try:
-                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, arguments)
+                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, op is None)
                 meta_out = result.meta or {}
                 span.set_attribute("revision", meta_out.get(REVISION_META, -1))
                 return result
@@ -202,7 +205,7 @@ class Forwarder:
         result_type: type[Any],
         shortcut: Callable[[UpstreamConnection], Any] | None,
         raw: bool = False,
-        arguments: Mapping[str, Any] | None = None,
+        limited: bool = True,
     ) -> Any:
         binding = self._sessions.binding(ctx)
         meta: Mapping[str, Any] | None = params.meta
@@ -237,10 +240,13 @@ class Forwarder:
             if not isinstance(conn, UpstreamConnection) or not conn.alive:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
             if kind is EntryKind.TOOL:  # parks until approved, if it needs an approval (I22)
-                approved = await self.approvals.clear(binding, ctx, live, entry, name, arguments, conn)
+                args = getattr(params, "arguments", None)  # an approval names their digest
+                approved = await self.approvals.clear(binding, ctx, live, entry, name, args, conn)
             answer = shortcut(conn) if shortcut is not None else None
             if answer is not None:
                 return self._finish(answer, live.revision, resolved.drifted)
+            # Limits (ADR 0033; not completions): tokens now, the source's concurrency slot below.
+            slot = await self._limiter.admit(binding.session, entry) if limited else NO_SLOT
             up_meta = forwardable(meta)
             if not conn.legacy:
                 level = self._logs.call_level(binding, meta)
@@ -256,22 +262,17 @@ class Forwarder:
             interactive = INTERACTIVE.get(result_type)
             if interactive is not None and binding.era == "modern" and conn.legacy:
                 # The upstream may send real requests mid-call; a 2026 client can only take them
-                # as an InputRequiredResult, so the call runs as a held exchange.
-                result = await self._exchanges.start(
-                    binding,
-                    ctx,
-                    conn,
-                    live,
-                    request,
-                    result_type,
-                    kind=kind,
-                    name=name,
-                    drifted=resolved.drifted,
-                    timeout_s=call_s,
-                )
+                # as an InputRequiredResult, so the call runs as a held exchange (pinned while it waits for a slot).
+                with live.pin():
+                    async with slot:
+                        result = await self._exchanges.start(
+                            binding, ctx, conn, live, request, result_type,
+                            kind=kind, name=name, drifted=resolved.drifted, timeout_s=call_s,
+                        )
             else:
                 rtype = interactive if interactive is not None and not conn.legacy else result_type
-                async with live.operation(deadline_s=self._catalog.operation_deadline_s):
+                # The slot inside the operation: a queued call is pinned and bounded by its deadlines.
+                async with live.operation(deadline_s=self._catalog.operation_deadline_s), slot:
                     with self._relay.call(binding, ctx, conn) as call:
                         result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
                         if isinstance(result, types.InputRequiredResult):

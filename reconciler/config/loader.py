@@ -36,6 +36,7 @@ from mcp_reconciler.reconciler.curation import NO_CURATION, Curation
 from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryPolicy
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig
+from mcp_reconciler.reconciler.rate_limits import NO_LIMITS, LimitPolicy
 
 # --------------------------------------------------------------------------------------------
 # Loaded configuration
@@ -66,6 +67,8 @@ class LoadedConfig:
     discovery: DiscoveryPolicy = DEFAULT_POLICY
     #: Which tools need an approval, and the parked-call bounds (ADR 0034).
     approvals: ApprovalPolicy = NO_APPROVALS
+    #: Rate and concurrency limits (ADR 0033).
+    limits: LimitPolicy = NO_LIMITS
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,6 +214,7 @@ def _load(
         curation=curation,
         discovery=main.discovery.policy({v.name: v.discovery for v in main.views}),
         approvals=main.approvals.policy(),
+        limits=main.rate_limits.policy(),
     )
 
 

@@ -32,6 +32,7 @@ from mcp_reconciler.reconciler.projection import (
     Trust,
     clean_text,
 )
+from mcp_reconciler.reconciler.rate_limits import RateLimitsConfig
 from mcp_reconciler.reconciler.uris import URI_PREFIX
 
 # fullmatch, not match with "$": "$" would accept a trailing newline.
@@ -744,6 +745,10 @@ class _MainFile(_Frozen):
         default_factory=ApprovalConfig,
         description="Tools whose calls wait for a human approval (ADR 0034): a list of served names or globs, "
         "or `{required, timeout_s, parked_max, parked_per_principal, elicitation}`.",
+    )
+    rate_limits: RateLimitsConfig = Field(
+        default_factory=RateLimitsConfig,
+        description="Rate and concurrency limits on forwarded calls (ADR 0033); reloaded without a restart.",
     )
 
     @field_validator("sources", "include", "sessions", "views", mode="before")
