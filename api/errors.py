@@ -39,8 +39,13 @@ from mcp import MCPError
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.catalog import bounded
 from mcp_reconciler.reconciler.errors import (
+    ApprovalDeniedError,
+    ApprovalExpiredError,
+    ApprovalLimitError,
+    ApprovalWithdrawnError,
     ClusterUnavailableError,
     ConcurrencyLimitedError,
+    DefinitionChangedError,
     GenerationDrainedError,
     GrantError,
     LimitError,
@@ -80,6 +85,12 @@ CODES: dict[str, int] = {
     ReconcilerClosedError.code: -32017,
     ClusterUnavailableError.code: -32019,  # many replicas: the shared store is not confirmed (retryable)
     MESSAGE_TOO_LARGE: MESSAGE_TOO_LARGE_CODE,  # an upstream answer refused at a bound while read (ADR 0025)
+    # Approvals (ADR 0034): each outcome its own code, so a client can tell them apart.
+    ApprovalDeniedError.code: -32040,
+    ApprovalExpiredError.code: -32041,
+    DefinitionChangedError.code: -32042,  # "definition changed since approval" (I22)
+    ApprovalLimitError.code: -32043,
+    ApprovalWithdrawnError.code: -32044,
     RateLimitedError.code: -32021,  # a rate rule's bucket is empty (ADR 0033; retryable)
     ConcurrencyLimitedError.code: -32022,  # a source's calls in flight and queue are full (ADR 0033; retryable)
 }

@@ -285,6 +285,11 @@ async def _stop(
     """Steps 1-3 of ``api/lifecycle.py``; uvicorn's own shutdown (step 4) follows ``should_exit``."""
     server.stop_accepting()
     gate.close()
+    # Calls parked for an approval cannot be approved any more (/v1 is closed): answer them now,
+    # with a clear retryable error, before the grace period (ADR 0034).
+    parked = gw.engine.approvals.withdraw_all("the gateway is shutting down")
+    if parked:
+        log.info("stopping: answered %d call(s) parked for an approval", parked)
     running = gw.engine.operations()
     if running:
         log.info("stopping: %d operation(s) in flight get up to %.1f s to finish", running, grace_s)

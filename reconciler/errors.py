@@ -228,6 +228,67 @@ class RevisionNotHereError(RevisionUnavailableError):
     retryable = True
 
 
+# -- approvals (reconciler/approvals.py, ADR 0034) ---------------------------------------------------
+
+
+class ApprovalDeniedError(ReconcilerError):
+    """The call needed an approval and it was denied."""
+
+    code = "approval_denied"
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(f"approval {approval_id} was denied; the call did not run")
+
+
+class ApprovalExpiredError(ReconcilerError):
+    """The call needed an approval and nobody answered before its expiry. Retrying asks again."""
+
+    code = "approval_expired"
+    retryable = True
+
+    def __init__(self, approval_id: str, timeout_s: float) -> None:
+        super().__init__(f"approval {approval_id} expired unanswered after {timeout_s:g} s; the call did not run")
+
+
+class DefinitionChangedError(ReconcilerError):
+    """The tool's definition changed between the approval request and the run (or the approved
+    generation could not be kept), so the approved call does not run (I22). Retrying asks for an
+    approval of the new definition."""
+
+    code = "definition_changed"
+    retryable = True
+
+    def __init__(self, approval_id: str, tool: str, revision: int) -> None:
+        super().__init__(
+            f"definition changed since approval: {tool} (approved on revision {revision}, approval {approval_id}) "
+            "is no longer served as approved; the call did not run"
+        )
+
+
+class ApprovalLimitError(ReconcilerError):
+    """Too many calls are parked waiting for an approval (in total or for one principal)."""
+
+    code = "too_many_parked_calls"
+    retryable = True
+
+
+class ApprovalWithdrawnError(ReconcilerError):
+    """A parked call was answered without a decision: the gateway is shutting down (or the
+    session went away). The call did not run; retry it elsewhere or later."""
+
+    code = "approval_withdrawn"
+    retryable = True
+
+    def __init__(self, approval_id: str, why: str) -> None:
+        super().__init__(f"approval {approval_id} withdrawn: {why}; the call did not run")
+
+
+class ApprovalStateError(ReconcilerError):
+    """An answer to an approval that is not waiting any more (already decided, expired, gone)."""
+
+    code = "approval_not_pending"
+
+
 class LimitError(ReconcilerError):
     """A call refused by a configured limit (``rate_limits:``, ADR 0033). ``limit`` is the
     rule's name and ``retry_after_s`` when retrying may succeed; both reach the client."""

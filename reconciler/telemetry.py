@@ -125,6 +125,14 @@ cluster_reloads = meter.create_counter(
 cluster_write_failures = meter.create_counter(
     "reconciler.cluster.write_failures", description="Cluster store writes that failed or lost a compare-and-set"
 )
+approvals = meter.create_counter(
+    "reconciler.approvals",
+    description="Approvals of calls that need one, by outcome: requested, approved, denied, expired, changed, "
+    "withdrawn, refused (parked-call bound), covered (an earlier approval covered the call)",
+)
+approvals_parked = meter.create_up_down_counter(
+    "reconciler.approvals.parked", description="Calls parked waiting for an approval now"
+)
 
 # Rate and concurrency limits (reconciler/limiter.py, ADR 0033), by the rule's name.
 limits_refused = meter.create_counter(

@@ -22,6 +22,7 @@ from mcp import MCPDeprecationWarning
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 
 from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor.approvals import task_refused
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.completion import Completer
 from mcp_reconciler.api.frontdoor.control_tools import ControlTools, RefreshFn, StatusFn
@@ -157,7 +158,7 @@ class FrontDoor:
                 capabilities=self._capabilities,
             )
         self.server.middleware.append(self.sessions.bind_at_handshake)
-        self.server.middleware.append(self.tasks.middleware)  # task-augmented tools/call (2025-11-25)
+        self.server.middleware.append(self._task_middleware)  # task-augmented tools/call (2025-11-25)
         # The fast lane (issue 12, ADR 0019): list pages served from cached wire dicts, calls
         # forwarded without rebuilding models, the heap frozen after each publication.
         self.fast_lane = fast_lane_enabled()
@@ -251,8 +252,24 @@ class FrontDoor:
                 return await self.control.call(params.name, operator=binding.operator)
             # Not allowed: the same answer as a name that does not exist (ungranted = unknown).
         elif self.tasks.runs_as_task(params.name):  # a tool that requires a task, called plainly
+            self._no_task_if_approval(ctx, params.name)
             return await self.tasks.call_required(ctx, params, lambda c: self.forwarder.call_tool(c, params))
         return await self.forwarder.call_tool(ctx, params)
+
+    async def _task_middleware(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
+        """``Tasks.middleware``, after refusing a task-augmented call of a tool that needs an approval."""
+        raw = ctx.params
+        # ``task`` makes a task only in the 2025-11-25 era (as in ``Tasks.middleware``).
+        is_task = isinstance(raw, Mapping) and raw.get("task") is not None
+        if ctx.method == "tools/call" and is_task and str(ctx.protocol_version).startswith("2025"):
+            self._no_task_if_approval(ctx, str(raw.get("name")))  # type: ignore[union-attr]
+        return await self.tasks.middleware(ctx, call_next)
+
+    def _no_task_if_approval(self, ctx: ServerRequestContext[Any], name: str) -> None:
+        # Tasks run outside the forwarding operation the approval hook sits in (ADR 0034): a
+        # tool that needs an approval never runs as one, so no task path can skip the approval.
+        if self.forwarder.approvals.needed(self.sessions.binding(ctx), name):
+            raise task_refused(name)
 
     async def _listen(
         self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams

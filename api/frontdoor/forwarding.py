@@ -1,10 +1,11 @@
 """Forwarding: one downstream operation (call, read, get) run on one upstream connection.
 
 Every operation: find the caller's binding → choose its generation (``revisions``) → resolve the
-exposed name in that generation's immutable routing table and check the grant (I9) → pin the
-generation (I4) → send on the source's live connection → release. The upstream's own protocol
-keys and progress token never travel (the upstream session mints its own token); the result
-carries the revision it ran on, and the drift flag when the definition changed since the grant.
+exposed name in that generation's immutable routing table and check the grant (I9) → park a tool
+call that needs an approval until answered (``approvals``, I22) → pin the generation (I4) → send
+on the source's live connection → release. The upstream's own protocol keys and progress token
+never travel (the upstream session mints its own); the result carries the revision it ran on,
+and the drift flag when the definition changed since the grant.
 Resource URIs cross in the source's namespace (``reconciler/uris.py``): a read is sent with the
 upstream URI, and URIs in results come back exposed.
 
@@ -37,6 +38,7 @@ from mcp.server import ServerRequestContext
 
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
+from mcp_reconciler.api.frontdoor.approvals import ApprovalGate
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
@@ -59,7 +61,7 @@ from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.limiter import NO_SLOT, Limiter
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
-from mcp_reconciler.reconciler.pins import OperationDeadlineError
+from mcp_reconciler.reconciler.pins import OperationDeadlineError, Pin
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
 from mcp_reconciler.reconciler.uris import rewrite_result, upstream_uri
 
@@ -100,20 +102,17 @@ class Forwarder:
         self._exchanges = exchanges
         self._logs = logs
         self._seal = seal or StateSeal()
+        self.approvals = ApprovalGate(catalog)  # the one approval hook (ADR 0034)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         """``tools/call``, forwarded under the tool's upstream name."""
+        build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
+            params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
+        )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx,
-            EntryKind.TOOL,
-            params.name,
-            params,
-            lambda e, m, x: types.CallToolRequest(
-                params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
-            ),
-            types.CallToolResult,
+            ctx, EntryKind.TOOL, params.name, params, build, types.CallToolResult
         )
 
     async def call_tool_fast(
@@ -126,22 +125,18 @@ class Forwarder:
         build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
         )
-        params, result_type = FastParams(meta, input_responses, request_state), types.CallToolResult
+        params, result_type = FastParams(meta, input_responses, request_state, arguments), types.CallToolResult
         return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         """``resources/read``, forwarded to the source that serves the URI."""
+        build = lambda e, m, x: types.ReadResourceRequest(  # noqa: E731
+            params=types.ReadResourceRequestParams(uri=upstream_uri(e, params.uri), _meta=m, **x)
+        )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx,
-            EntryKind.RESOURCE,
-            str(params.uri),
-            params,
-            lambda e, m, x: types.ReadResourceRequest(
-                params=types.ReadResourceRequestParams(uri=upstream_uri(e, params.uri), _meta=m, **x)
-            ),
-            types.ReadResourceResult,
+            ctx, EntryKind.RESOURCE, str(params.uri), params, build, types.ReadResourceResult
         )
 
     async def get_prompt(
@@ -234,6 +229,7 @@ class Forwarder:
             self._catalog, ctx, binding.session, meta, prefer=sealed.revision if sealed is not None else None
         )
         conn: Any = None
+        approved: Pin | None = None  # the approved call's pin on ``live`` (released at the end)
         try:
             resolved = self._authority.resolve(binding.session, live.generation, kind, name)
             entry = resolved.entry
@@ -243,6 +239,9 @@ class Forwarder:
             conn = state_.connection if state_ is not None else None
             if not isinstance(conn, UpstreamConnection) or not conn.alive:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
+            if kind is EntryKind.TOOL:  # parks until approved, if it needs an approval (I22)
+                args = getattr(params, "arguments", None)  # an approval names their digest
+                approved = await self.approvals.clear(binding, ctx, live, entry, name, args, conn)
             answer = shortcut(conn) if shortcut is not None else None
             if answer is not None:
                 return self._finish(answer, live.revision, resolved.drifted)
@@ -293,6 +292,9 @@ class Forwarder:
                         await call.settle()
         except Exception as exc:
             raise self._client_error(exc, conn, live.revision) from None
+        finally:
+            if approved is not None:
+                approved.release()
         if not isinstance(result, RawResult):  # a raw result has no URI (simple_call_result)
             result = rewrite_result(result, conn.spec.uri_prefix)  # exposed URIs in links and contents
         return self._finish(result, live.revision, resolved.drifted)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from mcp_reconciler.reconciler.approvals import DEFAULT_POLICY as NO_APPROVALS
+from mcp_reconciler.reconciler.approvals import ApprovalPolicy
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.config.includes import _display_for, _expand_includes, _raw_includes
 from mcp_reconciler.reconciler.config.interpolation import _TYPED_ENV, _TypedEnv
@@ -63,6 +65,8 @@ class LoadedConfig:
     curation: Curation = NO_CURATION
     #: Discovery modes and the search-mode settings (ADR 0029).
     discovery: DiscoveryPolicy = DEFAULT_POLICY
+    #: Which tools need an approval, and the parked-call bounds (ADR 0034).
+    approvals: ApprovalPolicy = NO_APPROVALS
     #: Rate and concurrency limits (ADR 0033).
     limits: LimitPolicy = NO_LIMITS
 
@@ -209,6 +213,7 @@ def _load(
         cluster=cluster,
         curation=curation,
         discovery=main.discovery.policy({v.name: v.discovery for v in main.views}),
+        approvals=main.approvals.policy(),
         limits=main.rate_limits.policy(),
     )
 

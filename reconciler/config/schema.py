@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from mcp_reconciler.reconciler.approvals import ApprovalConfig
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.config.interpolation import _TYPED_ENV, InterpolatedStr, _interpolate, _numeric_or_bool
 from mcp_reconciler.reconciler.curation_config import (
@@ -739,6 +740,11 @@ class _MainFile(_Frozen):
     discovery: DiscoveryConfig = Field(
         default_factory=DiscoveryConfig,
         description="Search mode for large catalogs (ADR 0029): `search`, or `{mode, always_visible, found_max}`.",
+    )
+    approvals: ApprovalConfig = Field(
+        default_factory=ApprovalConfig,
+        description="Tools whose calls wait for a human approval (ADR 0034): a list of served names or globs, "
+        "or `{required, timeout_s, parked_max, parked_per_principal, elicitation}`.",
     )
     rate_limits: RateLimitsConfig = Field(
         default_factory=RateLimitsConfig,

@@ -28,6 +28,8 @@ CHECKED = {
     "search-config": "tests/docs/test_readme_search.py::test_search_mode_demo_prints_what_the_readme_says",
     "search-demo": "tests/docs/test_readme_search.py::test_search_mode_demo_prints_what_the_readme_says",
     "search-output": "tests/docs/test_readme_search.py::test_search_mode_demo_prints_what_the_readme_says",
+    "approvals-config": "tests/docs/test_readme_approvals.py::test_approvals_config_block",
+    "approvals-cli": "tests/docs/test_readme_approvals.py::test_approvals_cli_block",
     "anonymous-config": "tests/docs/test_readme.py::test_security_blocks",
     "anonymous-warning": "tests/docs/test_readme.py::test_security_blocks",
     "sessions-config": "tests/docs/test_readme.py::test_security_blocks",
