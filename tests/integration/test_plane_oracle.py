@@ -1,0 +1,262 @@
+"""The gateway's own data plane (issue 26, ``api/plane``) against two oracles, 2026-07-28 era.
+
+One real SDK server upstream (streamable HTTP on 127.0.0.1, ``tests/support/upstream_server``),
+one gateway over it (``serve_http``: the SDK-based plane at ``served.url``) and the new plane
+built on the same front door and served by uvicorn beside it (tests only: production does not
+build it yet). The same raw HTTP requests go to
+
+- the SDK-based plane: the JSON-RPC responses, HTTP status codes and content types must be
+  *equal* (same front door, same upstream: any difference is the new plane's);
+- the SDK server directly: equal apart from the gateway's ``_meta`` keys, the ``serverInfo``
+  stamp and the ``h__`` name prefix — for results, protocol errors and every malformed request;
+
+and the SDK's own client (``mode="modern"``) runs a session through the new plane."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp.client import Client
+
+from mcp_reconciler.api.mcp_auth import SessionTokens
+from mcp_reconciler.api.oauth.identity import GrantSet
+from mcp_reconciler.api.plane.asgi import build_plane
+from mcp_reconciler.api.plane.pipeline import EdgePolicy
+from mcp_reconciler.api.server import Served, serve_http
+from tests.e2e.conftest import ANONYMOUS_CURRENT
+from tests.integration.conftest import HttpUpstreams
+from tests.support.asgi_server import served_asgi
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 20.0
+VERSION = "2026-07-28"
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": VERSION,
+    "io.modelcontextprotocol/clientInfo": {"name": "oracle", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "content-type": "application/json",
+    "mcp-protocol-version": VERSION,
+}
+
+
+@dataclass
+class Answer:
+    """One HTTP answer, reduced to what the oracle compares."""
+
+    status: int
+    content_type: str
+    body: Any  # the JSON-RPC message (the last one on an SSE stream), or the raw text
+
+
+async def post(http: httpx2.AsyncClient, url: str, body: Any, headers: dict[str, str] | None = None) -> Answer:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    r = await http.post(url, content=raw, headers=headers if headers is not None else HEADERS)
+    ctype = r.headers.get("content-type", "").split(";")[0]
+    text = r.text
+    if ctype == "text/event-stream":
+        text = [x[5:] for x in text.splitlines() if x.startswith("data:") and x[5:].strip()][-1]
+    try:
+        parsed: Any = json.loads(text)
+    except ValueError:
+        parsed = text
+    return Answer(r.status_code, ctype, parsed)
+
+
+def call(method: str, params: dict[str, Any] | None = None, id_: int = 1) -> tuple[dict[str, Any], dict[str, str]]:
+    """A well-formed 2026 request and its routing headers."""
+    params = {**(params or {}), "_meta": {**ENVELOPE, **(params or {}).get("_meta", {})}}
+    headers = {**HEADERS, "mcp-method": method}
+    if isinstance(params.get("name"), str):
+        headers["mcp-name"] = params["name"]
+    return {"jsonrpc": "2.0", "id": id_, "method": method, "params": params}, headers
+
+
+def strip_gateway(value: Any, prefix: str = "h__") -> Any:
+    """``value`` with what the gateway adds taken out: its ``_meta`` keys, the serverInfo stamp
+    (each server stamps its own name), the source prefix of names."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k == "_meta" and isinstance(v, dict):
+                v = {
+                    mk: mv
+                    for mk, mv in v.items()
+                    if not mk.startswith("io.mcp-reconciler/") and mk != "io.modelcontextprotocol/serverInfo"
+                }
+                if not v:
+                    continue
+            out[k] = strip_gateway(v, prefix)
+        return out
+    if isinstance(value, list):
+        items = [strip_gateway(v, prefix) for v in value]
+        if all(isinstance(v, dict) and "name" in v for v in items):
+            items.sort(key=lambda v: str(v["name"]))  # the gateway lists in name order (deterministic)
+        return items
+    if isinstance(value, str) and value.startswith(prefix):
+        return value[len(prefix) :]
+    return value
+
+
+@asynccontextmanager
+async def three_ways(tmp_path: Path, http_upstreams: HttpUpstreams) -> AsyncIterator[tuple[str, str, str, Served]]:
+    """(direct SDK server URL, SDK-based gateway plane URL, new plane URL, the served gateway)."""
+    _proc, port = await http_upstreams.start("--tools", "a,b")
+    doc = {
+        "gateway": {"cooldown_s": 0.05, "anonymous": ANONYMOUS_CURRENT},
+        "sources": [{"name": "h", "http": {"url": f"http://127.0.0.1:{port}/mcp"}}],
+    }
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(json.dumps(doc))
+    async with serve_http(cfg, port=0) as served:
+        with anyio.fail_after(WAIT):
+            while True:
+                live = served.front.catalog.current()
+                if live is not None and {"h__a", "h__b"} <= set(live.generation.tools):
+                    break
+                await anyio.sleep(0.05)
+        front = served.front
+        plane = build_plane(
+            front,
+            EdgePolicy(credentials=[SessionTokens(front.authority)], anonymous=lambda: GrantSet("current")),
+        )
+        async with served_asgi(plane.app) as base:
+            yield f"http://127.0.0.1:{port}/mcp", served.url, f"{base}/mcp", served
+
+
+#: Every method the gateway serves in this era, errors included: (method, params).
+SEQUENCE: list[tuple[str, dict[str, Any]]] = [
+    ("tools/list", {}),
+    ("tools/call", {"name": "h__a", "arguments": {"x": 1, "nested": {"k": [1, "two", None]}}}),
+    ("tools/call", {"name": "h__a"}),
+    ("tools/call", {"name": "h__fail_result", "arguments": {"text": "tool said no"}}),
+    ("tools/call", {"name": "h__fail_protocol", "arguments": {"text": "SECRET-upstream-text"}}),
+    ("tools/call", {"name": "h__nope", "arguments": {}}),
+    ("tools/call", {"name": "h__a", "arguments": "not an object"}),
+    ("tools/call", {"name": "h__a", "arguments": {}, "_meta": {"io.mcp-reconciler/revision": 999}}),
+    ("tools/list", {"cursor": "bogus"}),
+    ("prompts/list", {}),
+    ("resources/list", {}),
+    ("resources/templates/list", {}),
+    ("server/discover", {}),
+    ("ping", {}),
+    ("no/such/method", {}),
+    ("initialize", {}),
+]
+
+
+async def test_plane_answers_exactly_as_the_sdk_based_plane(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
+    """Same front door, same upstream: the new plane's JSON, status and content type equal the
+    SDK-based plane's for every request of :data:`SEQUENCE`."""
+    async with three_ways(tmp_path, http_upstreams) as (_direct, old, new, _served):
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            for i, (method, params) in enumerate(SEQUENCE):
+                body, headers = call(method, params, id_=i + 1)
+                before, after = await post(http, old, body, headers), await post(http, new, body, headers)
+                assert after == before, (method, params)
+                assert "SECRET" not in json.dumps(after.body)  # I12 holds on the new plane too
+
+
+def direct_form(method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The request the SDK server gets directly: the gateway's names without their prefix, no
+    gateway ``_meta``."""
+    return method, strip_gateway(params)
+
+
+async def test_plane_answers_as_the_sdk_server_directly(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
+    """The SDK server itself is the oracle: results and protocol errors equal apart from what
+    the gateway adds (:func:`strip_gateway`)."""
+    same = [
+        ("tools/list", {}),
+        ("tools/call", {"name": "h__a", "arguments": {"x": 1}}),
+        ("tools/call", {"name": "h__a", "arguments": "not an object"}),
+        ("tools/call", {"name": "h__fail_result", "arguments": {"text": "no"}}),
+        # Not prompts/*: this upstream serves none (404) while the gateway lists an empty catalog.
+        ("ping", {}),
+        ("no/such/method", {}),
+        ("initialize", {}),
+    ]
+    async with three_ways(tmp_path, http_upstreams) as (direct, _old, new, _served):
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            for method, params in same:
+                body, headers = call(method, params)
+                d_method, d_params = direct_form(method, params)
+                d_body, d_headers = call(d_method, d_params)
+                d_body["params"]["_meta"] = ENVELOPE
+                ours, theirs = await post(http, new, body, headers), await post(http, direct, d_body, d_headers)
+                assert (ours.status, ours.content_type) == (theirs.status, theirs.content_type), method
+                assert strip_gateway(ours.body) == strip_gateway(theirs.body), method
+                if ours.status == 200 and "result" in ours.body:
+                    assert (
+                        ours.body["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "mcp-reconciler"
+                    )
+
+
+MALFORMED: list[tuple[str, bytes, dict[str, str]]] = [
+    ("bad JSON", b"{not json", HEADERS),
+    ("batch", json.dumps([call("ping")[0], call("ping", id_=2)[0]]).encode(), {**HEADERS, "mcp-method": "ping"}),
+    ("not an object", b"42", HEADERS),
+    ("posted response", json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}).encode(), HEADERS),
+    ("wrong content type", json.dumps(call("ping")[0]).encode(), {**call("ping")[1], "content-type": "text/plain"}),
+    ("no SSE in Accept", json.dumps(call("ping")[0]).encode(), {**call("ping")[1], "accept": "application/json"}),
+    ("method header mismatch", json.dumps(call("ping")[0]).encode(), {**call("ping")[1], "mcp-method": "tools/list"}),
+    (
+        "name header mismatch",
+        json.dumps(call("tools/call", {"name": "x"})[0]).encode(),
+        {**call("tools/call", {"name": "x"})[1], "mcp-name": "y"},
+    ),
+    ("no method header", json.dumps(call("ping")[0]).encode(), HEADERS),
+    (
+        "unsupported version",
+        json.dumps(call("ping")[0]).encode(),
+        {**call("ping")[1], "mcp-protocol-version": "2099-01-01"},
+    ),
+    (
+        "no envelope",
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {}}).encode(),
+        {**HEADERS, "mcp-method": "ping"},
+    ),
+    (
+        "notification",
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}}).encode(),
+        HEADERS,
+    ),
+    ("bad id", json.dumps({"jsonrpc": "2.0", "id": [1], "method": "ping"}).encode(), HEADERS),
+]
+
+
+@pytest.mark.parametrize(("case", "raw", "headers"), MALFORMED, ids=[m[0] for m in MALFORMED])
+async def test_malformed_requests_answer_as_the_sdk_server(
+    case: str, raw: bytes, headers: dict[str, str], tmp_path: Path, http_upstreams: HttpUpstreams
+) -> None:
+    """Each malformed request gets the SDK server's own status, content type and body."""
+    async with three_ways(tmp_path, http_upstreams) as (direct, _old, new, _served):
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            ours, theirs = await post(http, new, raw, headers), await post(http, direct, raw, headers)
+            assert ours == theirs, case
+            assert ours.status >= 400 or ours.status == 202, case
+
+
+async def test_sdk_client_session_through_the_plane(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
+    """The SDK's own 2026 client lists and calls through the new plane; a progress-reporting
+    caller gets its result through the plane."""
+    async with three_ways(tmp_path, http_upstreams) as (_direct, _old, new, served):
+        async with Client(new, mode=VERSION) as client:
+            assert client.protocol_version == VERSION
+            tools = await client.list_tools()
+            assert {"h__a", "h__b"} <= {t.name for t in tools.tools}
+            result = await client.call_tool("h__a", {"x": 1})
+            assert result.is_error is False
+            assert result.meta is not None
+            assert result.meta["io.mcp-reconciler/revision"] == served.front.catalog.current().revision  # type: ignore[union-attr]
