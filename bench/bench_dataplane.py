@@ -47,6 +47,7 @@ ARGS = {"x": "1"}
 CLK = os.sysconf("SC_CLK_TCK")
 STARTUP_S = 60.0
 _ENDPOINT = re.compile(rb"MCP endpoint: (http://\S+/mcp)")
+_PLANE = re.compile(rb"PLANE endpoint: (http://\S+/mcp)")
 
 
 def loadavg() -> str:
@@ -67,9 +68,9 @@ async def _drain(stream: anyio.abc.ByteReceiveStream, found: list[bytes], seen: 
     async for chunk in stream:
         if not seen.is_set():
             buf += chunk
-            m = _ENDPOINT.search(buf)
-            if m:
-                found.append(m.group(1))
+            m, plane = _ENDPOINT.search(buf), _PLANE.search(buf)
+            if m and plane:
+                found += [m.group(1), plane.group(1)]
                 seen.set()
     seen.set()
 
@@ -192,6 +193,15 @@ async def bench_era(era: str, rows: list[Row], up_pid: int) -> dict[str, Any]:
             "gw_tput32_over_direct": tput["gateway"] / tput[direct],
             "relay_tput32_over_direct": tput["byte relay"] / tput[direct],
         }
+        if "gateway new plane" in out:
+            plane = out["gateway new plane"]
+            ratios |= {
+                "plane_cpu_over_relay": plane["own_cpu_ms"] / relay["own_cpu_ms"],
+                "plane_cpu_over_upstream": plane["own_cpu_ms"] / up_direct,
+                "plane_cpu_over_sdk_plane": plane["own_cpu_ms"] / gw["own_cpu_ms"],
+                "plane_added_p50_ms": plane["added_p50_ms"],
+                "plane_tput32_over_direct": tput["gateway new plane"] / tput[direct],
+            }
         out["ratios"] = ratios
 
         print("  throughput at 32 sessions, calls/s: " + ", ".join(f"{k} {v:.0f}" for k, v in tput.items()))
@@ -202,6 +212,14 @@ async def bench_era(era: str, rows: list[Row], up_pid: int) -> dict[str, Any]:
             ("gateway added p50 ms", "gw_added_p50_ms", "<=", 0.5),
             ("gateway tput@32 / direct", "gw_tput32_over_direct", ">=", 0.9),
         ]
+        if "plane_cpu_over_relay" in ratios:
+            goals += [
+                ("new plane CPU / byte relay CPU", "plane_cpu_over_relay", "<=", 1.3),
+                ("new plane CPU / upstream SDK CPU", "plane_cpu_over_upstream", "<=", 0.5),
+                ("new plane CPU / SDK-based plane CPU", "plane_cpu_over_sdk_plane", "", 0.0),
+                ("new plane added p50 ms", "plane_added_p50_ms", "<=", 0.5),
+                ("new plane tput@32 / direct", "plane_tput32_over_direct", ">=", 0.9),
+            ]
         for text, key, op, target in goals:
             v = ratios[key]
             if not op:
@@ -243,7 +261,9 @@ async def amain() -> dict[str, Any]:
                 "--port-file",
                 str(relay_file),
             ]
-            gw_argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"]
+            # Both planes in one gateway process (bench/plane_gateway.py): the production
+            # SDK-based /mcp and the new data plane (issue 26) over the same front door.
+            gw_argv = [sys.executable, str(REPO_ROOT / "bench" / "plane_gateway.py"), "--config", str(cfg)]
             env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
             async with child(relay_argv) as relay, contextlib.AsyncExitStack() as stack:
                 relay_url = f"http://127.0.0.1:{await _wait_port_file(relay_file, relay)}/mcp"
@@ -269,7 +289,7 @@ async def amain() -> dict[str, Any]:
                     await seen.wait()
                 if not found:
                     raise RuntimeError(f"gateway exited ({gw.returncode}) before naming its endpoint")
-                gw_url = found[0].decode()
+                gw_url, plane_url = found[0].decode(), found[1].decode()
                 async with Client(gw_url, mode="legacy") as c:  # the source is published
                     with anyio.fail_after(STARTUP_S):
                         while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
@@ -280,6 +300,9 @@ async def amain() -> dict[str, Any]:
                     ("gateway", gw_url, "h__echo", gw.pid),
                 ]
                 result = {era: await bench_era(era, rows, up.pid) for era in ("legacy", "auto")}
+                # The new plane serves 2026-07-28 only so far: one more run with it as a row.
+                rows.append(("gateway new plane", plane_url, "h__echo", gw.pid))
+                result["auto+plane"] = await bench_era("2026-07-28", rows, up.pid)
         return {"loadavg_end": loadavg(), **result}
 
 

@@ -260,3 +260,53 @@ async def test_sdk_client_session_through_the_plane(tmp_path: Path, http_upstrea
             assert result.is_error is False
             assert result.meta is not None
             assert result.meta["io.mcp-reconciler/revision"] == served.front.catalog.current().revision  # type: ignore[union-attr]
+
+
+async def sse_messages(http: httpx2.AsyncClient, url: str, body: Any, headers: dict[str, str]) -> tuple[str, list[Any]]:
+    r = await http.post(url, content=json.dumps(body).encode(), headers=headers)
+    lines = [x[5:] for x in r.text.splitlines() if x.startswith("data:") and x[5:].strip()]
+    return r.headers.get("content-type", ""), [json.loads(x) for x in lines]
+
+
+async def test_progress_streams_as_on_the_sdk_based_plane(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
+    """A call that reports progress answers on an SSE stream: the same frames, in the same order
+    (every progress notification before the result), as the SDK-based plane sends."""
+    async with three_ways(tmp_path, http_upstreams) as (_direct, old, new, _served):
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            body, headers = call(
+                "tools/call", {"name": "h__progress", "arguments": {"n": 3}, "_meta": {"progressToken": "p1"}}
+            )
+            old_type, before = await sse_messages(http, old, body, headers)
+            new_type, after = await sse_messages(http, new, body, headers)
+            assert new_type.startswith("text/event-stream") and old_type.startswith("text/event-stream")
+            assert [m.get("method") for m in after] == ["notifications/progress"] * 3 + [None]
+            assert after == before
+
+
+async def test_listen_stream_through_the_plane(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
+    """``subscriptions/listen`` on the new plane: the SDK client's stream is acknowledged and a
+    catalog change reaches it as ``tools/list_changed``."""
+    async with three_ways(tmp_path, http_upstreams) as (_direct, _old, new, served):
+        changed = anyio.Event()
+
+        async def on_message(message: Any) -> None:
+            if getattr(message, "method", None) == "notifications/tools/list_changed":
+                changed.set()
+
+        async with Client(new, mode=VERSION, message_handler=on_message) as client:
+            async with anyio.create_task_group() as tg:
+                acked = anyio.Event()
+
+                async def listen() -> None:
+                    async with client.listen(tools_list_changed=True) as sub:
+                        acked.set()
+                        async for _event in sub:
+                            changed.set()
+
+                tg.start_soon(listen)
+                with anyio.fail_after(WAIT):
+                    await acked.wait()
+                await client.call_tool("h__set_tools", {"names": ["a"]})  # b goes: the view changes
+                with anyio.fail_after(WAIT):
+                    await changed.wait()
+                tg.cancel_scope.cancel()

@@ -1,0 +1,65 @@
+"""A gateway process for ``bench_dataplane.py`` serving ``/mcp`` twice from one front door: the
+production (SDK-based) plane on its configured port and the new data plane (``api/plane``,
+issue 26) on a second ephemeral port, on the same uvicorn + httptools stack. Both endpoints are
+printed (``MCP endpoint: URL`` and ``PLANE endpoint: URL``); SIGTERM/SIGINT stops it.
+
+Bench-only: production never builds the new plane until it serves both eras (ADR 0035), so
+there is no second live path in ``mcp-reconciler serve``.
+
+    python bench/plane_gateway.py --config gw.yaml"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import socket
+import sys
+
+import anyio
+import uvicorn
+
+from mcp_reconciler.api.mcp_auth import SessionTokens
+from mcp_reconciler.api.plane.asgi import build_plane
+from mcp_reconciler.api.plane.pipeline import EdgePolicy
+from mcp_reconciler.api.server import anonymous_grants, serve_http
+
+
+async def amain(config: str) -> None:
+    async with serve_http(config, port=0) as served:
+        front = served.front
+        plane = build_plane(
+            front,
+            EdgePolicy(
+                credentials=[SessionTokens(front.authority)],
+                anonymous=lambda: anonymous_grants(served.gateway.settings),
+            ),
+        )
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.bind(("127.0.0.1", 0))
+        server = uvicorn.Server(
+            uvicorn.Config(plane.app, http="httptools", log_level="warning", lifespan="off", access_log=False)
+        )
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server.serve, [sock])
+                while not server.started:
+                    await anyio.sleep(0.01)
+                print(f"MCP endpoint: {served.url}", flush=True)
+                print(f"PLANE endpoint: http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
+                async for _ in signals:
+                    break
+                plane.drain.close()
+                server.should_exit = True
+        sock.close()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True)
+    args = p.parse_args()
+    anyio.run(amain, args.config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
