@@ -286,7 +286,7 @@ async def test_progress_streams_as_on_the_sdk_based_plane(tmp_path: Path, http_u
 async def test_listen_stream_through_the_plane(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
     """``subscriptions/listen`` on the new plane: the SDK client's stream is acknowledged and a
     catalog change reaches it as ``tools/list_changed``."""
-    async with three_ways(tmp_path, http_upstreams) as (_direct, _old, new, served):
+    async with three_ways(tmp_path, http_upstreams) as (_direct, _old, new, _served):
         changed = anyio.Event()
 
         async def on_message(message: Any) -> None:
