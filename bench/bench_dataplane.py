@@ -68,9 +68,9 @@ async def _drain(stream: anyio.abc.ByteReceiveStream, found: list[bytes], seen: 
     async for chunk in stream:
         if not seen.is_set():
             buf += chunk
-            m, plane = _ENDPOINT.search(buf), _PLANE.search(buf)
-            if m and plane:
-                found += [m.group(1), plane.group(1)]
+            m = _ENDPOINT.search(buf) or _PLANE.search(buf)
+            if m:
+                found.append(m.group(1))
                 seen.set()
     seen.set()
 
@@ -261,9 +261,9 @@ async def amain() -> dict[str, Any]:
                 "--port-file",
                 str(relay_file),
             ]
-            # Both planes in one gateway process (bench/plane_gateway.py): the production
-            # SDK-based /mcp and the new data plane (issue 26) over the same front door.
-            gw_argv = [sys.executable, str(REPO_ROOT / "bench" / "plane_gateway.py"), "--config", str(cfg)]
+            gw_argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"]
+            # The new data plane (issue 26) in a gateway process of its own on the same config.
+            plane_argv = [sys.executable, str(REPO_ROOT / "bench" / "plane_gateway.py"), "--config", str(cfg)]
             env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
             async with child(relay_argv) as relay, contextlib.AsyncExitStack() as stack:
                 relay_url = f"http://127.0.0.1:{await _wait_port_file(relay_file, relay)}/mcp"
@@ -289,7 +289,28 @@ async def amain() -> dict[str, Any]:
                     await seen.wait()
                 if not found:
                     raise RuntimeError(f"gateway exited ({gw.returncode}) before naming its endpoint")
-                gw_url, plane_url = found[0].decode(), found[1].decode()
+                gw_url = found[0].decode()
+                pg = await anyio.open_process(plane_argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stderr=None)
+
+                async def stop_pg() -> None:
+                    with anyio.CancelScope(shield=True):
+                        pg.terminate()
+                        with anyio.move_on_after(10):
+                            await pg.wait()
+                        if pg.returncode is None:
+                            pg.kill()
+                            await pg.wait()
+
+                stack.push_async_callback(stop_pg)
+                p_found: list[bytes] = []
+                p_seen = anyio.Event()
+                assert pg.stdout is not None
+                tg.start_soon(_drain, pg.stdout, p_found, p_seen)
+                with anyio.fail_after(STARTUP_S):
+                    await p_seen.wait()
+                if not p_found:
+                    raise RuntimeError(f"the plane gateway exited ({pg.returncode}) before naming its endpoint")
+                plane_url = p_found[0].decode()
                 async with Client(gw_url, mode="legacy") as c:  # the source is published
                     with anyio.fail_after(STARTUP_S):
                         while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
@@ -299,10 +320,11 @@ async def amain() -> dict[str, Any]:
                     ("byte relay", relay_url, "echo", relay.pid),
                     ("gateway", gw_url, "h__echo", gw.pid),
                 ]
-                result = {era: await bench_era(era, rows, up.pid) for era in ("legacy", "auto")}
-                # The new plane serves 2026-07-28 only so far: one more run with it as a row.
-                rows.append(("gateway new plane", plane_url, "h__echo", gw.pid))
-                result["auto+plane"] = await bench_era("2026-07-28", rows, up.pid)
+                result: dict[str, Any] = {}
+                # The same again with the new plane (its own gateway process) as a fourth row.
+                rows.append(("gateway new plane", plane_url, "h__echo", pg.pid))
+                for era in ("legacy", "2026-07-28"):
+                    result[f"{era}+plane"] = await bench_era(era, rows, up.pid)
         return {"loadavg_end": loadavg(), **result}
 
 

@@ -1,10 +1,9 @@
-"""A gateway process for ``bench_dataplane.py`` serving ``/mcp`` twice from one front door: the
-production (SDK-based) plane on its configured port and the new data plane (``api/plane``,
-issue 26) on a second ephemeral port, on the same uvicorn + httptools stack. Both endpoints are
-printed (``MCP endpoint: URL`` and ``PLANE endpoint: URL``); SIGTERM/SIGINT stops it.
+"""A gateway process for ``bench_dataplane.py`` whose only HTTP layer is the new data plane
+(``api/plane``, issue 26) on the same uvicorn + httptools stack as ``mcp-reconciler serve``. It
+prints ``PLANE endpoint: URL`` once listening; SIGTERM/SIGINT stops it.
 
-Bench-only: production never builds the new plane until it serves both eras (ADR 0035), so
-there is no second live path in ``mcp-reconciler serve``.
+Bench-only: production never builds the new plane until the switch-over (ADR 0035), so there
+is no second live path in ``mcp-reconciler serve``.
 
     python bench/plane_gateway.py --config gw.yaml"""
 
@@ -18,43 +17,44 @@ import sys
 import anyio
 import uvicorn
 
+from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.mcp_auth import SessionTokens
 from mcp_reconciler.api.plane.asgi import build_plane
 from mcp_reconciler.api.plane.pipeline import EdgePolicy
-from mcp_reconciler.api.server import anonymous_grants, serve_http
+from mcp_reconciler.api.server import anonymous_grants
+from mcp_reconciler.reconciler.gateway import Gateway
 
 
 async def amain(config: str) -> None:
-    async with serve_http(config, port=0) as served:
-        front = served.front
-        plane = build_plane(
+    async with Gateway(config) as gw:
+        front = FrontDoor(gw.engine, gw.engine.sessions)
+        pipe, plane = build_plane(
             front,
-            EdgePolicy(
-                credentials=[SessionTokens(front.authority)],
-                anonymous=lambda: anonymous_grants(served.gateway.settings),
-            ),
+            EdgePolicy(credentials=[SessionTokens(front.authority)], anonymous=lambda: anonymous_grants(gw.settings)),
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))
         server = uvicorn.Server(
-            uvicorn.Config(plane.app, http="httptools", log_level="warning", lifespan="off", access_log=False)
+            uvicorn.Config(pipe.app, http="httptools", log_level="warning", lifespan="off", access_log=False)
         )
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
+                await tg.start(front.run)
+                await tg.start(plane.run)
                 tg.start_soon(server.serve, [sock])
                 while not server.started:
                     await anyio.sleep(0.01)
-                print(f"MCP endpoint: {served.url}", flush=True)
                 print(f"PLANE endpoint: http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
                 async for _ in signals:
                     break
-                plane.drain.close()
+                pipe.drain.close()
                 server.should_exit = True
+                tg.cancel_scope.cancel()
         sock.close()
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--config", required=True)
     args = p.parse_args()
     anyio.run(amain, args.config)

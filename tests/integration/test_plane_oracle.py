@@ -1,12 +1,12 @@
 """The gateway's own data plane (issue 26, ``api/plane``) against two oracles, 2026-07-28 era.
 
 One real SDK server upstream (streamable HTTP on 127.0.0.1, ``tests/support/upstream_server``),
-one gateway over it (``serve_http``: the SDK-based plane at ``served.url``) and the new plane
-built on the same front door and served by uvicorn beside it (tests only: production does not
-build it yet). The same raw HTTP requests go to
+one gateway over it (``serve_http``: the SDK-based plane at ``served.url``) and a second gateway
+on the same config whose only HTTP layer is the new plane, served by uvicorn (tests only:
+production does not build it yet). The same raw HTTP requests go to
 
 - the SDK-based plane: the JSON-RPC responses, HTTP status codes and content types must be
-  *equal* (same front door, same upstream: any difference is the new plane's);
+  *equal* (same config, same upstream: any difference is the new plane's);
 - the SDK server directly: equal apart from the gateway's ``_meta`` keys, the ``serverInfo``
   stamp and the ``h__`` name prefix — for results, protocol errors and every malformed request;
 
@@ -26,11 +26,13 @@ import httpx2
 import pytest
 from mcp.client import Client
 
+from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.mcp_auth import SessionTokens
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.plane.asgi import build_plane
 from mcp_reconciler.api.plane.pipeline import EdgePolicy
-from mcp_reconciler.api.server import Served, serve_http
+from mcp_reconciler.api.server import serve_http
+from mcp_reconciler.reconciler.gateway import Gateway
 from tests.e2e.conftest import ANONYMOUS_CURRENT
 from tests.integration.conftest import HttpUpstreams
 from tests.support.asgi_server import served_asgi
@@ -109,9 +111,40 @@ def strip_gateway(value: Any, prefix: str = "h__") -> Any:
     return value
 
 
+async def published(front: FrontDoor, names: set[str]) -> None:
+    with anyio.fail_after(WAIT):
+        while True:
+            live = front.catalog.current()
+            if live is not None and names <= set(live.generation.tools):
+                return
+            await anyio.sleep(0.05)  # the engine offers no "published these names" event
+
+
 @asynccontextmanager
-async def three_ways(tmp_path: Path, http_upstreams: HttpUpstreams) -> AsyncIterator[tuple[str, str, str, Served]]:
-    """(direct SDK server URL, SDK-based gateway plane URL, new plane URL, the served gateway)."""
+async def plane_gateway(cfg: Path, **limits: Any) -> AsyncIterator[tuple[str, FrontDoor]]:
+    """A gateway on ``cfg`` whose only HTTP layer is the new plane (it takes the front door's
+    push gate), served by uvicorn on 127.0.0.1; yields (its ``/mcp`` URL, the front door)."""
+    async with Gateway(cfg) as gw:
+        front = FrontDoor(gw.engine, gw.engine.sessions)
+        pipe, plane = build_plane(
+            front,
+            EdgePolicy(credentials=[SessionTokens(front.authority)], anonymous=lambda: GrantSet("current")),
+            **limits,
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(front.run)
+            await tg.start(plane.run)
+            async with served_asgi(pipe.app) as base:
+                yield f"{base}/mcp", front
+            tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def three_ways(
+    tmp_path: Path, http_upstreams: HttpUpstreams, **limits: Any
+) -> AsyncIterator[tuple[str, str, str, FrontDoor]]:
+    """(direct SDK server URL, SDK-based gateway plane URL, new plane URL, the new plane's front
+    door): two gateways on the same config over the same SDK server."""
     _proc, port = await http_upstreams.start("--tools", "a,b")
     doc = {
         "gateway": {"cooldown_s": 0.05, "anonymous": ANONYMOUS_CURRENT},
@@ -119,20 +152,10 @@ async def three_ways(tmp_path: Path, http_upstreams: HttpUpstreams) -> AsyncIter
     }
     cfg = tmp_path / "gateway.yaml"
     cfg.write_text(json.dumps(doc))
-    async with serve_http(cfg, port=0) as served:
-        with anyio.fail_after(WAIT):
-            while True:
-                live = served.front.catalog.current()
-                if live is not None and {"h__a", "h__b"} <= set(live.generation.tools):
-                    break
-                await anyio.sleep(0.05)
-        front = served.front
-        plane = build_plane(
-            front,
-            EdgePolicy(credentials=[SessionTokens(front.authority)], anonymous=lambda: GrantSet("current")),
-        )
-        async with served_asgi(plane.app) as base:
-            yield f"http://127.0.0.1:{port}/mcp", served.url, f"{base}/mcp", served
+    async with serve_http(cfg, port=0) as served, plane_gateway(cfg, **limits) as (new, front):
+        await published(served.front, {"h__a", "h__b"})
+        await published(front, {"h__a", "h__b"})
+        yield f"http://127.0.0.1:{port}/mcp", served.url, new, front
 
 
 #: Every method the gateway serves in this era, errors included: (method, params).
@@ -259,7 +282,7 @@ async def test_sdk_client_session_through_the_plane(tmp_path: Path, http_upstrea
             result = await client.call_tool("h__a", {"x": 1})
             assert result.is_error is False
             assert result.meta is not None
-            assert result.meta["io.mcp-reconciler/revision"] == served.front.catalog.current().revision  # type: ignore[union-attr]
+            assert result.meta["io.mcp-reconciler/revision"] == served.catalog.current().revision  # type: ignore[union-attr]
 
 
 async def sse_messages(http: httpx2.AsyncClient, url: str, body: Any, headers: dict[str, str]) -> tuple[str, list[Any]]:
@@ -310,3 +333,126 @@ async def test_listen_stream_through_the_plane(tmp_path: Path, http_upstreams: H
                 with anyio.fail_after(WAIT):
                     await changed.wait()
                 tg.cancel_scope.cancel()
+
+
+# -- the 2025-11-25 era ----------------------------------------------------------------------------
+
+LEGACY = "2025-11-25"
+LEGACY_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def last_message(r: httpx2.Response) -> Any:
+    """The last JSON-RPC message of a response (SSE or JSON), or the raw text."""
+    text = r.text
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [x[5:] for x in text.splitlines() if x.startswith("data:") and x[5:].strip()]
+        text = data[-1] if data else ""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def legacy_open(http: httpx2.AsyncClient, url: str) -> tuple[dict[str, str], Answer]:
+    """initialize + notifications/initialized; returns the session's headers and the initialize answer."""
+    init = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "oracle", "version": "1"}}
+    r = await http.post(
+        url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}, headers=LEGACY_HEADERS
+    )
+    headers = {**LEGACY_HEADERS, "mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": LEGACY}
+    answer = Answer(r.status_code, r.headers.get("content-type", "").split(";")[0], last_message(r))
+    ack = await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    assert ack.status_code == 202
+    return headers, answer
+
+
+LEGACY_SEQUENCE: list[tuple[str, dict[str, Any]]] = [
+    ("tools/list", {}),
+    ("tools/call", {"name": "h__a", "arguments": {"x": 1}}),
+    ("tools/call", {"name": "h__fail_result", "arguments": {"text": "tool said no"}}),
+    ("tools/call", {"name": "h__fail_protocol", "arguments": {"text": "SECRET-upstream-text"}}),
+    ("tools/call", {"name": "h__nope", "arguments": {}}),
+    ("tools/call", {"name": "h__a", "arguments": "not an object"}),
+    ("tools/list", {"cursor": "bogus"}),
+    ("prompts/list", {}),
+    ("resources/list", {}),
+    ("ping", {}),
+    ("logging/setLevel", {"level": "warning"}),
+    ("no/such/method", {}),
+    ("server/discover", {}),
+]
+
+
+async def test_legacy_era_answers_as_the_sdk_based_plane(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
+    """A 2025-11-25 session on each plane: the handshake and every request of
+    :data:`LEGACY_SEQUENCE` get the same status, content type and JSON-RPC message."""
+    async with three_ways(tmp_path, http_upstreams) as (_direct, old, new, _front):
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            old_h, old_init = await legacy_open(http, old)
+            new_h, new_init = await legacy_open(http, new)
+            assert new_init == old_init
+            for i, (method, params) in enumerate(LEGACY_SEQUENCE):
+                body = {"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params}
+                before, after = (
+                    await http.post(old, json=body, headers=old_h),
+                    await http.post(new, json=body, headers=new_h),
+                )
+                assert (after.status_code, after.headers.get("content-type")) == (
+                    before.status_code,
+                    before.headers.get("content-type"),
+                ), method
+                assert last_message(after) == last_message(before), method
+            # the session's edges: no session id, an unknown one, DELETE then reuse
+            ping = {"jsonrpc": "2.0", "id": 99, "method": "ping"}
+            for headers in (LEGACY_HEADERS, {**new_h, "mcp-session-id": "0" * 32}):
+                a, b = (
+                    await http.post(new, json=ping, headers=headers),
+                    await http.post(
+                        old,
+                        json=ping,
+                        headers={**old_h, **{k: v for k, v in headers.items() if k == "mcp-session-id"}}
+                        if "mcp-session-id" in headers
+                        else headers,
+                    ),
+                )
+                assert a.status_code == b.status_code, headers
+            assert (await http.delete(new, headers=new_h)).status_code == 200
+            assert (await http.post(new, json=ping, headers=new_h)).status_code == 404
+
+
+async def test_legacy_sdk_client_gets_pushes_on_its_get_stream(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
+    """The SDK's 2025 client through the new plane: handshake, list, call, and a catalog change
+    pushed as ``tools/list_changed`` on its GET stream."""
+    async with three_ways(tmp_path, http_upstreams) as (_direct, _old, new, front):
+        changed = anyio.Event()
+
+        async def on_message(message: Any) -> None:
+            if getattr(message, "method", None) == "notifications/tools/list_changed":
+                changed.set()
+
+        async with Client(new, mode="legacy", message_handler=on_message) as client:
+            assert client.protocol_version == LEGACY
+            assert {"h__a", "h__b"} <= {t.name for t in (await client.list_tools()).tools}
+            result = await client.call_tool("h__a", {"x": 1})
+            assert result.is_error is False
+            await client.call_tool("h__set_tools", {"names": ["a"]})  # b goes: the view changes
+            with anyio.fail_after(WAIT):
+                await changed.wait()
+        assert not front.bindings or all(b.era != "legacy" for b in front.bindings.values())  # unbound at the end
+
+
+@pytest.mark.parametrize("limit", [2])
+async def test_I18_legacy_sessions_are_bounded_per_principal(
+    limit: int, tmp_path: Path, http_upstreams: HttpUpstreams
+) -> None:
+    """N sessions of one principal open; N+1 is refused (503, retryable) until one is deleted."""
+    async with three_ways(tmp_path, http_upstreams, max_sessions_per_client=limit) as (_d, _o, new, _front):
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            opened = [await legacy_open(http, new) for _ in range(limit)]
+            init = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "o", "version": "1"}}
+            body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+            refused = await http.post(new, json=body, headers=LEGACY_HEADERS)
+            assert refused.status_code == 503
+            assert "mcp-session-id" not in refused.headers
+            assert (await http.delete(new, headers=opened[0][0])).status_code == 200
+            assert (await http.post(new, json=body, headers=LEGACY_HEADERS)).status_code == 200
