@@ -8,8 +8,11 @@ One concept per module, in the order a request passes them:
 - ``pipeline``: the edge checks in one explicit order (drain I14, Host/Origin, body limit I18,
   credentials I16/OAuth).
 - ``era2026``: the 2026-07-28 POST (envelope ladder, ``HeaderMismatch``, JSON or SSE response).
+- ``era2025``: the 2025-11-25 handshake era (sessions bound to the principal that opened them,
+  SSE responses, the GET stream, DELETE, idle reaping, bounds I18).
 - ``jsonrpc``, ``sse``: the wire — one message per body, replies with their HTTP status; frames.
 - ``dispatch``: JSON-RPC method → front door operation, one table for every era and transport.
 
-Status: built beside the SDK-based plane and reachable only from tests and ``bench/``; the
-2025-11-25 era, stdio and the switch-over are still to come (see ``asgi``)."""
+Status: built beside the SDK-based plane and reachable only from tests and ``bench/``; stdio,
+``Last-Event-ID`` resumption, server→client requests on 2025 streams, named views and the
+switch-over are still to come (ADR 0035)."""

@@ -141,7 +141,7 @@ async def plane_gateway(cfg: Path, **limits: Any) -> AsyncIterator[tuple[str, Fr
 
 @asynccontextmanager
 async def three_ways(
-    tmp_path: Path, http_upstreams: HttpUpstreams, **limits: Any
+    tmp_path: Path, http_upstreams: HttpUpstreams, sessions: list[dict[str, Any]] | None = None, **limits: Any
 ) -> AsyncIterator[tuple[str, str, str, FrontDoor]]:
     """(direct SDK server URL, SDK-based gateway plane URL, new plane URL, the new plane's front
     door): two gateways on the same config over the same SDK server."""
@@ -149,6 +149,7 @@ async def three_ways(
     doc = {
         "gateway": {"cooldown_s": 0.05, "anonymous": ANONYMOUS_CURRENT},
         "sources": [{"name": "h", "http": {"url": f"http://127.0.0.1:{port}/mcp"}}],
+        "sessions": sessions or [],
     }
     cfg = tmp_path / "gateway.yaml"
     cfg.write_text(json.dumps(doc))
@@ -456,3 +457,23 @@ async def test_I18_legacy_sessions_are_bounded_per_principal(
             assert "mcp-session-id" not in refused.headers
             assert (await http.delete(new, headers=opened[0][0])).status_code == 200
             assert (await http.post(new, json=body, headers=LEGACY_HEADERS)).status_code == 200
+
+
+async def test_a_session_id_of_another_identity_is_not_found(
+    tmp_path: Path, http_upstreams: HttpUpstreams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2025 session opened anonymously answers 404 to a caller with a session token (and the
+    reverse), exactly as the SDK-based plane does; its owner keeps using it."""
+    token = "plane-ci-token-0123456789abcdef"
+    monkeypatch.setenv("PLANE_CI_TOKEN", token)
+    declared = [{"name": "ci", "token": "${PLANE_CI_TOKEN}", "grant_policy": "current"}]
+    async with three_ways(tmp_path, http_upstreams, sessions=declared) as (_d, old, new, _front):
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
+            for url in (old, new):
+                anonymous, _ = await legacy_open(http, url)
+                other = {**anonymous, "authorization": f"Bearer {token}"}
+                assert (await http.post(url, json=ping, headers=other)).status_code == 404, url
+                assert (await http.get(url, headers={**other, "accept": "text/event-stream"})).status_code == 404, url
+                assert (await http.delete(url, headers=other)).status_code == 404, url
+                assert (await http.post(url, json=ping, headers=anonymous)).status_code == 200, url
