@@ -86,6 +86,34 @@ async def _wait_port_file(path: Path, proc: anyio.abc.Process) -> int:
     return int(await apath.read_text())
 
 
+async def stop(proc: anyio.abc.Process) -> None:
+    """Terminate, then kill, and reap ``proc`` (shielded: runs during cancellation too)."""
+    with anyio.CancelScope(shield=True):
+        proc.terminate()
+        with anyio.move_on_after(10):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def start_gateway(
+    argv: list[str], env: dict[str, str], stack: contextlib.AsyncExitStack, tg: anyio.abc.TaskGroup
+) -> tuple[anyio.abc.Process, str]:
+    """Start a gateway process (stopped when ``stack`` unwinds) and wait for the endpoint it prints."""
+    proc = await anyio.open_process(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stderr=None)
+    stack.push_async_callback(stop, proc)
+    found: list[bytes] = []
+    seen = anyio.Event()
+    assert proc.stdout is not None
+    tg.start_soon(_drain, proc.stdout, found, seen)
+    with anyio.fail_after(STARTUP_S):
+        await seen.wait()
+    if not found:
+        raise RuntimeError(f"{argv[1:3]} exited ({proc.returncode}) before naming its endpoint")
+    return proc, found[0].decode()
+
+
 @contextlib.asynccontextmanager
 async def child(argv: list[str]) -> AsyncIterator[anyio.abc.Process]:
     """Run ``argv`` from the repo root; terminate, then kill, and reap it on exit."""
@@ -94,13 +122,7 @@ async def child(argv: list[str]) -> AsyncIterator[anyio.abc.Process]:
     try:
         yield proc
     finally:
-        with anyio.CancelScope(shield=True):
-            proc.terminate()
-            with anyio.move_on_after(10):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+        await stop(proc)
 
 
 async def run_calls(
@@ -267,50 +289,10 @@ async def amain() -> dict[str, Any]:
             env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
             async with child(relay_argv) as relay, contextlib.AsyncExitStack() as stack:
                 relay_url = f"http://127.0.0.1:{await _wait_port_file(relay_file, relay)}/mcp"
-                gw = await anyio.open_process(gw_argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stderr=None)
-
-                async def stop_gw() -> None:
-                    with anyio.CancelScope(shield=True):
-                        gw.terminate()
-                        with anyio.move_on_after(10):
-                            await gw.wait()
-                        if gw.returncode is None:
-                            gw.kill()
-                            await gw.wait()
-
-                stack.push_async_callback(stop_gw)
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(tg.cancel_scope.cancel)
-                found: list[bytes] = []
-                seen = anyio.Event()
-                assert gw.stdout is not None
-                tg.start_soon(_drain, gw.stdout, found, seen)
-                with anyio.fail_after(STARTUP_S):
-                    await seen.wait()
-                if not found:
-                    raise RuntimeError(f"gateway exited ({gw.returncode}) before naming its endpoint")
-                gw_url = found[0].decode()
-                pg = await anyio.open_process(plane_argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stderr=None)
-
-                async def stop_pg() -> None:
-                    with anyio.CancelScope(shield=True):
-                        pg.terminate()
-                        with anyio.move_on_after(10):
-                            await pg.wait()
-                        if pg.returncode is None:
-                            pg.kill()
-                            await pg.wait()
-
-                stack.push_async_callback(stop_pg)
-                p_found: list[bytes] = []
-                p_seen = anyio.Event()
-                assert pg.stdout is not None
-                tg.start_soon(_drain, pg.stdout, p_found, p_seen)
-                with anyio.fail_after(STARTUP_S):
-                    await p_seen.wait()
-                if not p_found:
-                    raise RuntimeError(f"the plane gateway exited ({pg.returncode}) before naming its endpoint")
-                plane_url = p_found[0].decode()
+                gw, gw_url = await start_gateway(gw_argv, env, stack, tg)
+                pg, plane_url = await start_gateway(plane_argv, env, stack, tg)
                 async with Client(gw_url, mode="legacy") as c:  # the source is published
                     with anyio.fail_after(STARTUP_S):
                         while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:

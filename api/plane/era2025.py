@@ -33,11 +33,7 @@ import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp import MCPError
 from mcp.server.connection import Connection
-from mcp.shared.dispatcher import CallOptions
-from mcp.shared.exceptions import NoBackChannelError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
-from mcp.shared.message import ServerMessageMetadata
-from mcp.shared.transport_context import TransportContext
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
@@ -45,8 +41,9 @@ from starlette.types import Receive, Scope, Send
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, McpIdentity
 from mcp_reconciler.api.plane import jsonrpc, sse
+from mcp_reconciler.api.plane.channel import FrameChannel
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
-from mcp_reconciler.api.plane.era2026 import accepts, read_body
+from mcp_reconciler.api.plane.era2026 import accepts, next_frame, read_body
 from mcp_reconciler.reconciler import telemetry
 
 log = logging.getLogger("mcp_reconciler.plane")
@@ -60,50 +57,6 @@ _sessions_gauge = telemetry.meter.create_up_down_counter(
 )
 
 
-class Channel:
-    """An outbound channel (SDK ``Outbound``/``DispatchContext``) that writes SSE frames into a
-    bounded queue: a request's own stream, or the session's GET stream. No server→client
-    requests yet (module docstring)."""
-
-    def __init__(self, request_id: types.RequestId | None, request: Request | None, capacity: int) -> None:
-        self.request_id = request_id
-        self.message_metadata = ServerMessageMetadata(request_context=request)
-        self.transport = TransportContext(
-            kind="streamable-http", can_send_request=False, headers=request.headers if request else None
-        )
-        self.progress_token: types.ProgressToken | None = None
-        self.cancel_requested = anyio.Event()
-        self.can_send_request = False
-        self.send_frames, self.frames = anyio.create_memory_object_stream[bytes](capacity)
-
-    async def send_raw_request(
-        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> dict[str, Any]:
-        """Not yet on this plane (module docstring)."""
-        raise NoBackChannelError(method)
-
-    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
-        """Queue one notification frame; dropped when the stream is gone or its backlog is full."""
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = dict(params)
-        try:
-            self.send_frames.send_nowait(sse.frame(message))
-        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            log.debug("dropped %s: stream closed or full", method)
-
-    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        """``notifications/progress`` for the request's own token."""
-        if self.progress_token is None:
-            return
-        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        await self.notify("notifications/progress", params)
-
-
 @dataclass(eq=False)
 class LegacySession:
     """One 2025-era session: who opened it, its connection (what the front door binds) and its
@@ -112,7 +65,7 @@ class LegacySession:
     id: str
     principal: str
     connection: Connection
-    standalone: Channel
+    standalone: FrameChannel
     last_seen: float
     streams: int = 0  # open request streams and the GET stream: a busy session is never idle
     get_open: bool = False
@@ -143,7 +96,7 @@ class SessionTable:
     def open(self, principal: str) -> LegacySession:
         """A new session for ``principal`` (the caller checked :meth:`admits`)."""
         sid = uuid.uuid4().hex
-        standalone = Channel(None, None, PUSH_BACKLOG)
+        standalone = FrameChannel(None, None, PUSH_BACKLOG, wait=False)
         connection = Connection.for_loop(standalone, session_id=sid, protocol_version_hint=LATEST_HANDSHAKE_VERSION)
         session = LegacySession(sid, principal, connection, standalone, anyio.current_time())
         self.sessions[sid] = session
@@ -172,7 +125,7 @@ class SessionTable:
         else:
             self._per_principal.pop(session.principal, None)
         _sessions_gauge.add(-1)
-        session.standalone.send_frames.close()
+        session.standalone.sink.close()
         with anyio.CancelScope(shield=True):
             await session.connection.exit_stack.aclose()
 
@@ -352,13 +305,13 @@ class Era2025:
     async def _request(
         self, receive: Receive, send: Send, request: Request, session: LegacySession, call: jsonrpc.Call
     ) -> None:
-        channel = Channel(call.id, request, PUSH_BACKLOG)
+        channel = FrameChannel(call.id, request, PUSH_BACKLOG, wait=False)
         channel.progress_token = progress_token_from_params(call.params)
         ctx = context(channel, session.connection, call.method, call.params, call.id, request)
         answer: list[dict[str, Any]] = []
 
         async def run() -> None:
-            async with channel.send_frames:
+            async with channel.sink:
                 try:
                     if not session.connection.initialize_accepted:
                         raise MCPError(code=types.INVALID_PARAMS, message="Invalid request parameters", data="")
@@ -388,13 +341,7 @@ class Era2025:
     @staticmethod
     async def _pump(send: Send, frames: MemoryObjectReceiveStream[bytes]) -> None:
         """Write ``frames`` until their channel closes, pinging while idle."""
-        while True:
-            frame: bytes = sse.PING
-            with anyio.move_on_after(sse.PING_INTERVAL_S):
-                try:
-                    frame = await frames.receive()
-                except anyio.EndOfStream:
-                    return
+        while (frame := await next_frame(frames)) is not None:
             await send({"type": "http.response.body", "body": frame, "more_body": True})
 
     async def _get(self, scope: Scope, receive: Receive, send: Send, request: Request, identity: McpIdentity) -> None:

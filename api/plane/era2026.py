@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import mcp_types as types
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp.server.connection import Connection
-from mcp.shared.dispatcher import CallOptions
-from mcp.shared.exceptions import NoBackChannelError
 from mcp.shared.inbound import (
     InboundLadderRejection,
     classify_inbound_request,
@@ -38,14 +35,13 @@ from mcp.shared.inbound import (
     validate_mcp_param_headers,
 )
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
-from mcp.shared.message import ServerMessageMetadata
-from mcp.shared.transport_context import TransportContext
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.plane import jsonrpc, sse
+from mcp_reconciler.api.plane.channel import FrameChannel
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
 from mcp_reconciler.reconciler import telemetry
 
@@ -54,50 +50,6 @@ log = logging.getLogger("mcp_reconciler.plane")
 _requests = telemetry.meter.create_counter(
     "plane.requests", description="Requests the gateway's data plane answered, by era and outcome"
 )
-
-
-@dataclass
-class RequestChannel:
-    """The channel back to the client of one 2026-era request (an SDK ``DispatchContext``):
-    notifications go onto the request's SSE response as complete frames (``sink``); this era has
-    no server-to-client requests, so :meth:`send_raw_request` refuses."""
-
-    transport: TransportContext
-    request_id: types.RequestId
-    message_metadata: ServerMessageMetadata
-    progress_token: types.ProgressToken | None = None
-    sink: MemoryObjectSendStream[bytes] | None = None
-    cancel_requested: anyio.Event = field(default_factory=anyio.Event)
-    can_send_request: bool = False
-
-    async def send_raw_request(
-        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> dict[str, Any]:
-        """Always refused: a 2026-07-28 server sends the client no requests."""
-        raise NoBackChannelError(method)
-
-    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
-        """One notification onto this request's stream (dropped once the stream has closed)."""
-        if self.sink is None:
-            return
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = dict(params)
-        try:
-            await self.sink.send(sse.frame(message))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            log.debug("dropped %s: the response stream closed", method)
-
-    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        """``notifications/progress`` for the request's own token (none: nothing is sent)."""
-        if self.progress_token is None:
-            return
-        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        await self.notify("notifications/progress", params)
 
 
 async def _respond(
@@ -215,14 +167,9 @@ class Era2026:
         verdict: Any,
     ) -> None:
         connection = Connection.from_envelope(version, verdict.client_info, verdict.client_capabilities)
-        sink, frames = anyio.create_memory_object_stream[bytes](0)
-        channel = RequestChannel(
-            transport=TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers),
-            request_id=message.id,
-            message_metadata=ServerMessageMetadata(request_context=request),
-            progress_token=progress_token_from_params(message.params),
-            sink=sink,
-        )
+        channel = FrameChannel(message.id, request, 0, wait=True)
+        channel.progress_token = progress_token_from_params(message.params)
+        sink, frames = channel.sink, channel.frames
         ctx = context(channel, connection, message.method, message.params, message.id, request)
         answer: list[dict[str, Any]] = []
 
@@ -244,29 +191,30 @@ class Era2026:
         async with frames, anyio.create_task_group() as tg:
             tg.start_soon(run)
             tg.start_soon(watch_disconnect, tg.cancel_scope)
-            first: bytes | None = None
-            done = False
-            with anyio.move_on_after(sse.PING_INTERVAL_S):
-                try:
-                    first = await frames.receive()
-                except anyio.EndOfStream:
-                    done = True
-            if done:
+            first = await next_frame(frames)
+            if first is None:
                 _requests.add(1, {"era": "2026", "outcome": "json"})
                 await _reply(send, answer[0])
             else:
                 _requests.add(1, {"era": "2026", "outcome": "sse"})
                 await send({"type": "http.response.start", "status": 200, "headers": sse.HEADERS})
-                while not done:
-                    await send({"type": "http.response.body", "body": first or sse.PING, "more_body": True})
-                    first = None
-                    with anyio.move_on_after(sse.PING_INTERVAL_S):
-                        try:
-                            first = await frames.receive()
-                        except anyio.EndOfStream:
-                            done = True
+                frame: bytes | None = first
+                while frame is not None:
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    frame = await next_frame(frames)
                 await send({"type": "http.response.body", "body": sse.frame(answer[0]), "more_body": False})
             tg.cancel_scope.cancel()
+
+
+async def next_frame(frames: MemoryObjectReceiveStream[bytes]) -> bytes | None:
+    """The next frame of a stream, :data:`~api.plane.sse.PING` after a silent ping interval, or
+    ``None`` once the stream's writer closed it."""
+    with anyio.move_on_after(sse.PING_INTERVAL_S):
+        try:
+            return await frames.receive()
+        except anyio.EndOfStream:
+            return None
+    return sse.PING
 
 
 def is_modern(scope: Scope) -> bool:

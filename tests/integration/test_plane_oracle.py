@@ -33,7 +33,7 @@ from mcp_reconciler.api.plane.asgi import build_plane
 from mcp_reconciler.api.plane.pipeline import EdgePolicy
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.gateway import Gateway
-from tests.e2e.conftest import ANONYMOUS_CURRENT
+from tests.e2e.conftest import ANONYMOUS_CURRENT, downstream
 from tests.integration.conftest import HttpUpstreams
 from tests.support.asgi_server import served_asgi
 
@@ -310,30 +310,10 @@ async def test_progress_streams_as_on_the_sdk_based_plane(tmp_path: Path, http_u
 async def test_listen_stream_through_the_plane(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
     """``subscriptions/listen`` on the new plane: the SDK client's stream is acknowledged and a
     catalog change reaches it as ``tools/list_changed``."""
-    async with three_ways(tmp_path, http_upstreams) as (_direct, _old, new, _served):
-        changed = anyio.Event()
-
-        async def on_message(message: Any) -> None:
-            if getattr(message, "method", None) == "notifications/tools/list_changed":
-                changed.set()
-
-        async with Client(new, mode=VERSION, message_handler=on_message) as client:
-            async with anyio.create_task_group() as tg:
-                acked = anyio.Event()
-
-                async def listen() -> None:
-                    async with client.listen(tools_list_changed=True) as sub:
-                        acked.set()
-                        async for _event in sub:
-                            changed.set()
-
-                tg.start_soon(listen)
-                with anyio.fail_after(WAIT):
-                    await acked.wait()
-                await client.call_tool("h__set_tools", {"names": ["a"]})  # b goes: the view changes
-                with anyio.fail_after(WAIT):
-                    await changed.wait()
-                tg.cancel_scope.cancel()
+    async with three_ways(tmp_path, http_upstreams) as (_direct, _old, new, _front):
+        async with downstream(new, mode="auto") as (client, changes):  # auto: 2026-07-28, listening
+            await client.call_tool("h__set_tools", {"names": ["a"]})  # b goes: the view changes
+            await changes.wait_tools(1)
 
 
 # -- the 2025-11-25 era ----------------------------------------------------------------------------
