@@ -33,7 +33,7 @@ from mcp.server.session import ServerSession
 from mcp.shared.dispatcher import DispatchContext
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 from mcp_types import methods
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
@@ -124,6 +124,23 @@ class Dispatcher:
             if meta is None or (isinstance(meta, dict) and meta.get(SERVER_INFO_META) is None):
                 dumped["_meta"] = {**(meta or {}), SERVER_INFO_META: self._front.server.server_info_stamp}
         return dumped
+
+    def initialize(self, connection: Connection, params: types.InitializeRequestParams) -> dict[str, Any]:
+        """The handshake (2025 era, HTTP and stdio): commit the client's params and the negotiated
+        version (the client's when the gateway speaks it, else the latest) to ``connection`` and
+        return the wire ``InitializeResult`` with the front door's capabilities."""
+        asked = params.protocol_version
+        version = asked if asked in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
+        connection.client_params = params
+        connection.protocol_version = version
+        options = self._front.server.create_initialization_options()
+        result = types.InitializeResult(
+            protocol_version=version,
+            capabilities=options.capabilities,
+            server_info=types.Implementation(name=options.server_name, version=options.server_version or ""),
+            instructions=options.instructions,
+        )
+        return self.wire_result("initialize", version, result)
 
     async def _ping(self, ctx: ServerRequestContext[Any], params: Any) -> types.EmptyResult:
         return types.EmptyResult()

@@ -264,22 +264,7 @@ class Era2025:
             await _json(send, 503, _error(-32016, "too many open sessions; close one or retry later"))
             return
         session = self.table.open(identity.principal)
-        version = (
-            params.protocol_version
-            if params.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
-            else LATEST_HANDSHAKE_VERSION
-        )
-        session.connection.client_params = params
-        session.connection.protocol_version = version
-        server = self._front.server
-        options = server.create_initialization_options()
-        result = types.InitializeResult(
-            protocol_version=version,
-            capabilities=options.capabilities,
-            server_info=types.Implementation(name=options.server_name, version=options.server_version or ""),
-            instructions=options.instructions,
-        )
-        wire = self._dispatcher.wire_result("initialize", version, result)
+        wire = self._dispatcher.initialize(session.connection, params)
         await self._stream_head(send, session)
         await send(
             {
