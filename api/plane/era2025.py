@@ -17,8 +17,10 @@ principal (I18).
 - DELETE, the idle timeout (no request and no open stream for ``idle_s``) and shutdown end a
   session exactly once: its connection's exit stack unwinds (the front door's bindings go).
 
-Not yet: ``Last-Event-ID`` resumption (no event store), server→client requests on a request's
-stream (sampling, elicitation, roots through the relay: refused with ``NoBackChannelError``)."""
+- The relay's server→client requests (sampling, elicitation, roots) ride the request's stream;
+  the client's response, POSTed on the session, is handed to the session's ``Replies`` (202).
+
+Not yet: ``Last-Event-ID`` resumption (no event store)."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from starlette.types import Receive, Scope, Send
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, McpIdentity
 from mcp_reconciler.api.plane import jsonrpc, sse
-from mcp_reconciler.api.plane.channel import FrameChannel
+from mcp_reconciler.api.plane.channel import FrameChannel, Replies
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
 from mcp_reconciler.api.plane.era2026 import accepts, next_frame, read_body
 from mcp_reconciler.reconciler import telemetry
@@ -66,6 +68,7 @@ class LegacySession:
     principal: str
     connection: Connection
     standalone: FrameChannel
+    replies: Replies
     last_seen: float
     streams: int = 0  # open request streams and the GET stream: a busy session is never idle
     get_open: bool = False
@@ -96,9 +99,10 @@ class SessionTable:
     def open(self, principal: str) -> LegacySession:
         """A new session for ``principal`` (the caller checked :meth:`admits`)."""
         sid = uuid.uuid4().hex
-        standalone = FrameChannel(None, None, PUSH_BACKLOG, wait=False)
+        replies = Replies()
+        standalone = FrameChannel(None, None, PUSH_BACKLOG, wait=False, replies=replies)
         connection = Connection.for_loop(standalone, session_id=sid, protocol_version_hint=LATEST_HANDSHAKE_VERSION)
-        session = LegacySession(sid, principal, connection, standalone, anyio.current_time())
+        session = LegacySession(sid, principal, connection, standalone, replies, anyio.current_time())
         self.sessions[sid] = session
         self._per_principal[principal] = self._per_principal.get(principal, 0) + 1
         _sessions_gauge.add(1)
@@ -245,6 +249,10 @@ class Era2025:
         session = await self._session(send, request, identity)
         if session is None:
             return
+        if isinstance(message, jsonrpc.Reply):
+            session.replies.deliver(message)  # a late or unknown answer is dropped: no one waits
+            await _plain(send, 202)
+            return
         if isinstance(message, jsonrpc.Notice):
             await self._notice(session, request, message)
             await _plain(send, 202)
@@ -290,7 +298,7 @@ class Era2025:
     async def _request(
         self, receive: Receive, send: Send, request: Request, session: LegacySession, call: jsonrpc.Call
     ) -> None:
-        channel = FrameChannel(call.id, request, PUSH_BACKLOG, wait=False)
+        channel = FrameChannel(call.id, request, PUSH_BACKLOG, wait=False, replies=session.replies)
         channel.progress_token = progress_token_from_params(call.params)
         ctx = context(channel, session.connection, call.method, call.params, call.id, request)
         answer: list[dict[str, Any]] = []

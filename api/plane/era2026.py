@@ -117,6 +117,8 @@ class Era2026:
             return
         body = await read_body(receive)
         message = jsonrpc.decode(body)
+        if isinstance(message, jsonrpc.Reply):  # this era sends no requests: nothing is owed
+            message = jsonrpc.Refusal(None, types.ErrorData(code=types.INVALID_REQUEST, message=jsonrpc.INVALID_BODY))
         if isinstance(message, jsonrpc.Refusal):
             _requests.add(1, {"era": "2026", "outcome": "malformed"})
             await _reply(send, jsonrpc.error_message(message.id, message.error))

@@ -2,7 +2,8 @@
 replies encoded with the HTTP status the protocol assigns to their error code.
 
 Guarantee: :func:`decode` never raises; every body is one of a :class:`Call` (a request), a
-:class:`Notice` (a notification) or an :class:`~mcp_types.ErrorData` with ``id`` (what to answer).
+:class:`Notice` (a notification), a :class:`Reply` (a client's response to the gateway's
+request: only the 2025 era and stdio take one) or a :class:`Refusal` (what to answer).
 A batch, a posted response and a malformed envelope are ``INVALID_REQUEST``; bytes that are not
 JSON (including oversized integer literals and deep nesting) are ``PARSE_ERROR`` — the SDK
 server's own answers, so a client cannot tell the gateway from an SDK server by its errors.
@@ -51,7 +52,16 @@ class Refusal:
     error: ErrorData
 
 
-def decode(body: bytes) -> Call | Notice | Refusal:
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A client's response to a request the gateway sent it (2025 era and stdio only)."""
+
+    id: RequestId
+    result: Mapping[str, Any] | None
+    error: Mapping[str, Any] | None
+
+
+def decode(body: bytes) -> Call | Notice | Reply | Refusal:
     """The one message in ``body`` (module docstring)."""
     try:
         message = json.loads(body)
@@ -59,6 +69,9 @@ def decode(body: bytes) -> Call | Notice | Refusal:
         return Refusal(None, ErrorData(code=PARSE_ERROR, message="Parse error"))
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return Refusal(None, ErrorData(code=INVALID_REQUEST, message=INVALID_BODY))
+    reply = _reply(message)
+    if reply is not None:
+        return reply
     method = message.get("method")
     params = message.get("params")
     if not isinstance(method, str) or not (params is None or isinstance(params, dict)):
@@ -70,6 +83,18 @@ def decode(body: bytes) -> Call | Notice | Refusal:
     if not isinstance(id_, str | int) or isinstance(id_, bool):
         return Refusal(None, ErrorData(code=INVALID_REQUEST, message=INVALID_BODY))
     return Call(id_, method, params, message)
+
+
+def _reply(message: dict[str, Any]) -> Reply | None:
+    """``message`` as a response (an id, no method, exactly one of result/error objects)."""
+    if "method" in message or ("result" in message) == ("error" in message):
+        return None
+    id_, result, error = message.get("id"), message.get("result"), message.get("error")
+    if not isinstance(id_, str | int) or isinstance(id_, bool):
+        return None
+    if not (result is None or isinstance(result, dict)) or not (error is None or isinstance(error, dict)):
+        return None
+    return Reply(id_, result, error)
 
 
 def result_message(id_: RequestId, result: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ pushes reach it at once. Each request runs in its own task (a slow call never ho
 ``ping``); ``notifications/cancelled`` cancels the request it names. Notifications an operation
 emits and pushes are written as lines; one lock keeps every line whole.
 
-Not yet: server→client requests (the relay's sampling, elicitation, roots) — refused with
-``NoBackChannelError`` as on HTTP."""
+The relay's server→client requests (sampling, elicitation, roots) go out as lines under their
+own ids; the client's response lines are handed to the session's ``Replies``."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ import anyio
 import mcp_types as types
 from mcp import MCPError
 from mcp.server.connection import Connection
-from mcp.shared.dispatcher import CallOptions
-from mcp.shared.exceptions import NoBackChannelError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.transport_context import TransportContext
@@ -32,6 +30,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.plane import jsonrpc
+from mcp_reconciler.api.plane.channel import Channel, Replies
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
 
 log = logging.getLogger("mcp_reconciler.plane")
@@ -40,42 +39,18 @@ Write = Callable[[bytes], Awaitable[None]]
 _VERSION_META = "io.modelcontextprotocol/protocolVersion"
 
 
-class LineChannel:
-    """The outbound channel of stdio (an SDK ``Outbound``/``DispatchContext``): every
-    notification is one line on stdout."""
+class LineChannel(Channel):
+    """A channel onto stdout (``api/plane/channel.py``): every message is one line."""
 
-    def __init__(self, write: Write, request_id: types.RequestId | None = None) -> None:
+    def __init__(self, write: Write, replies: Replies | None, request_id: types.RequestId | None = None) -> None:
+        super().__init__(request_id, replies)
         self._write = write
-        self.request_id = request_id
         self.message_metadata = ServerMessageMetadata()
-        self.transport = TransportContext(kind="stdio", can_send_request=False)
-        self.progress_token: types.ProgressToken | None = None
-        self.cancel_requested = anyio.Event()
-        self.can_send_request = False
+        self.transport = TransportContext(kind="stdio", can_send_request=replies is not None)
 
-    async def send_raw_request(
-        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> dict[str, Any]:
-        """Refused: no server→client requests on the plane yet."""
-        raise NoBackChannelError(method)
-
-    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
-        """One notification line."""
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = dict(params)
+    async def emit(self, message: dict[str, Any]) -> None:
+        """One line on stdout."""
         await self._write(jsonrpc.encode(message) + b"\n")
-
-    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        """``notifications/progress`` for the request's own token."""
-        if self.progress_token is None:
-            return
-        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        await self.notify("notifications/progress", params)
 
 
 def _modern_version(params: Mapping[str, Any] | None) -> str | None:
@@ -100,7 +75,8 @@ class StdioPlane:
             async with lock:
                 await write_out(data)
 
-        standalone = LineChannel(write)
+        replies = Replies()
+        standalone = LineChannel(write, replies)
         connection = Connection.for_loop(standalone)
         running: dict[types.RequestId, anyio.CancelScope] = {}
         try:
@@ -109,7 +85,9 @@ class StdioPlane:
                     if not line.strip():
                         continue
                     message = jsonrpc.decode(line)
-                    if isinstance(message, jsonrpc.Refusal):
+                    if isinstance(message, jsonrpc.Reply):
+                        replies.deliver(message)
+                    elif isinstance(message, jsonrpc.Refusal):
                         await write(jsonrpc.encode(jsonrpc.error_message(message.id, message.error)) + b"\n")
                     elif isinstance(message, jsonrpc.Notice):
                         self._notice(connection, standalone, message, running)
@@ -118,7 +96,7 @@ class StdioPlane:
                     else:
                         scope = anyio.CancelScope()
                         running[message.id] = scope
-                        tg.start_soon(self._request, connection, message, write, scope, running)
+                        tg.start_soon(self._request, connection, replies, message, write, scope, running)
                 tg.cancel_scope.cancel()  # stdin ended: nothing left to answer
         finally:
             with anyio.CancelScope(shield=True):
@@ -154,14 +132,15 @@ class StdioPlane:
     async def _request(
         self,
         connection: Connection,
+        replies: Replies,
         call: jsonrpc.Call,
         write: Write,
         scope: anyio.CancelScope,
         running: dict[types.RequestId, anyio.CancelScope],
     ) -> None:
-        channel = LineChannel(write, call.id)
-        channel.progress_token = progress_token_from_params(call.params)
         version = _modern_version(call.params)
+        channel = LineChannel(write, replies if version is None else None, call.id)  # 2026: no back-channel
+        channel.progress_token = progress_token_from_params(call.params)
         if version is not None:  # a 2026-07-28 request: its own connection, from its envelope
             meta = (call.params or {}).get("_meta", {})
             conn = Connection.from_envelope(

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
 from mcp.client import Client
 
@@ -35,6 +36,9 @@ from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.gateway import Gateway
 from tests.e2e.conftest import ANONYMOUS_CURRENT, downstream
 from tests.integration.conftest import HttpUpstreams
+from tests.relay.conftest import RelayUpstreams, Sampler, payload, upstream
+from tests.relay.conftest import relay_upstreams as relay_upstreams  # the fixture, for the relay test
+from tests.relay.conftest import write_config as write_relay_config
 from tests.support.asgi_server import served_asgi
 
 pytestmark = pytest.mark.anyio
@@ -457,3 +461,26 @@ async def test_a_session_id_of_another_identity_is_not_found(
                 assert (await http.get(url, headers={**other, "accept": "text/event-stream"})).status_code == 404, url
                 assert (await http.delete(url, headers=other)).status_code == 404, url
                 assert (await http.post(url, json=ping, headers=anonymous)).status_code == 200, url
+
+
+@pytest.mark.parametrize("up_era", ["legacy", "both"])
+async def test_relay_reaches_a_legacy_client_through_the_plane(
+    up_era: str, relay_upstreams: RelayUpstreams, tmp_path: Path
+) -> None:
+    """I17 on the new plane: sampling and elicitation an upstream starts inside a call reach the
+    2025-era client whose call it is, on that call's own stream, and its answers go back (a
+    2026-era upstream asks with ``InputRequiredResult``, which the gateway fulfils the same way)."""
+    src = await upstream(relay_upstreams, "http", up_era)
+    async with plane_gateway(write_relay_config(tmp_path, [src])) as (new, front):
+        await published(front, {"up__sample"})
+        sampler = Sampler()
+
+        async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            return types.ElicitResult(action="accept", content={"ok": True})
+
+        async with Client(new, mode="legacy", sampling_callback=sampler, elicitation_callback=elicit) as c:
+            res = await c.call_tool("up__sample", {"prompt": "hi"})
+            assert payload(res) == {"sampled": "echo:hi", "model": "test-model"}
+            assert sampler.prompts == ["hi"]
+            answered = payload(await c.call_tool("up__elicit", {"message": "sure?", "mode": "form"}))
+            assert answered == {"action": "accept", "content": {"ok": True}}
