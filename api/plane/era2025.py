@@ -20,14 +20,18 @@ principal (I18).
 - The relay's server→client requests (sampling, elicitation, roots) ride the request's stream;
   the client's response, POSTed on the session, is handed to the session's ``Replies`` (202).
 
-Not yet: ``Last-Event-ID`` resumption (no event store)."""
+- Pushes on the GET stream carry event ids; a GET with ``Last-Event-ID`` first replays the kept
+  pushes after it (the last :data:`EVENT_HISTORY` per session), then continues live.
+
+Not yet: resuming a request's own stream (the SDK server primes each with an event id)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -53,6 +57,8 @@ log = logging.getLogger("mcp_reconciler.plane")
 SESSION_HEADER = "mcp-session-id"
 #: Frames a GET stream may hold unsent before pushes are dropped (a stalled client costs bounded memory).
 PUSH_BACKLOG = 256
+#: GET-stream frames kept per session for ``Last-Event-ID`` resumption (I18: bounded per session).
+EVENT_HISTORY = 128
 
 _sessions_gauge = telemetry.meter.create_up_down_counter(
     "plane.legacy_sessions", description="Open 2025-era sessions on the data plane"
@@ -75,10 +81,27 @@ class LegacySession:
     closed: bool = False
     events: int = 0
 
+    history: deque[tuple[int, bytes]] = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
+
     def next_event_id(self) -> str:
         """The next SSE event id of this session (unique within it, in order)."""
         self.events += 1
         return f"{self.id}/{self.events}"
+
+    def remember(self, frame: bytes) -> bytes:
+        """``frame`` (a GET-stream push) with the next event id, kept for ``Last-Event-ID``."""
+        event_id = self.next_event_id()
+        framed = f"id: {event_id}\r\n".encode() + frame
+        self.history.append((self.events, framed))
+        return framed
+
+    def replay_after(self, last_event_id: str) -> list[bytes]:
+        """The kept GET-stream frames after ``last_event_id`` (none for an id of another session
+        or one not of this form); at most :data:`EVENT_HISTORY` of them."""
+        sid, _, seq = last_event_id.partition("/")
+        if sid != self.id or not seq.isdigit():
+            return []
+        return [frame for n, frame in self.history if n > int(seq)]
 
 
 class SessionTable:
@@ -364,7 +387,13 @@ class Era2025:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch_disconnect)
-                await self._pump(send, session.standalone.frames)
+                resume = request.headers.get("last-event-id")
+                for kept in session.replay_after(resume) if resume is not None else ():
+                    await send({"type": "http.response.body", "body": kept, "more_body": True})
+                while (frame := await next_frame(session.standalone.frames)) is not None:
+                    # a push gets an id the client can resume from; a keepalive ping does not
+                    body = frame if frame is sse.PING else session.remember(frame)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tg.cancel_scope.cancel()
         finally:

@@ -426,12 +426,14 @@ async def test_legacy_sdk_client_gets_pushes_on_its_get_stream(tmp_path: Path, h
         assert not front.bindings or all(b.era != "legacy" for b in front.bindings.values())  # unbound at the end
 
 
-@pytest.mark.parametrize("limit", [2])
-async def test_I18_legacy_sessions_are_bounded_per_principal(
-    limit: int, tmp_path: Path, http_upstreams: HttpUpstreams
+@pytest.mark.parametrize("bound", ["max_sessions_per_client", "max_sessions"])
+async def test_I18_legacy_sessions_are_bounded_per_principal_and_in_total(
+    bound: str, tmp_path: Path, http_upstreams: HttpUpstreams
 ) -> None:
-    """N sessions of one principal open; N+1 is refused (503, retryable) until one is deleted."""
-    async with three_ways(tmp_path, http_upstreams, max_sessions_per_client=limit) as (_d, _o, new, _front):
+    """N sessions open; N+1 is refused (503, retryable) until one is deleted — per principal and
+    in total."""
+    limit = 2
+    async with three_ways(tmp_path, http_upstreams, **{bound: limit}) as (_d, _o, new, _front):
         async with httpx2.AsyncClient(timeout=WAIT) as http:
             opened = [await legacy_open(http, new) for _ in range(limit)]
             init = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "o", "version": "1"}}
@@ -484,3 +486,43 @@ async def test_relay_reaches_a_legacy_client_through_the_plane(
             assert sampler.prompts == ["hi"]
             answered = payload(await c.call_tool("up__elicit", {"message": "sure?", "mode": "form"}))
             assert answered == {"action": "accept", "content": {"ok": True}}
+
+
+async def read_event(lines: AsyncIterator[str]) -> tuple[str | None, Any]:
+    """The next SSE event with data on a stream: (its id, its JSON message)."""
+    event_id: str | None = None
+    async for line in lines:
+        if line.startswith("id:"):
+            event_id = line[3:].strip()
+        elif line.startswith("data:") and line[5:].strip():
+            return event_id, json.loads(line[5:])
+    raise AssertionError("the stream ended")
+
+
+async def test_get_stream_resumes_from_last_event_id(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
+    """A push on the GET stream carries an event id; a new GET with ``Last-Event-ID`` before it
+    gets it replayed first; one with its own id, or another session's, gets no replay."""
+    async with three_ways(tmp_path, http_upstreams) as (_d, _o, new, _front):
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            headers, _ = await legacy_open(http, new)
+            sse_headers = {**headers, "accept": "text/event-stream"}
+            with anyio.fail_after(WAIT):
+                async with http.stream("GET", new, headers=sse_headers) as stream:
+                    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+                    call["params"] = {"name": "h__set_tools", "arguments": {"names": ["a"]}}
+                    assert (await http.post(new, json=call, headers=headers)).status_code == 200
+                    event_id, pushed = await read_event(stream.aiter_lines())
+            assert pushed["method"] == "notifications/tools/list_changed"
+            assert event_id is not None and event_id.startswith(headers["mcp-session-id"] + "/")
+            sid, _, seq = event_id.partition("/")
+            for last, replayed in ((f"{sid}/{int(seq) - 1}", True), (event_id, False), (f"other/{seq}", False)):
+                with anyio.move_on_after(1.0 if not replayed else WAIT) as waited:  # no replay: nothing comes
+                    while True:  # the previous GET is closed once the server has seen it go (409 until then)
+                        async with http.stream("GET", new, headers={**sse_headers, "last-event-id": last}) as stream:
+                            if stream.status_code == 409:
+                                continue
+                            assert stream.status_code == 200
+                            again = await read_event(stream.aiter_lines())
+                            assert replayed and again == (event_id, pushed), last
+                            break
+                assert waited.cancelled_caught != replayed, last
