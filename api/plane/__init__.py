@@ -10,9 +10,12 @@ One concept per module, in the order a request passes them:
 - ``era2026``: the 2026-07-28 POST (envelope ladder, ``HeaderMismatch``, JSON or SSE response).
 - ``era2025``: the 2025-11-25 handshake era (sessions bound to the principal that opened them,
   SSE responses, the GET stream, DELETE, idle reaping, bounds I18).
+- ``stdio``: the same dispatcher on newline-delimited JSON-RPC (both eras).
+- ``channel``: the way back to a client (notifications, pushes, the relay's requests and their
+  replies), as SSE frames or stdio lines.
 - ``jsonrpc``, ``sse``: the wire — one message per body, replies with their HTTP status; frames.
 - ``dispatch``: JSON-RPC method → front door operation, one table for every era and transport.
 
-Status: built beside the SDK-based plane and reachable only from tests and ``bench/``; stdio,
-``Last-Event-ID`` resumption, server→client requests on 2025 streams, named views and the
-switch-over are still to come (ADR 0035)."""
+Status: built beside the SDK-based plane and reachable only from tests and ``bench/``; named
+views, resuming a request's own stream, the list-page cache and the switch-over are still to
+come (ADR 0035)."""
