@@ -4,7 +4,7 @@ fails on any private ``mcp`` name here).
 
 One concept per module, in the order a request passes them:
 
-- ``asgi``: the entry — ``/mcp``, the era chosen by ``MCP-Protocol-Version``.
+- ``asgi``: the entry — ``/mcp`` and ``/mcp/<view>``, the era chosen by ``MCP-Protocol-Version``.
 - ``pipeline``: the edge checks in one explicit order (drain I14, Host/Origin, body limit I18,
   credentials I16/OAuth).
 - ``era2026``: the 2026-07-28 POST (envelope ladder, ``HeaderMismatch``, JSON or SSE response).
@@ -16,6 +16,6 @@ One concept per module, in the order a request passes them:
 - ``jsonrpc``, ``sse``: the wire — one message per body, replies with their HTTP status; frames.
 - ``dispatch``: JSON-RPC method → front door operation, one table for every era and transport.
 
-Status: built beside the SDK-based plane and reachable only from tests and ``bench/``; named
-views, resuming a request's own stream, the list-page cache and the switch-over are still to
+Status: built beside the SDK-based plane and reachable only from tests and ``bench/``;
+resuming a request's own stream, the list-page cache and the switch-over are still to
 come (ADR 0035)."""

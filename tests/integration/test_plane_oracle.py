@@ -526,3 +526,39 @@ async def test_get_stream_resumes_from_last_event_id(tmp_path: Path, http_upstre
                             assert replayed and again == (event_id, pushed), last
                             break
                 assert waited.cancelled_caught != replayed, last
+
+
+async def test_named_views_answer_as_on_the_sdk_based_plane(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
+    """``/mcp/<view>`` (ADR 0026) in both eras: the view's list and a call outside it answer as on
+    the SDK-based plane; an unknown view is 404 on both."""
+    _proc, port = await http_upstreams.start("--tools", "a,b")
+    doc = {
+        "gateway": {"cooldown_s": 0.05, "anonymous": ANONYMOUS_CURRENT},
+        "sources": [{"name": "h", "http": {"url": f"http://127.0.0.1:{port}/mcp"}}],
+        "views": [{"name": "only_a", "sources": ["h"], "tools": {"allow": ["h__a"]}}],
+    }
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(json.dumps(doc))
+    async with serve_http(cfg, port=0) as served, plane_gateway(cfg) as (new, front):
+        await published(served.front, {"h__a", "h__b"})
+        await published(front, {"h__a", "h__b"})
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            for suffix in ("/only_a", "/nope"):
+                old_url, new_url = served.url + suffix, new + suffix
+                for method, params in [("tools/list", {}), ("tools/call", {"name": "h__b", "arguments": {}})]:
+                    body, headers = call(method, params)
+                    before, after = await post(http, old_url, body, headers), await post(http, new_url, body, headers)
+                    assert after == before, (suffix, method)
+                if suffix == "/only_a":
+                    old_h, old_init = await legacy_open(http, old_url)
+                    new_h, new_init = await legacy_open(http, new_url)
+                    assert new_init == old_init
+                    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+                    a, b = (
+                        await http.post(new_url, json=body, headers=new_h),
+                        await http.post(old_url, json=body, headers=old_h),
+                    )
+                    assert last_message(a) == last_message(b)
+                    assert {t["name"] for t in last_message(a)["result"]["tools"]} == {"h__a"}
+                else:
+                    assert after.status == 404
