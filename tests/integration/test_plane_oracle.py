@@ -29,10 +29,9 @@ from mcp.client import Client
 
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.mcp_auth import SessionTokens
-from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.plane.asgi import build_plane
 from mcp_reconciler.api.plane.pipeline import EdgePolicy
-from mcp_reconciler.api.server import serve_http
+from mcp_reconciler.api.server import anonymous_grants, serve_http
 from mcp_reconciler.reconciler.gateway import Gateway
 from tests.e2e.conftest import ANONYMOUS_CURRENT, downstream
 from tests.integration.conftest import HttpUpstreams
@@ -132,7 +131,7 @@ async def plane_gateway(cfg: Path, **limits: Any) -> AsyncIterator[tuple[str, Fr
         front = FrontDoor(gw.engine, gw.engine.sessions)
         pipe, plane = build_plane(
             front,
-            EdgePolicy(credentials=[SessionTokens(front.authority)], anonymous=lambda: GrantSet("current")),
+            EdgePolicy(credentials=[SessionTokens(front.authority)], anonymous=lambda: anonymous_grants(gw.settings)),
             **limits,
         )
         async with anyio.create_task_group() as tg:
@@ -473,7 +472,7 @@ async def test_relay_reaches_a_legacy_client_through_the_plane(
     2025-era client whose call it is, on that call's own stream, and its answers go back (a
     2026-era upstream asks with ``InputRequiredResult``, which the gateway fulfils the same way)."""
     src = await upstream(relay_upstreams, "http", up_era)
-    async with plane_gateway(write_relay_config(tmp_path, [src])) as (new, front):
+    async with plane_gateway(write_relay_config(tmp_path, [src], anonymous=ANONYMOUS_CURRENT)) as (new, front):
         await published(front, {"up__sample"})
         sampler = Sampler()
 
@@ -562,3 +561,47 @@ async def test_named_views_answer_as_on_the_sdk_based_plane(tmp_path: Path, http
                     assert {t["name"] for t in last_message(a)["result"]["tools"]} == {"h__a"}
                 else:
                     assert after.status == 404
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_prompts_resources_and_completion_answer_as_on_the_sdk_based_plane(
+    era: str, relay_upstreams: RelayUpstreams, tmp_path: Path
+) -> None:
+    """``prompts/get``, ``resources/templates/list``, ``resources/read`` and
+    ``completion/complete`` (forwarded to the owning source) answer on the new plane exactly as on
+    the SDK-based one, in both eras, errors included."""
+    src = await upstream(relay_upstreams, "http", "both")
+    cfg = write_relay_config(tmp_path, [src], anonymous=ANONYMOUS_CURRENT)
+    requests: list[tuple[str, dict[str, Any]]] = [
+        ("prompts/list", {}),
+        ("prompts/get", {"name": "up__greet", "arguments": {"name": "ada"}}),
+        ("prompts/get", {"name": "up__nope", "arguments": {}}),
+        ("resources/templates/list", {}),
+        ("resources/read", {"uri": "note://7"}),
+        (
+            "completion/complete",
+            {"ref": {"type": "ref/prompt", "name": "up__greet"}, "argument": {"name": "name", "value": "a"}},
+        ),
+        (
+            "completion/complete",
+            {"ref": {"type": "ref/resource", "uri": "note://{id}"}, "argument": {"name": "id", "value": "1"}},
+        ),
+    ]
+    async with serve_http(cfg, port=0) as served, plane_gateway(cfg) as (new, front):
+        await published(served.front, {"up__sample"})
+        await published(front, {"up__sample"})
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            if era == "legacy":
+                (old_h, _), (new_h, _) = await legacy_open(http, served.url), await legacy_open(http, new)
+            for i, (method, params) in enumerate(requests):
+                if era == "modern":
+                    body, headers = call(method, params, id_=i + 1)
+                    before, after = await post(http, served.url, body, headers), await post(http, new, body, headers)
+                    assert after == before, method
+                else:
+                    body = {"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params}
+                    a, b = (
+                        await http.post(new, json=body, headers=new_h),
+                        await http.post(served.url, json=body, headers=old_h),
+                    )
+                    assert (a.status_code, last_message(a)) == (b.status_code, last_message(b)), method
