@@ -20,6 +20,7 @@ from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
 from tests.e2e.conftest import upstream_source
 from tests.integration.conftest import REPO_ROOT
+from tests.integration.test_stdio_oracle import scrub  # the upstream's pid differs between the two gateways
 
 pytestmark = pytest.mark.anyio
 
@@ -32,18 +33,6 @@ async def client(argv: list[str], mode: str) -> AsyncIterator[Client]:
     with open(os.devnull, "w") as errlog:  # noqa: ASYNC230 - /dev/null never blocks
         async with Client(stdio_client(params, errlog=errlog), mode=mode) as c:
             yield c
-
-
-def scrub(value: Any) -> Any:
-    """The upstream's pid differs between the two gateways; everything else must not."""
-    if isinstance(value, dict):
-        return {k: ("<pid>" if k == "pid" else scrub(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub(v) for v in value]
-    if isinstance(value, str) and value.startswith("{"):
-        with contextlib.suppress(ValueError):
-            return scrub(json.loads(value))
-    return value
 
 
 async def sequence(c: Client) -> list[Any]:
