@@ -17,5 +17,5 @@ One concept per module, in the order a request passes them:
 - ``dispatch``: JSON-RPC method → front door operation, one table for every era and transport.
 
 Status: built beside the SDK-based plane and reachable only from tests and ``bench/``;
-resuming a request's own stream, the list-page cache and the switch-over are still to
+resuming a request's own stream and the switch-over are still to
 come (ADR 0035)."""

@@ -36,6 +36,8 @@ from mcp_types import methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
+from mcp_reconciler.api.frontdoor.fastlane import LIST_METHODS
+
 if TYPE_CHECKING:
     from mcp_reconciler.api.frontdoor import FrontDoor
 
@@ -88,7 +90,17 @@ class Dispatcher:
         }
 
     async def request(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
-        """Run ``ctx``'s request to its wire result (steps 1-4 of the module docstring)."""
+        """Run ``ctx``'s request to its wire result (steps 1-4 of the module docstring). A list
+        page is served from the front door's page cache when it holds one for exactly this
+        request (``ListCache``: keyed by era, revision, grant set, view, cursor), else built and
+        kept there."""
+        cache = self._front.list_cache
+        if cache.enabled and ctx.method in LIST_METHODS:
+            page: dict[str, Any] = await cache(ctx, self._run)
+            return page
+        return await self._run(ctx)
+
+    async def _run(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
         method, version, params = ctx.method, ctx.protocol_version, ctx.params
         route = self.routes.get(method)
         if method in methods.SPEC_CLIENT_METHODS:

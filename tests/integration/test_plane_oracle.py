@@ -28,6 +28,7 @@ import pytest
 from mcp.client import Client
 
 from mcp_reconciler.api.frontdoor import FrontDoor
+from mcp_reconciler.api.frontdoor.cache import LRU
 from mcp_reconciler.api.mcp_auth import SessionTokens
 from mcp_reconciler.api.plane.asgi import build_plane
 from mcp_reconciler.api.plane.pipeline import EdgePolicy
@@ -605,3 +606,29 @@ async def test_prompts_resources_and_completion_answer_as_on_the_sdk_based_plane
                         await http.post(served.url, json=body, headers=old_h),
                     )
                     assert (a.status_code, last_message(a)) == (b.status_code, last_message(b)), method
+
+
+class CountingLRU(LRU[Any, Any]):
+    """The page cache's own LRU, counting the pages put into it (built, not served from it)."""
+
+    puts = 0
+
+    def put(self, key: Any, value: Any) -> None:
+        self.puts += 1
+        super().put(key, value)
+
+
+async def test_list_pages_come_from_the_page_cache_on_the_plane(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
+    """A list page is built once per (era, revision, grant set, view, cursor) and then served
+    from the front door's page cache — the same JSON either way."""
+    async with three_ways(tmp_path, http_upstreams) as (_d, _o, new, front):
+        pages = front.list_cache.pages = CountingLRU(8)
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            body, headers = call("tools/list")
+            first = await post(http, new, body, headers)
+            assert pages.puts == 1  # built and kept
+            assert await post(http, new, body, headers) == first
+            assert pages.puts == 1  # served from the cache
+            front.list_cache.enabled = False
+            assert await post(http, new, body, headers) == first  # built afresh: equal
+            assert pages.puts == 1
