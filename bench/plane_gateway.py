@@ -1,15 +1,17 @@
 """A gateway process for ``bench_dataplane.py`` whose only HTTP layer is the new data plane
 (``api/plane``, issue 26) on the same uvicorn + httptools stack as ``mcp-reconciler serve``. It
-prints ``PLANE endpoint: URL`` once listening; SIGTERM/SIGINT stops it.
+binds port 0 and writes the port it got to ``--port-file`` (atomically) once listening;
+SIGTERM/SIGINT stops it.
 
 Bench-only: production never builds the new plane until the switch-over (ADR 0035), so there
 is no second live path in ``mcp-reconciler serve``.
 
-    python bench/plane_gateway.py --config gw.yaml"""
+    python bench/plane_gateway.py --config gw.yaml --port-file plane.port"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import sys
@@ -25,7 +27,7 @@ from mcp_reconciler.api.server import anonymous_grants
 from mcp_reconciler.reconciler.gateway import Gateway
 
 
-async def amain(config: str) -> None:
+async def amain(config: str, port_file: str) -> None:
     async with Gateway(config) as gw:
         front = FrontDoor(gw.engine, gw.engine.sessions)
         pipe, plane = build_plane(
@@ -44,7 +46,10 @@ async def amain(config: str) -> None:
                 tg.start_soon(server.serve, [sock])
                 while not server.started:
                     await anyio.sleep(0.01)
-                print(f"PLANE endpoint: http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
+                partial = port_file + ".tmp"
+                with open(partial, "w", encoding="ascii") as f:  # noqa: ASYNC230 - a few bytes, once
+                    f.write(str(sock.getsockname()[1]))
+                os.replace(partial, port_file)  # the reader never sees a half-written port
                 async for _ in signals:
                     break
                 pipe.drain.close()
@@ -56,8 +61,9 @@ async def amain(config: str) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--config", required=True)
+    p.add_argument("--port-file", required=True)
     args = p.parse_args()
-    anyio.run(amain, args.config)
+    anyio.run(amain, args.config, args.port_file)
     return 0
 
 
