@@ -141,7 +141,7 @@ class FrontDoor:
                 version=__version__,
                 instructions="A gateway over several MCP servers; names are <source>__<name>.",
                 on_list_tools=self.listing.list_tools,
-                on_call_tool=self._call_tool,
+                on_call_tool=self.call_tool,
                 on_list_resources=self.listing.list_resources,
                 on_list_resource_templates=self.listing.list_templates,
                 on_read_resource=self.forwarder.read_resource,
@@ -149,7 +149,7 @@ class FrontDoor:
                 on_unsubscribe_resource=self.subscriptions.unsubscribe,
                 on_list_prompts=self.listing.list_prompts,
                 on_get_prompt=self.forwarder.get_prompt,
-                on_subscriptions_listen=self._listen,
+                on_subscriptions_listen=self.listen,
                 on_completion=self.completer.complete,
                 on_set_logging_level=self.logs.set_level,
                 # O(1) schema lookup for the SDK's per-call header check in the 2026 era; without
@@ -239,9 +239,11 @@ class FrontDoor:
             self.subscriptions.forget(key)
         self.tasks.forget(session_id)
 
-    async def _call_tool(
+    async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        """``tools/call``: ``find_tools`` and the control tools are answered here, a tool that
+        runs only as a task through ``tasks``, everything else is forwarded."""
         if params.name == self.find_tools.name:
             binding = self.sessions.binding(ctx)
             if self.find_tools.shown(binding):
@@ -271,9 +273,11 @@ class FrontDoor:
         if self.forwarder.approvals.needed(self.sessions.binding(ctx), name):
             raise task_refused(name)
 
-    async def _listen(
+    async def listen(
         self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
+        """``subscriptions/listen`` (2026-07-28): the caller's change stream, with its resource
+        subscriptions held while it is open."""
         binding = self.sessions.binding(ctx)
         async with self.subscriptions.listening(binding, params) as held:  # resource subscriptions
             return await self.notifier.listen(binding, ctx, held)
