@@ -25,7 +25,7 @@ from mcp_reconciler.api.control import Control
 from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.ui import ui_routes
 from mcp_reconciler.reconciler import audit
-from mcp_reconciler.reconciler.errors import ReconcilerError
+from mcp_reconciler.reconciler.errors import QuotaError, ReconcilerError
 
 log = logging.getLogger("mcp_reconciler.control")
 
@@ -33,10 +33,10 @@ EVENTS_PATH = "/v1/events"
 MAX_MESSAGE_CHARS = 512  # error messages may quote the request (names, field paths): bounded (I12)
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
+def _error(status: int, code: str, message: str, *, bound: str | None = None, limit: int | None = None) -> JSONResponse:
     if len(message) > MAX_MESSAGE_CHARS:
         message = message[: MAX_MESSAGE_CHARS - 1] + "…"
-    return JSONResponse(wire.dump(wire.ErrorOut(error=wire.ErrorBody(code=code, message=message))), status_code=status)
+    return JSONResponse(wire.error(code, message, bound=bound, limit=limit), status_code=status)
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class RouteSpec:
     responses: tuple[tuple[int, type[BaseModel] | None], ...] = ()
     list_of: bool = False
     auth: bool = True
+    part: str = ""  # the handler lives on ``control.<part>`` (e.g. ``approvals``), not on ``Control`` itself
 
 
 ROUTES: tuple[RouteSpec, ...] = (
@@ -137,6 +138,56 @@ ROUTES: tuple[RouteSpec, ...] = (
         responses=((201, wire.HoldOut),),
     ),
     RouteSpec("DELETE", "/v1/holds/{id}", "delete_hold", "Release a revision hold", responses=((204, None),)),
+    RouteSpec(
+        "GET",
+        "/v1/approvals",
+        "get_approvals",
+        "Approval requests the caller may answer (pending first; ADR 0034)",
+        responses=((200, wire.ApprovalsOut),),
+        part="approvals",
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/approvals/{id}",
+        "get_approval",
+        "One approval request",
+        responses=((200, wire.ApprovalOut),),
+        part="approvals",
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/approvals/{id}/approve",
+        "post_approve",
+        "Approve a parked call: it runs on exactly the definition approved, or not at all (I22)",
+        request=wire.ApprovalDecisionIn,
+        responses=((200, wire.ApprovalOut),),
+        part="approvals",
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/approvals/{id}/deny",
+        "post_deny",
+        "Deny a parked call",
+        responses=((200, wire.ApprovalOut),),
+        part="approvals",
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/sessions/{id}/approval",
+        "get_session_approval",
+        "A session's own approval globs",
+        responses=((200, wire.SessionApprovalOut),),
+        part="approvals",
+    ),
+    RouteSpec(
+        "PUT",
+        "/v1/sessions/{id}/approval",
+        "put_session_approval",
+        "Set a session's own approval globs (owners may only add)",
+        request=wire.SessionApprovalIn,
+        responses=((200, wire.SessionApprovalOut),),
+        part="approvals",
+    ),
 )
 
 
@@ -145,8 +196,11 @@ def routes(control: Control) -> list[BaseRoute]:
     answers unknown ``/v1`` paths and methods with a JSON error."""
     out: list[Route] = []
     for spec in ROUTES:
-        handler: Callable[[Request], Awaitable[Response]] = getattr(control, spec.handler)
-        out.append(Route(spec.path, endpoint=_wrap(handler, AUDITED.get(spec.handler), control), methods=[spec.method]))
+        handler: Callable[[Request], Awaitable[Response]] = getattr(
+            getattr(control, spec.part) if spec.part else control, spec.handler
+        )
+        endpoint = _wrap(handler, AUDITED.get(spec.handler), control)
+        out.append(Route(spec.path, endpoint=endpoint, methods=[spec.method]))
     # The event stream is an ASGI endpoint of its own (api/events.py: bounded, streaming); the
     # OpenAPI document describes it beside the table (api/openapi.py).
     out.append(Route(EVENTS_PATH, endpoint=control.events, methods=["GET"]))
@@ -203,7 +257,9 @@ async def _answer(handler: Callable[[Request], Awaitable[Response]], request: Re
     try:
         return await handler(request)
     except ApiError as exc:
-        return _error(exc.status, exc.code, exc.message)
+        return _error(exc.status, exc.code, exc.message, bound=exc.bound, limit=exc.limit)
+    except QuotaError as exc:  # a quota (ADR 0032): 429 naming the bound and its config key
+        return _error(429, exc.code, str(exc), bound=exc.bound or None, limit=exc.limit)
     except ReconcilerError as exc:
         return _error(503 if exc.retryable else 409, exc.code, str(exc))
     except json.JSONDecodeError:

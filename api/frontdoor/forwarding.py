@@ -1,10 +1,11 @@
 """Forwarding: one downstream operation (call, read, get) run on one upstream connection.
 
 Every operation: find the caller's binding → choose its generation (``revisions``) → resolve the
-exposed name in that generation's immutable routing table and check the grant (I9) → pin the
-generation (I4) → send on the source's live connection → release. The upstream's own protocol
-keys and progress token never travel (the upstream session mints its own token); the result
-carries the revision it ran on, and the drift flag when the definition changed since the grant.
+exposed name in that generation's immutable routing table and check the grant (I9) → park a tool
+call that needs an approval until answered (``approvals``, I22) → pin the generation (I4) → send
+on the source's live connection → release. The upstream's own protocol keys and progress token
+never travel (the upstream session mints its own); the result carries the revision it ran on,
+and the drift flag when the definition changed since the grant.
 Resource URIs cross in the source's namespace (``reconciler/uris.py``): a read is sent with the
 upstream URI, and URIs in results come back exposed.
 
@@ -21,7 +22,8 @@ records) is attributed to it through the ``relay`` (the operation is registered 
 duration) and reaches this caller only; log records still being relayed are delivered before
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
-held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``)."""
+held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``).
+Every call, read and get passes ``rate_limits:`` here (ADR 0033), before anything is sent."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from mcp.server import ServerRequestContext
 
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
+from mcp_reconciler.api.frontdoor.approvals import ApprovalGate
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
@@ -56,8 +59,9 @@ from mcp_reconciler.api.frontdoor.rounds import (
 )
 from mcp_reconciler.api.frontdoor.sessions import Sessions
 from mcp_reconciler.reconciler.authority import Authority
+from mcp_reconciler.reconciler.limiter import NO_SLOT, Limiter
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
-from mcp_reconciler.reconciler.pins import OperationDeadlineError
+from mcp_reconciler.reconciler.pins import OperationDeadlineError, Pin
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
 from mcp_reconciler.reconciler.uris import rewrite_result, upstream_uri
 
@@ -72,8 +76,8 @@ RequestBuilder = Callable[[CatalogEntry, Any, dict[str, Any]], Any]
 
 class Forwarder:
     """The call/read/get handlers of the front door's MCP server (contract in the module
-    docstring). Every operation is traced: a ``frontdoor.operation`` span, a duration
-    histogram by kind, served name and outcome, and an audit record (``observe``)."""
+    docstring). Every operation is traced: a ``frontdoor.operation`` span and a duration
+    histogram by kind and outcome."""
 
     def __init__(
         self,
@@ -85,42 +89,34 @@ class Forwarder:
         exchanges: Exchanges,
         logs: LogRelay,
         seal: StateSeal | None = None,
+        limiter: Limiter | None = None,
         observer: OperationObserver | None = None,
     ) -> None:
         self._catalog = catalog
+        self._limiter = limiter or Limiter()
         self._authority = authority
         self._sessions = sessions
         self._relay = relay
         self._exchanges = exchanges
         self._logs = logs
         self._seal = seal or StateSeal()
+        self.approvals = ApprovalGate(catalog)  # the one approval hook (ADR 0034)
         self._observer = observer or OperationObserver()
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         """``tools/call``, forwarded under the tool's upstream name."""
+        build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
+            params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
+        )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx,
-            EntryKind.TOOL,
-            params.name,
-            params,
-            lambda e, m, x: types.CallToolRequest(
-                params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
-            ),
-            types.CallToolResult,
-            arguments=params.arguments,
+            ctx, EntryKind.TOOL, params.name, params, build, types.CallToolResult
         )
 
     async def call_tool_fast(
-        self,
-        ctx: ServerRequestContext[Any],
-        name: str,
-        arguments: dict[str, Any] | None,
-        meta: Any,
-        *,
-        input_responses: Any = None,
-        request_state: str | None = None,
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None, meta: Any, *,
+        input_responses: Any = None, request_state: str | None = None,
     ) -> Any:
         """:meth:`call_tool` for ``fastlane.CallLane``; the result stays the upstream's JSON (a
         ``RawResult``) when it is a ``simple_call_result`` from the fast upstream lane.
@@ -128,22 +124,18 @@ class Forwarder:
         build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
         )
-        params, result_type = FastParams(meta, input_responses, request_state), types.CallToolResult
-        return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True, arguments=arguments)
+        params, result_type = FastParams(meta, input_responses, request_state, arguments), types.CallToolResult
+        return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         """``resources/read``, forwarded to the source that serves the URI."""
+        build = lambda e, m, x: types.ReadResourceRequest(  # noqa: E731
+            params=types.ReadResourceRequestParams(uri=upstream_uri(e, params.uri), _meta=m, **x)
+        )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx,
-            EntryKind.RESOURCE,
-            str(params.uri),
-            params,
-            lambda e, m, x: types.ReadResourceRequest(
-                params=types.ReadResourceRequestParams(uri=upstream_uri(e, params.uri), _meta=m, **x)
-            ),
-            types.ReadResourceResult,
+            ctx, EntryKind.RESOURCE, str(params.uri), params, build, types.ReadResourceResult
         )
 
     async def get_prompt(
@@ -159,7 +151,6 @@ class Forwarder:
                 params=types.GetPromptRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
             ),
             types.GetPromptResult,
-            arguments=params.arguments,
         )
 
     async def forward(
@@ -174,7 +165,6 @@ class Forwarder:
         op: str | None = None,
         shortcut: Callable[[UpstreamConnection], Any] | None = None,
         raw: bool = False,
-        arguments: Any = None,
     ) -> Any:
         """Run one operation on the exposed ``name`` of ``kind`` and return the upstream's result
         with the gateway's ``_meta``; raises a sanitized ``MCPError`` otherwise. ``params`` is
@@ -182,13 +172,14 @@ class Forwarder:
         ``request_state`` when it retries a multi-round exchange); ``op`` names the operation in
         telemetry (default: the kind); ``shortcut(conn)``, when it returns a result, answers
         without asking the upstream (e.g. a source without the capability); ``raw``: the result
-        may come back as a :class:`RawResult` (the fast lane); ``arguments``: what the audit
-        record's opt-in digest and request size cover (``observe``)."""
+        may come back as a :class:`RawResult` (the fast lane)."""
         # The span (parented on the client's traceparent), the duration histogram by kind, name
         # and outcome, and the audit record: ``observe``.
-        with self._observer.operation(ctx, op or kind.value, name, params.meta, arguments) as facts:
-            facts.result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, facts)
-            return facts.result
+        args, limited = getattr(params, "arguments", None), op is None
+        with self._observer.operation(ctx, op or kind.value, name, params.meta, args) as facts:
+            result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, limited, facts)
+            facts.result = result
+            return result
 
     async def _forward(
         self,
@@ -199,10 +190,12 @@ class Forwarder:
         build: RequestBuilder,
         result_type: type[Any],
         shortcut: Callable[[UpstreamConnection], Any] | None,
-        raw: bool,
-        facts: OpFacts,
+        raw: bool = False,
+        limited: bool = True,
+        facts: OpFacts | None = None,
     ) -> Any:
         binding = self._sessions.binding(ctx)
+        facts = facts or OpFacts()
         facts.session, facts.principal, facts.view = binding.session.id, binding.principal, binding.session.view
         meta: Mapping[str, Any] | None = params.meta
         responses = getattr(params, "input_responses", None)
@@ -226,6 +219,7 @@ class Forwarder:
         )
         conn: Any = None
         facts.revision = live.revision
+        approved: Pin | None = None  # the approved call's pin on ``live`` (released at the end)
         try:
             resolved = self._authority.resolve(binding.session, live.generation, kind, name)
             entry = facts.entry = resolved.entry
@@ -236,9 +230,14 @@ class Forwarder:
             conn = state_.connection if state_ is not None else None
             if not isinstance(conn, UpstreamConnection) or not conn.alive:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
+            if kind is EntryKind.TOOL:  # parks until approved, if it needs an approval (I22)
+                args = getattr(params, "arguments", None)  # an approval names their digest
+                approved = await self.approvals.clear(binding, ctx, live, entry, name, args, conn)
             answer = shortcut(conn) if shortcut is not None else None
             if answer is not None:
                 return self._finish(answer, live.revision, resolved.drifted)
+            # Limits (ADR 0033; not completions): tokens now, the source's concurrency slot below.
+            slot = await self._limiter.admit(binding.session, entry) if limited else NO_SLOT
             up_meta = inject(forwardable(meta))  # the gateway's span is the upstream's parent
             if not conn.legacy:
                 level = self._logs.call_level(binding, meta)
@@ -254,22 +253,17 @@ class Forwarder:
             interactive = INTERACTIVE.get(result_type)
             if interactive is not None and binding.era == "modern" and conn.legacy:
                 # The upstream may send real requests mid-call; a 2026 client can only take them
-                # as an InputRequiredResult, so the call runs as a held exchange.
-                result = await self._exchanges.start(
-                    binding,
-                    ctx,
-                    conn,
-                    live,
-                    request,
-                    result_type,
-                    kind=kind,
-                    name=name,
-                    drifted=resolved.drifted,
-                    timeout_s=call_s,
-                )
+                # as an InputRequiredResult, so the call runs as a held exchange (pinned while it waits for a slot).
+                with live.pin():
+                    async with slot:
+                        result = await self._exchanges.start(
+                            binding, ctx, conn, live, request, result_type,
+                            kind=kind, name=name, drifted=resolved.drifted, timeout_s=call_s,
+                        )
             else:
                 rtype = interactive if interactive is not None and not conn.legacy else result_type
-                async with live.operation(deadline_s=self._catalog.operation_deadline_s):
+                # The slot inside the operation: a queued call is pinned and bounded by its deadlines.
+                async with live.operation(deadline_s=self._catalog.operation_deadline_s), slot:
                     with self._relay.call(binding, ctx, conn) as call:
                         sent = anyio.current_time()
                         try:
@@ -293,6 +287,9 @@ class Forwarder:
                         await call.settle()
         except Exception as exc:
             raise self._client_error(exc, conn, live.revision) from None
+        finally:
+            if approved is not None:
+                approved.release()
         if not isinstance(result, RawResult):  # a raw result has no URI (simple_call_result)
             result = rewrite_result(result, conn.spec.uri_prefix)  # exposed URIs in links and contents
         return self._finish(result, live.revision, resolved.drifted)
