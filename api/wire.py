@@ -20,6 +20,10 @@ class ErrorBody(_Model):
 
     code: str
     message: str
+    bound: str | None = Field(
+        default=None, description="429 at a quota: the config key of the bound that refused (ADR 0032)"
+    )
+    limit: int | None = Field(default=None, description="429 at a quota: that bound's value")
 
 
 class ErrorOut(_Model):
@@ -419,6 +423,12 @@ class ReadyOut(_Model):
     conditions: list[str] = Field(
         default_factory=list, description="degraded conditions of a ready gateway (it still serves)"
     )
+
+
+def error(code: str, message: str, *, bound: str | None = None, limit: int | None = None) -> dict[str, Any]:
+    """The body of an error answer (``ErrorOut``); ``bound`` and ``limit`` only when set (a quota's 429)."""
+    body = ErrorOut(error=ErrorBody(code=code, message=message, bound=bound, limit=limit))
+    return body.model_dump(mode="json", exclude_none=True)
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

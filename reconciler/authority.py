@@ -58,12 +58,14 @@ from types import MappingProxyType
 import anyio
 from mcp.shared.uri_template import UriTemplate
 
+from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.digest import digest_parts
 from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryMode, DiscoveryPolicy
 from mcp_reconciler.reconciler.errors import (
     ClusterUnavailableError,
     GrantError,
+    GrantLimitError,
     QuarantinedNameError,
     SessionLimitError,
     UnavailableNameError,
@@ -71,6 +73,7 @@ from mcp_reconciler.reconciler.errors import (
 )
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind, SessionSpec
+from mcp_reconciler.reconciler.quotas import Quota, session_quota
 from mcp_reconciler.reconciler.search_index import Hit
 
 log = logging.getLogger("mcp_reconciler.authority")
@@ -252,6 +255,7 @@ class Authority:
         self.bounds = bounds or Bounds()
         self.drift_policy = drift_policy
         self._sessions: dict[str, Session] = {}
+        self._per_owner: dict[str, int] = {}  # sessions per owner principal, transport-owned ones left out
         self._by_token_hash: dict[str, Session] = {}
         self._transport_owned: set[str] = set()
         self._declared: dict[str, str] = {}  # declared session name -> session id
@@ -269,6 +273,11 @@ class Authority:
         self._session_listeners: list[Callable[[str, Session], None]] = []
         #: Discovery modes and the search-mode settings (the config's; ``reconciler/discovery.py``).
         self.discovery: DiscoveryPolicy = DEFAULT_POLICY
+
+    @property
+    def quota(self) -> Quota:
+        """The session quota (``gateway.limits.sessions*``, ADR 0032)."""
+        return session_quota(self.bounds)
 
     # -- listeners ---------------------------------------------------------------------------
 
@@ -361,6 +370,7 @@ class Authority:
         shared: bool = False,
         view: str | None = None,
         discovery: str | None = None,
+        operator: bool = True,
     ) -> Session:
         """Create a session owned by the principal ``owner`` with grants per ``policy`` from
         ``generation``: ``current`` (every visible name), ``none``, ``explicit`` (``names``,
@@ -374,9 +384,17 @@ class Authority:
         sessions (issue 10, item 6). ``shared``: mirror it to the cluster store (control-API
         sessions when a store is configured). ``view``: bind the session to that named view (its
         grants come from the view's names, and it can never reach another). ``discovery``: the
-        session's own discovery mode (``all`` | ``search``; ``None``: its view's or the config's)."""
-        if not transport_owned and len(self._sessions) - len(self._transport_owned) >= self.bounds.sessions:
-            raise SessionLimitError(f"at most {self.bounds.sessions} sessions may exist; delete unused sessions")
+        session's own discovery mode (``all`` | ``search``; ``None``: its view's or the config's).
+        ``operator``: the caller may use the sessions kept for operators; an owner's request
+        passes ``False`` (the session quota, ADR 0032: ``owner`` holds at most
+        ``sessions_per_principal``, owners together at most ``sessions`` less the reserve)."""
+        if not transport_owned:
+            self.quota.check(
+                SessionLimitError,
+                held=len(self._sessions) - len(self._transport_owned),
+                mine=self._per_owner.get(owner, 0),
+                operator=operator,
+            )
         sid = session_id or f"s{next(_ids)}-{secrets.token_hex(6)}"
         if sid in self._sessions:
             raise GrantError(f"a session with id {sid} already exists")
@@ -396,6 +414,8 @@ class Authority:
         self._sessions[sid] = session
         if transport_owned:
             self._transport_owned.add(sid)
+        else:
+            self._count(owner, 1)
         self._by_token_hash[session.token_hash] = session
         self.mark_shared(session)
         if not transport_owned:
@@ -465,6 +485,8 @@ class Authority:
         self._transport_owned.discard(session_id)
         if session is None:
             return None
+        if not transport_owned:
+            self._count(session.owner, -1)
         self._by_token_hash.pop(session.token_hash, None)
         if announce:
             self.mark_shared(session, removed=True)
@@ -483,6 +505,17 @@ class Authority:
     def sessions(self) -> list[Session]:
         """Every session, in creation order."""
         return list(self._sessions.values())
+
+    def owned_by(self, owner: str) -> int:
+        """How many sessions (not transport-owned) the principal ``owner`` holds: O(1)."""
+        return self._per_owner.get(owner, 0)
+
+    def _count(self, owner: str, delta: int) -> None:
+        left = self._per_owner.get(owner, 0) + delta
+        if left > 0:
+            self._per_owner[owner] = left
+        else:
+            self._per_owner.pop(owner, None)  # bounded by the owners holding sessions, not by who ever came
 
     # -- sessions declared in the config -------------------------------------------------------
 
@@ -587,6 +620,7 @@ class Authority:
                 return record
             session = record
             self._sessions[session.id] = session
+            self._count(session.owner, 1)
         else:
             if session.token_hash != record.token_hash:
                 self._by_token_hash.pop(session.token_hash, None)
@@ -771,8 +805,13 @@ class Authority:
                 changed.append(key)
             new[key] = digest
         if len(new) > self.bounds.names_per_session:
-            raise GrantError(
-                f"a session may hold at most {self.bounds.names_per_session} names; this grant would make {len(new)}"
+            bound = "gateway.limits.grants_per_session"
+            telemetry.quota_refused.add(1, {"bound": bound})
+            raise GrantLimitError(
+                f"a session may hold at most {self.bounds.names_per_session} names ({bound}); this grant would make "
+                f"{len(new)}; nothing was granted",
+                bound=bound,
+                limit=self.bounds.names_per_session,
             )
         session.grants = MappingProxyType(new)
         session.drift_seen = frozenset(k for k in session.drift_seen if k not in set(changed))

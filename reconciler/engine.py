@@ -300,11 +300,11 @@ class Engine:
         if self._cluster is not None:
             await self._cluster.commit(session_id)
 
-    async def create_hold(self, revision: int, ttl_s: float, *, owner: str, per_owner_limit: bool = False) -> HoldInfo:
+    async def create_hold(self, revision: int, ttl_s: float, *, owner: str, operator: bool = True) -> HoldInfo:
         """Hold ``revision`` (cluster-wide when clustered); errors as :meth:`HoldRegistry.create`."""
         if self._cluster is not None:
-            return await self._cluster.create_hold(revision, ttl_s, owner=owner, per_owner_limit=per_owner_limit)
-        return self._holds.create(revision, ttl_s, owner=owner, per_owner_limit=per_owner_limit)
+            return await self._cluster.create_hold(revision, ttl_s, owner=owner, operator=operator)
+        return self._holds.create(revision, ttl_s, owner=owner, operator=operator)
 
     def get_hold(self, hold_id: str) -> HoldInfo | None:
         """A hold by id (made on any replica when clustered)."""
