@@ -279,7 +279,9 @@ async def push_resource_updated(conn: Connection, uri: str) -> None:
 def resource_updated_message(uri: str) -> tuple[types.JSONRPCNotification, str]:
     """The ``notifications/resources/updated`` message for ``uri`` and its wire JSON, built as
     the SDK's dispatcher builds it — once per URI, however many sessions are told (item 11)."""
-    message = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/resources/updated", params={"uri": uri})
+    message = types.JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/resources/updated", params={"uri": uri}
+    )
     return message, message.model_dump_json(by_alias=True, exclude_unset=True)
 
 
@@ -586,6 +588,7 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         except AttributeError:
             raise SDKChangedError("StreamableHTTPServerTransport._request_streams") from None
         return GET_STREAM_KEY in streams
+
 
     def standalone_stream(self, http_session_id: str) -> StandaloneStream | None:
         """The session's open GET stream when it is written directly (item 11), for a push that

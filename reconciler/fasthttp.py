@@ -247,7 +247,9 @@ class JsonRpcPoster:
                 return _result_of(response)
         raise ResponseError({"code": -32600, "message": "too many redirects"})
 
-    async def _resume(self, broken: _Response, headers: Mapping[str, str], on_message: OnMessage | None) -> _Response:
+    async def _resume(
+        self, broken: _Response, headers: Mapping[str, str], on_message: OnMessage | None
+    ) -> _Response:
         """Follow a request stream the server ended before the response (servers do it on
         purpose, to make clients poll): after the server's ``retry`` delay (else
         :data:`RESUME_DELAY_MS`), ``GET`` the endpoint with ``Last-Event-ID`` and read on, as

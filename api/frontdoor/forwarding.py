@@ -113,14 +113,8 @@ class Forwarder:
         )
 
     async def call_tool_fast(
-        self,
-        ctx: ServerRequestContext[Any],
-        name: str,
-        arguments: dict[str, Any] | None,
-        meta: Any,
-        *,
-        input_responses: Any = None,
-        request_state: str | None = None,
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None, meta: Any, *,
+        input_responses: Any = None, request_state: str | None = None,
     ) -> Any:
         """:meth:`call_tool` for ``fastlane.CallLane``; the result stays the upstream's JSON (a
         ``RawResult``) when it is a ``simple_call_result`` from the fast upstream lane.

@@ -185,10 +185,8 @@ async def test_mounted_config_and_allowed_hosts(podman: str, container: str, tmp
     assert len(mounts) == 1, argv
     argv = [f"{config}:/etc/mcp-reconciler/gateway.yaml:ro" if a in mounts else a for a in argv]
     token = uuid.uuid4().hex
-    argv = [
-        f"MCP_RECONCILER_OPERATOR_TOKENS={token}" if a.startswith("MCP_RECONCILER_OPERATOR_TOKENS=") else a
-        for a in argv
-    ]
+    argv = [f"MCP_RECONCILER_OPERATOR_TOKENS={token}" if a.startswith("MCP_RECONCILER_OPERATOR_TOKENS=") else a
+            for a in argv]
     run(podman, *detached(argv, container, port))
     base_url = f"http://127.0.0.1:{port}"
     await wait_healthy(base_url, podman, container)

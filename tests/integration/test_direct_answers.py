@@ -39,7 +39,9 @@ def asking_server() -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         request = types.CreateMessageRequest(
             params=types.CreateMessageRequestParams(
-                messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text="q"))],
+                messages=[
+                    types.SamplingMessage(role="user", content=types.TextContent(type="text", text="q"))
+                ],
                 max_tokens=5,
             )
         )

@@ -152,8 +152,6 @@ async def test_transport_owned_sessions_do_not_use_up_api_session_slots() -> Non
                     async with Client(front.server, mode="auto") as modern:  # not -32603
                         assert (await modern.call_tool("a__x", {"x": "1"})).is_error is False
             tg.cancel_scope.cancel()
-
-
 # -- standing grants: follow (I9) ------------------------------------------------------------------
 
 

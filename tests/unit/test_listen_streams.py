@@ -38,7 +38,7 @@ META = {"io.modelcontextprotocol/subscriptionId": 7}
         PromptsListChanged(),
         ResourcesListChanged(),
         ResourceUpdated(uri="note://a"),
-        ResourceUpdated(uri='note://é\u2028"x"'),
+        ResourceUpdated(uri="note://é\u2028\"x\""),
         ResourceUpdated(uri="\x00meta\x00"),  # the placeholder itself: rendered per stream
     ],
 )
@@ -105,6 +105,7 @@ async def test_the_ack_is_first_then_frames_in_publish_order_direct_or_queued() 
     w = Writer()
     results: list[Any] = []
     async with anyio.create_task_group() as tg:
+
         answered = anyio.Event()
 
         async def serve() -> None:

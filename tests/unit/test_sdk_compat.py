@@ -395,8 +395,6 @@ async def test_http_client_callbacks_run_in_the_context_of_the_call_whose_stream
     related = [who for kind, who in seen[:2]]
     assert related == ["related", "related"], "a message on the call's own stream runs in the call's context"
     assert [who for kind, who in seen[2:]] == [None, None], "standalone-stream messages carry no call"
-
-
 # -- 1 (pushes). Connection.send_resource_updated through push_resource_updated ------------------
 
 

@@ -19,7 +19,7 @@ async def test_lines_split_across_reads_a_last_line_without_newline_and_bad_utf8
         os.write(write, b'{"a": 1}\n{"b"')
         with anyio.fail_after(5):
             assert await lines.__anext__() == '{"a": 1}\n'
-            os.write(write, b": 2}\n\xff tail")
+            os.write(write, b': 2}\n\xff tail')
             assert await lines.__anext__() == '{"b": 2}\n'
             os.close(write)
             write = -1
