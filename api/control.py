@@ -125,6 +125,7 @@ class Control:
         """``session`` as ``cls`` (``SessionOut`` or a subclass, with ``extra`` fields), listing at most
         1000 names; the token only if ``extra`` carries it."""
         names = sorted(k.partition(":")[2] for k in session.grants)
+        sessions = self.engine.sessions
         return cls(
             id=session.id,
             owner=session.owner,
@@ -143,6 +144,8 @@ class Control:
             view=session.view,
             discovery="search" if self.engine.sessions.searching(session) else "all",
             found=list(session.found),
+            expires_at=sessions.expires_at(session),
+            in_use=sessions.expires(session) and sessions.expires_at(session) is None,
             **extra,
         )
 

@@ -346,6 +346,15 @@ class SessionOut(_Model):
     view: str | None = Field(default=None, description="the named view the session is bound to (null: none)")
     discovery: Literal["all", "search"] = Field(default="all", description="the session's discovery mode in effect")
     found: list[str] = Field(default_factory=list, description="search mode: the tools find_tools made visible")
+    expires_at: float | None = Field(
+        default=None,
+        description="idle expiry: when the session is removed if it stays unused from now on (epoch seconds); "
+        "null while it is in use, or when it never expires (declared in the config, or expiry off)",
+    )
+    in_use: bool = Field(
+        default=False,
+        description="a request in flight, an open MCP connection, or a live revision hold of its owner: never expires",
+    )
 
 
 class SessionCreated(SessionOut):

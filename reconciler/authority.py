@@ -51,7 +51,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -181,7 +181,10 @@ class Session:
         if self.token and not self.token_hash:
             self.token_hash = _token_hash(self.token)
 
-    last_active_at: float | None = None  # wall clock of the newest name resolved for it (console)
+    last_active_at: float | None = None  # wall clock of its newest request or name resolved (console, expiry)
+    #: Requests of the session running now (the front door counts them): a session in use never
+    #: expires (ADR 0032).
+    in_flight: int = 0
 
     def granted(self, kind: EntryKind, name: str) -> bool:
         """Whether ``name`` of ``kind`` is granted, whether or not the catalog has it now (O(1))."""
@@ -271,6 +274,7 @@ class Authority:
         #: running out (readiness already false) and the sync's monitor setting ``unconfirmed``.
         self.store_confirmed: Callable[[], bool] | None = None
         self._session_listeners: list[Callable[[str, Session], None]] = []
+        self._in_use: list[Callable[[], Collection[str]]] = []
         #: Discovery modes and the search-mode settings (the config's; ``reconciler/discovery.py``).
         self.discovery: DiscoveryPolicy = DEFAULT_POLICY
 
@@ -516,6 +520,72 @@ class Authority:
             self._per_owner[owner] = left
         else:
             self._per_owner.pop(owner, None)  # bounded by the owners holding sessions, not by who ever came
+
+    # -- idle expiry (ADR 0032) -----------------------------------------------------------------
+
+    def on_in_use(self, provider: Callable[[], Collection[str]]) -> Callable[[], None]:
+        """Ask ``provider()`` which sessions are in use though idle by their requests (ids of
+        sessions with an open MCP connection, or of owners holding a revision) before expiring
+        any; returns a remover."""
+        self._in_use.append(provider)
+        return lambda: self._in_use.remove(provider) if provider in self._in_use else None
+
+    def expires(self, session: Session) -> bool:
+        """Whether ``session`` is subject to idle expiry: created over the control API (not
+        declared in the config, not owned by a transport connection, not shared with other
+        replicas, whose use this replica cannot see) while ``api_session_idle_s`` is on."""
+        return (
+            self.bounds.api_session_idle_s > 0
+            and session.declared is None
+            and not session.shared
+            and session.id not in self._transport_owned
+        )
+
+    def expires_at(self, session: Session, used: Collection[str] | None = None) -> float | None:
+        """The wall-clock time ``session`` expires if it stays unused from now on; ``None`` when it
+        never expires or is in use now (a request in flight, or named by an in-use provider;
+        ``used``: their answer, when the caller already asked)."""
+        if not self.expires(session) or session.in_flight:
+            return None
+        if used is None:
+            used = self._used()
+        if session.id in used or session.owner in used:
+            return None
+        return (session.last_active_at or session.created_at) + self.bounds.api_session_idle_s
+
+    def _used(self) -> set[str]:
+        used: set[str] = set()
+        for provider in list(self._in_use):
+            try:
+                used.update(provider())
+            except Exception:
+                log.exception("authority in-use provider failed")
+        return used
+
+    def expire_idle(self, now: float) -> list[str]:
+        """Remove every session whose :meth:`expires_at` is at or before ``now`` (wall clock);
+        returns their ids. A session in use is never removed (ADR 0032)."""
+        used = self._used()
+        gone: list[str] = []
+        for session in list(self._sessions.values()):
+            at = self.expires_at(session, used)
+            if at is not None and at <= now:
+                log.info(
+                    "session %s (owner %s) expired after %gs unused",
+                    session.id,
+                    session.owner,
+                    self.bounds.api_session_idle_s,
+                )
+                self.remove(session.id)
+                gone.append(session.id)
+        if gone:
+            telemetry.sessions_expired.add(len(gone))
+        return gone
+
+    def next_expiry(self) -> float | None:
+        """The earliest :meth:`expires_at` of any session (wall clock), or ``None``."""
+        used = self._used()
+        return min((at for s in self._sessions.values() if (at := self.expires_at(s, used)) is not None), default=None)
 
     # -- sessions declared in the config -------------------------------------------------------
 

@@ -44,6 +44,7 @@ from mcp_reconciler.reconciler.events import EventLog, Published, SessionChanged
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.health import SourceHealth
 from mcp_reconciler.reconciler.holds import HoldInfo, HoldRegistry
+from mcp_reconciler.reconciler.idle import run_idle_expiry
 from mcp_reconciler.reconciler.peer import PeerSwitch, UpstreamPeer
 from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.runtime import Listener, LiveGeneration, LiveState
@@ -130,6 +131,8 @@ class Engine:
         self._sessions.on_session(self._on_session)
         self._sessions.on_changed(lambda: self._events.emit(SessionChanged("grants")))
         self._holds.add_listener(self._events.emit)
+        # Idle expiry (ADR 0032): an owner holding a revision is using its sessions.
+        self._sessions.on_in_use(lambda: {h.owner for h in self._holds.list()})
 
     def _on_published(self, new: Generation, previous: Generation | None) -> None:
         pins, deadline_at = 0, None
@@ -184,6 +187,7 @@ class Engine:
             # start_soon, not start: entering must not yield to the loop, or the loop's initial
             # cycle would start before a caller's first refresh and that refresh would need a second.
             tg.start_soon(self._holds.run)
+            tg.start_soon(run_idle_expiry, self._sessions)
             if self._watch_interval_s is not None:
                 if self._inputs is not None:
                     tg.start_soon(self._watch, self._watch_interval_s)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -101,6 +102,27 @@ class Sessions:
         self._local = local_identity(local)
         self._local_view = local_view
         self.bindings: dict[str, Binding] = {}
+
+    async def track_use(self, ctx: ServerRequestContext[Any], call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Server middleware: while a request of a session's token runs, the session is in use,
+        and its end is the session's newest activity (idle expiry, ADR 0032). O(1)."""
+        request = ctx.request
+        identity = request.scope.get(IDENTITY_KEY) if request is not None else None
+        session_id = identity.session_id if isinstance(identity, McpIdentity) else None
+        session = self._authority.get(session_id) if session_id is not None else None
+        if session is None:
+            return await call_next(ctx)
+        session.in_flight += 1
+        session.last_active_at = time.time()
+        try:
+            return await call_next(ctx)
+        finally:
+            session.in_flight -= 1
+            session.last_active_at = time.time()
+
+    def connected(self) -> set[str]:
+        """The ids of the sessions an open MCP connection (2025-11-25) is bound to: in use."""
+        return {b.session.id for b in self.bindings.values() if b.era == "legacy"}
 
     async def bind_at_handshake(
         self, ctx: ServerRequestContext[Any], call_next: Callable[[Any], Awaitable[Any]]
