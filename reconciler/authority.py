@@ -94,6 +94,18 @@ def principal_id(namespace: str, subject: str, issuer: str = "") -> str:
     return f"{namespace}:{issuer}:{subject}"
 
 
+def oauth_principal_id(issuer: str, subject: str, client: str = "") -> str:
+    """The principal id of an OAuth identity, (issuer, subject, client id) (ADR 0011):
+    ``oauth:<issuer>:<subject>``, plus ``#<client>`` when the token names its client (``azp`` /
+    ``client_id``), so two applications of one user are two principals and never share a
+    session or its grants. ``%`` and ``#`` in the subject and client are escaped, so no subject
+    can spell another identity's id."""
+    escaped = subject.replace("%", "%25").replace("#", "%23")
+    if client:
+        escaped += "#" + client.replace("%", "%25").replace("#", "%23")
+    return principal_id("oauth", escaped, issuer)
+
+
 #: The namespace of sessions declared in the config file: ``config::<session name>``.
 CONFIG_NAMESPACE = "config"
 

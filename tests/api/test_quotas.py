@@ -136,7 +136,11 @@ async def test_I25_event_streams_are_bounded_per_principal_and_in_total_with_an_
         async with AsyncExitStack() as stack, httpx2.AsyncClient(base_url=served.base_url, timeout=WAIT) as http:
 
             async def refused(token: str) -> httpx2.Response:
-                return await http.get("/v1/events", headers=_auth(token))
+                # Streamed: a stream that is (wrongly) accepted fails the test instead of hanging it.
+                async with http.stream("GET", "/v1/events", headers=_auth(token)) as r:
+                    assert r.status_code == 429, "the stream was accepted"
+                    await r.aread()
+                    return r
 
             for _ in range(2):  # N per principal
                 await stack.enter_async_context(follow(served, ALICE))
