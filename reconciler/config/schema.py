@@ -518,6 +518,11 @@ class MetadataSettings(_Frozen):
         )
 
 
+def _count(default: int, description: str, *, least: int = 1) -> Any:
+    """A quota field: a count of at least ``least`` (ADR 0032)."""
+    return Field(default=default, ge=least, description=description)
+
+
 class LimitsConfig(_Frozen):
     """What one HTTP client can make the gateway hold (the ``gateway.limits:`` mapping, I18).
     Read when ``serve`` starts; a reload does not change them."""
@@ -577,20 +582,12 @@ class LimitsConfig(_Frozen):
     )
     # The control API's quotas (ADR 0032): per principal, in total, and a reserve only operators may
     # take, so no principal can take what another needs and an operator can always act.
-    sessions: int = Field(
-        default=10_000,
-        ge=1,
-        description="Control-API and config sessions at once, all principals together (429 too_many_sessions).",
+    sessions: int = _count(10_000, "Control-API and config sessions at once, all principals together (429).")
+    sessions_per_principal: int = _count(
+        1_000, "Sessions one principal (owner, OAuth subject and client, or operator) may own at once."
     )
-    sessions_per_principal: int = Field(
-        default=1_000,
-        ge=1,
-        description="Sessions one principal (owner, OAuth subject and client, or operator) may own at once.",
-    )
-    sessions_operator_reserve: int = Field(
-        default=100,
-        ge=0,
-        description="The last sessions of `sessions` only an operator may create (owners stop short of them).",
+    sessions_operator_reserve: int = _count(
+        100, "The last sessions of `sessions` only an operator may create (owners stop short of them).", least=0
     )
     api_session_idle_s: float = Field(
         default=86_400.0,
@@ -598,40 +595,16 @@ class LimitsConfig(_Frozen):
         description="A control-API session unused this long is removed (0: never). One in use never expires: a "
         "call in flight, an open MCP connection or stream, a live hold of its owner, or activity within this time.",
     )
-    grants_per_session: int = Field(
-        default=16_384,
-        ge=1,
-        description="Names one session may be granted (429 too_many_grants beyond; a follow session stops growing).",
+    grants_per_session: int = _count(
+        16_384, "Names one session may be granted (429 too_many_grants beyond; a follow session stops growing)."
     )
-    holds: int = Field(
-        default=64,
-        ge=1,
-        description="Revision holds at once, all principals together (429 too_many_holds).",
-    )
-    holds_per_principal: int = Field(
-        default=8,
-        ge=1,
-        description="Revision holds one principal may keep at once (operators included).",
-    )
-    holds_operator_reserve: int = Field(
-        default=8,
-        ge=0,
-        description="The last holds of `holds` only an operator may take.",
-    )
-    event_streams: int = Field(
-        default=32,
-        ge=1,
-        description="GET /v1/events streams open at once, all principals together (429 too_many_streams).",
-    )
-    event_streams_per_principal: int = Field(
-        default=8,
-        ge=1,
-        description="Event streams one principal may keep open.",
-    )
-    event_streams_operator_reserve: int = Field(
-        default=4,
-        ge=0,
-        description="The last event streams of `event_streams` only an operator may open.",
+    holds: int = _count(64, "Revision holds at once, all principals together (429 too_many_holds).")
+    holds_per_principal: int = _count(8, "Revision holds one principal may keep at once (operators included).")
+    holds_operator_reserve: int = _count(8, "The last holds of `holds` only an operator may take.", least=0)
+    event_streams: int = _count(32, "GET /v1/events streams open at once, all principals together (429).")
+    event_streams_per_principal: int = _count(8, "Event streams one principal may keep open.")
+    event_streams_operator_reserve: int = _count(
+        4, "The last event streams of `event_streams` only an operator may open.", least=0
     )
 
     @model_validator(mode="after")
