@@ -159,6 +159,7 @@ class ConfigDesiredState:
                     inputs=tracked_inputs(tracker),
                     curation=outcome.loaded.curation,
                     discovery=outcome.loaded.discovery,
+                    limits=outcome.loaded.limits,
                 )
             assert outcome.error is not None
             rendered = str(outcome.error)
@@ -186,6 +187,7 @@ class ConfigDesiredState:
                 inputs=tracked_inputs(tracker),
                 curation=self._good.curation,
                 discovery=self._good.discovery,
+                limits=self._good.limits,
             )
 
     async def poll(self) -> set[str]:

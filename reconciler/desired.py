@@ -9,6 +9,7 @@ from typing import Protocol
 from mcp_reconciler.reconciler.curation import NO_CURATION, Curation
 from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryPolicy
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
+from mcp_reconciler.reconciler.rate_limits import NO_LIMITS, LimitPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,8 @@ class DesiredState:
     curation: Curation = NO_CURATION
     #: Discovery modes and the search-mode settings (ADR 0029; from the same good config).
     discovery: DiscoveryPolicy = DEFAULT_POLICY
+    #: Rate and concurrency limits (ADR 0033; from the same good config), swapped in after the cycle.
+    limits: LimitPolicy = NO_LIMITS
 
     def spec(self, name: str) -> SourceSpec | None:
         """The spec of source ``name``, or None if this state has no such source (O(sources))."""

@@ -45,6 +45,7 @@ from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.health import SourceHealth
 from mcp_reconciler.reconciler.holds import HoldInfo, HoldRegistry
 from mcp_reconciler.reconciler.idle import run_idle_expiry
+from mcp_reconciler.reconciler.limiter import Limiter
 from mcp_reconciler.reconciler.peer import PeerSwitch, UpstreamPeer
 from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.runtime import Listener, LiveGeneration, LiveState
@@ -103,6 +104,8 @@ class Engine:
         self._watch_interval_s = watch_interval_s
         self._sessions = Authority(reconciler.bounds, drift_policy=drift_policy)
         self._holds = HoldRegistry(reconciler.runtime)
+        # Rate and concurrency limits (ADR 0033): buckets in the cluster store when there is one.
+        self._limiter = Limiter(cluster.store if cluster is not None else None)
         self._cluster: ClusterSync | None = None
         if cluster is not None:
             self._cluster = ClusterSync(
@@ -177,6 +180,7 @@ class Engine:
     def _declare_sessions(self, desired: DesiredState) -> None:
         live = self._runtime.current
         self._sessions.set_discovery(desired.discovery)  # before the declarations: they read it
+        self._limiter.set_policy(desired.limits)
         self._sessions.declare(desired.sessions, live.generation if live is not None else None)
 
     async def __aenter__(self) -> Engine:
@@ -265,6 +269,11 @@ class Engine:
         """Engine events — publish, retire, source, session, hold — numbered and ordered
         (``reconciler/events.py``); subscribers are called synchronously and must not block."""
         return self._events
+
+    @property
+    def limiter(self) -> Limiter:
+        """Rate and concurrency limits on forwarded calls (ADR 0033)."""
+        return self._limiter
 
     @property
     def sessions(self) -> Authority:

@@ -251,3 +251,51 @@ class RevisionNotHereError(RevisionUnavailableError):
 
     code = "revision_unavailable"
     retryable = True
+
+
+class LimitError(ReconcilerError):
+    """A call refused by a configured limit (``rate_limits:``, ADR 0033). ``limit`` is the
+    rule's name and ``retry_after_s`` when retrying may succeed; both reach the client."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, limit: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+
+class RateLimitedError(LimitError):
+    """A token bucket of rate rule ``limit`` is empty."""
+
+    code = "rate_limited"
+
+    def __init__(self, limit: str, retry_after_s: float) -> None:
+        super().__init__(
+            f"rate limit {limit!r} reached; retry after {retry_after_s:.3g} s", limit=limit, retry_after_s=retry_after_s
+        )
+
+
+class ConcurrencyLimitedError(LimitError):
+    """Concurrency rule ``limit``: every slot busy and the queue full, or the wait ran out."""
+
+    code = "concurrency_limited"
+
+    def __init__(self, limit: str, retry_after_s: float, *, waited: bool) -> None:
+        why = "no slot freed within the queue timeout" if waited else "calls in flight and the queue are full"
+        super().__init__(
+            f"concurrency limit {limit!r} reached ({why}); retry after {retry_after_s:.3g} s",
+            limit=limit,
+            retry_after_s=retry_after_s,
+        )
+        self.waited = waited
+
+
+class LimitUnavailableError(ClusterUnavailableError):
+    """A shared limit could not be checked (the cluster store is unreachable) and the config says
+    ``fail: closed``. The code stays ``cluster_unavailable``; ``limit`` names the rule."""
+
+    def __init__(self, limit: str, retry_after_s: float) -> None:
+        super().__init__(f"rate limit {limit!r} cannot be checked")
+        self.limit = limit
+        self.retry_after_s = retry_after_s

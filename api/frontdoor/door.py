@@ -118,7 +118,13 @@ class FrontDoor:
         self.relay = Relay(on_log=self.logs.deliver, bindings=self.sessions.bindings)
         self.exchanges = Exchanges(self.relay, deadline_s=self.catalog.operation_deadline_s)
         self.forwarder = Forwarder(
-            self.catalog, authority, self.sessions, relay=self.relay, exchanges=self.exchanges, logs=self.logs
+            self.catalog,
+            authority,
+            self.sessions,
+            relay=self.relay,
+            exchanges=self.exchanges,
+            logs=self.logs,
+            limiter=engine.limiter,
         )
         self.completer = Completer(self.forwarder)
         self.subscriptions = ResourceSubscriptions(self.catalog, authority, self.sessions, self.notifier)

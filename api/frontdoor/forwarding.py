@@ -21,7 +21,8 @@ records) is attributed to it through the ``relay`` (the operation is registered 
 duration) and reaches this caller only; log records still being relayed are delivered before
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
-held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``)."""
+held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``).
+Every call, read and get passes ``rate_limits:`` here (ADR 0033), before anything is sent."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ from mcp_reconciler.api.frontdoor.rounds import (
 from mcp_reconciler.api.frontdoor.sessions import Sessions
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
+from mcp_reconciler.reconciler.limiter import NO_SLOT, Limiter
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
 from mcp_reconciler.reconciler.pins import OperationDeadlineError
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
@@ -88,8 +90,10 @@ class Forwarder:
         exchanges: Exchanges,
         logs: LogRelay,
         seal: StateSeal | None = None,
+        limiter: Limiter | None = None,
     ) -> None:
         self._catalog = catalog
+        self._limiter = limiter or Limiter()
         self._authority = authority
         self._sessions = sessions
         self._relay = relay
@@ -180,7 +184,7 @@ class Forwarder:
         outcome = "ok"
         with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": label}) as span:
             try:
-                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw)
+                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, op is None)
                 meta_out = result.meta or {}
                 span.set_attribute("revision", meta_out.get(REVISION_META, -1))
                 return result
@@ -206,6 +210,7 @@ class Forwarder:
         result_type: type[Any],
         shortcut: Callable[[UpstreamConnection], Any] | None,
         raw: bool = False,
+        limited: bool = True,
     ) -> Any:
         binding = self._sessions.binding(ctx)
         meta: Mapping[str, Any] | None = params.meta
@@ -241,6 +246,8 @@ class Forwarder:
             answer = shortcut(conn) if shortcut is not None else None
             if answer is not None:
                 return self._finish(answer, live.revision, resolved.drifted)
+            # Limits (ADR 0033; not completions): tokens now, the source's concurrency slot below.
+            slot = await self._limiter.admit(binding.session, entry) if limited else NO_SLOT
             up_meta = forwardable(meta)
             if not conn.legacy:
                 level = self._logs.call_level(binding, meta)
@@ -256,22 +263,17 @@ class Forwarder:
             interactive = INTERACTIVE.get(result_type)
             if interactive is not None and binding.era == "modern" and conn.legacy:
                 # The upstream may send real requests mid-call; a 2026 client can only take them
-                # as an InputRequiredResult, so the call runs as a held exchange.
-                result = await self._exchanges.start(
-                    binding,
-                    ctx,
-                    conn,
-                    live,
-                    request,
-                    result_type,
-                    kind=kind,
-                    name=name,
-                    drifted=resolved.drifted,
-                    timeout_s=call_s,
-                )
+                # as an InputRequiredResult, so the call runs as a held exchange (pinned while it waits for a slot).
+                with live.pin():
+                    async with slot:
+                        result = await self._exchanges.start(
+                            binding, ctx, conn, live, request, result_type,
+                            kind=kind, name=name, drifted=resolved.drifted, timeout_s=call_s,
+                        )
             else:
                 rtype = interactive if interactive is not None and not conn.legacy else result_type
-                async with live.operation(deadline_s=self._catalog.operation_deadline_s):
+                # The slot inside the operation: a queued call is pinned and bounded by its deadlines.
+                async with live.operation(deadline_s=self._catalog.operation_deadline_s), slot:
                     with self._relay.call(binding, ctx, conn) as call:
                         result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
                         if isinstance(result, types.InputRequiredResult):

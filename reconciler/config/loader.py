@@ -34,6 +34,7 @@ from mcp_reconciler.reconciler.curation import NO_CURATION, Curation
 from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryPolicy
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig
+from mcp_reconciler.reconciler.rate_limits import NO_LIMITS, LimitPolicy
 
 # --------------------------------------------------------------------------------------------
 # Loaded configuration
@@ -62,6 +63,8 @@ class LoadedConfig:
     curation: Curation = NO_CURATION
     #: Discovery modes and the search-mode settings (ADR 0029).
     discovery: DiscoveryPolicy = DEFAULT_POLICY
+    #: Rate and concurrency limits (ADR 0033).
+    limits: LimitPolicy = NO_LIMITS
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,6 +209,7 @@ def _load(
         cluster=cluster,
         curation=curation,
         discovery=main.discovery.policy({v.name: v.discovery for v in main.views}),
+        limits=main.rate_limits.policy(),
     )
 
 

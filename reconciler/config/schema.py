@@ -31,6 +31,7 @@ from mcp_reconciler.reconciler.projection import (
     Trust,
     clean_text,
 )
+from mcp_reconciler.reconciler.rate_limits import RateLimitsConfig
 from mcp_reconciler.reconciler.uris import URI_PREFIX
 
 # fullmatch, not match with "$": "$" would accept a trailing newline.
@@ -789,6 +790,10 @@ class _MainFile(_Frozen):
     discovery: DiscoveryConfig = Field(
         default_factory=DiscoveryConfig,
         description="Search mode for large catalogs (ADR 0029): `search`, or `{mode, always_visible, found_max}`.",
+    )
+    rate_limits: RateLimitsConfig = Field(
+        default_factory=RateLimitsConfig,
+        description="Rate and concurrency limits on forwarded calls (ADR 0033); reloaded without a restart.",
     )
 
     @field_validator("sources", "include", "sessions", "views", mode="before")

@@ -141,6 +141,14 @@ class Replica:
         return self.gw.stderr() if self.gw is not None else ""
 
 
+async def start_all(*replicas: Replica, timeout_s: float = 120) -> None:
+    """Start ``replicas`` side by side and wait until every one is up."""
+    with anyio.fail_after(timeout_s):
+        async with anyio.create_task_group() as tg:
+            for replica in replicas:
+                tg.start_soon(replica.start)
+
+
 @contextlib.asynccontextmanager
 async def agent(url: str, token: str, mode: str = "legacy") -> AsyncIterator[tuple[Client, Changes]]:
     """An MCP client on ``url`` with ``token`` and a ``list_changed`` counter (new era: with a

@@ -38,6 +38,8 @@ CHECKED = {
     "metadata-served": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
     "metadata-status": "tests/docs/test_readme_metadata.py::test_I20_readme_served_definition_and_diagnostics",
     "limits-defaults": "tests/docs/test_readme.py::test_limits_defaults",
+    "limits-config": "tests/docs/test_readme_limits.py::test_limits_config_and_error_as_the_readme_says",
+    "limits-error": "tests/docs/test_readme_limits.py::test_limits_config_and_error_as_the_readme_says",
     "failure-config": "tests/docs/test_readme_failures.py::test_failure_config_and_output",
     "failure-output": "tests/docs/test_readme_failures.py::test_failure_config_and_output",
     "sessions-cli": "tests/docs/test_readme_failures.py::test_sessions_cli_block",
