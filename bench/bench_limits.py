@@ -32,15 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO_ROOT))
 
 import anyio  # noqa: E402
+from _ports import port_args  # noqa: E402
 from _stats import dump_json, json_out_path, pct  # noqa: E402
-from bench_fastpath import UPSTREAM, cpu_s, free_port, gateway_argv, loadavg, open_client, process, run_calls  # noqa: E402
+from bench_fastpath import UPSTREAM, cpu_s, gateway_argv, loadavg, open_client, process, run_calls  # noqa: E402
 
 from mcp_reconciler.reconciler.cluster.redis_store import RedisStore  # noqa: E402
 from mcp_reconciler.reconciler.limiter import Limiter  # noqa: E402
 from mcp_reconciler.reconciler.model import EntryKind  # noqa: E402
 from mcp_reconciler.reconciler.rate_limits import RateLimitsConfig  # noqa: E402
 from tests.support.redis_server import RedisServer, redis_binary  # noqa: E402
-from tests.support.redis_server import free_port as redis_port  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 BATCH, BATCHES = (500, 20) if QUICK else (1000, 60)
@@ -125,17 +125,16 @@ def write_config(tmp: Path, name: str, up_port: int, limits: dict[str, Any] | No
 
 
 async def bench_forwarded(tmp: Path, server: RedisServer) -> dict[str, Any]:
-    up_port = free_port()
-    up = [*UPSTREAM, "--transport", "http", "--port", str(up_port), "--tools", "echo"]
+    up = [*UPSTREAM, "--transport", "http", *port_args(tmp / "up.port"), "--tools", "echo"]
     variants = [("unlimited", None, None), ("limited", LIMITS, None), ("limited+redis", LIMITS, server.url)]
     out: dict[str, Any] = {}
     async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(process(up, f"http://127.0.0.1:{up_port}/mcp"))
+        _, up_port = await stack.enter_async_context(process(up, "/mcp", tmp / "up.port"))
         paths: list[tuple[str, str, int]] = []
         for name, limits, redis_url in variants:
-            port = free_port()
             cfg = write_config(tmp, name, up_port, limits, redis_url)
-            pid = await stack.enter_async_context(process(gateway_argv(cfg, port), f"http://127.0.0.1:{port}/readyz"))
+            port_file = tmp / f"{name}.port"  # each gateway binds port 0 and reports it
+            pid, port = await stack.enter_async_context(process(gateway_argv(cfg, port_file), "/readyz", port_file))
             paths.append((name, f"http://127.0.0.1:{port}/mcp", pid))
         for era in ("legacy", "auto"):
             async with contextlib.AsyncExitStack() as clients_stack:
@@ -170,7 +169,7 @@ async def bench_forwarded(tmp: Path, server: RedisServer) -> dict[str, Any]:
 async def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        server = RedisServer(redis_binary(), redis_port(), tmp)
+        server = RedisServer(redis_binary(), tmp)
         await server.start()
         try:
             result = {"in_process": await bench_in_process(server), "forwarded": await bench_forwarded(tmp, server)}

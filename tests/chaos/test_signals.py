@@ -28,7 +28,7 @@ from mcp_reconciler.api.sdk_compat import mcp_http_client
 from tests.chaos.conftest import pid_alive
 from tests.chaos.gateway_process import GatewayProcess, write_json
 from tests.e2e.conftest import upstream_source
-from tests.integration.conftest import free_port, read_pid, wait_for_file
+from tests.integration.conftest import read_pid, wait_for_file
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -117,7 +117,7 @@ async def test_unwritable_stdout_never_stops_the_gateway(stdout: str, tmp_path: 
         tmp_path / "gateway.yaml",
         {"gateway": {"cooldown_s": 0.05}, "sources": [upstream_source("up", "--tools", "echo")]},
     )
-    gw = GatewayProcess(tmp_path, cfg, stdout=stdout, port=free_port())
+    gw = GatewayProcess(tmp_path, cfg, stdout=stdout)  # the port comes back in its port file
     try:
         await gw.started()
         for _ in range(3):  # each reload prints a line to the broken stdout
