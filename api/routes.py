@@ -23,7 +23,7 @@ from mcp_reconciler.api import wire
 from mcp_reconciler.api.control import Control
 from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.ui import ui_routes
-from mcp_reconciler.reconciler.errors import ReconcilerError
+from mcp_reconciler.reconciler.errors import QuotaError, ReconcilerError
 
 log = logging.getLogger("mcp_reconciler.control")
 
@@ -31,10 +31,10 @@ EVENTS_PATH = "/v1/events"
 MAX_MESSAGE_CHARS = 512  # error messages may quote the request (names, field paths): bounded (I12)
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
+def _error(status: int, code: str, message: str, *, bound: str | None = None, limit: int | None = None) -> JSONResponse:
     if len(message) > MAX_MESSAGE_CHARS:
         message = message[: MAX_MESSAGE_CHARS - 1] + "…"
-    return JSONResponse(wire.dump(wire.ErrorOut(error=wire.ErrorBody(code=code, message=message))), status_code=status)
+    return JSONResponse(wire.error(code, message, bound=bound, limit=limit), status_code=status)
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,9 @@ def _wrap(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Reques
         try:
             return await handler(request)
         except ApiError as exc:
-            return _error(exc.status, exc.code, exc.message)
+            return _error(exc.status, exc.code, exc.message, bound=exc.bound, limit=exc.limit)
+        except QuotaError as exc:  # a quota (ADR 0032): 429 naming the bound and its config key
+            return _error(429, exc.code, str(exc), bound=exc.bound or None, limit=exc.limit)
         except ReconcilerError as exc:
             return _error(503 if exc.retryable else 409, exc.code, str(exc))
         except json.JSONDecodeError:

@@ -157,6 +157,7 @@ class FrontDoor:
                 get_tool_input_schema=self.listing.tool_input_schema,
                 capabilities=self._capabilities,
             )
+        self.server.middleware.append(self.sessions.track_use)  # outermost: the whole request is "in use"
         self.server.middleware.append(self.sessions.bind_at_handshake)
         self.server.middleware.append(self._task_middleware)  # task-augmented tools/call (2025-11-25)
         # The fast lane (issue 12, ADR 0019): list pages served from cached wire dicts, calls
@@ -182,6 +183,7 @@ class FrontDoor:
         # Subscribed for the front door's lifetime (it lives as long as the engine it serves).
         authority.on_removed(self.forget_session)
         authority.on_changed(self.touch)
+        authority.on_in_use(self.sessions.connected)  # an open MCP connection keeps its session
 
     @staticmethod
     def may_use_control_tools(binding: Binding) -> bool:
