@@ -20,6 +20,10 @@ class ErrorBody(_Model):
 
     code: str
     message: str
+    bound: str | None = Field(
+        default=None, description="429 at a quota: the config key of the bound that refused (ADR 0032)"
+    )
+    limit: int | None = Field(default=None, description="429 at a quota: that bound's value")
 
 
 class ErrorOut(_Model):
@@ -356,6 +360,15 @@ class SessionOut(_Model):
     view: str | None = Field(default=None, description="the named view the session is bound to (null: none)")
     discovery: Literal["all", "search"] = Field(default="all", description="the session's discovery mode in effect")
     found: list[str] = Field(default_factory=list, description="search mode: the tools find_tools made visible")
+    expires_at: float | None = Field(
+        default=None,
+        description="idle expiry: when the session is removed if it stays unused from now on (epoch seconds); "
+        "null while it is in use, or when it never expires (declared in the config, or expiry off)",
+    )
+    in_use: bool = Field(
+        default=False,
+        description="a request in flight, an open MCP connection, or a live revision hold of its owner: never expires",
+    )
 
 
 class SessionCreated(SessionOut):
@@ -481,6 +494,12 @@ class ReadyOut(_Model):
     conditions: list[str] = Field(
         default_factory=list, description="degraded conditions of a ready gateway (it still serves)"
     )
+
+
+def error(code: str, message: str, *, bound: str | None = None, limit: int | None = None) -> dict[str, Any]:
+    """The body of an error answer (``ErrorOut``); ``bound`` and ``limit`` only when set (a quota's 429)."""
+    body = ErrorOut(error=ErrorBody(code=code, message=message, bound=bound, limit=limit))
+    return body.model_dump(mode="json", exclude_none=True)
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

@@ -58,6 +58,16 @@ event_stream_refused = meter.create_counter(
 event_stream_dropped = meter.create_counter(
     "gateway.events.dropped", description="Event-stream followers dropped, by reason (slow_reader|write_timeout)"
 )
+# Quotas (reconciler/quotas.py, ADR 0032): requests refused because a principal, or everyone
+# together, holds as many sessions, grants, holds or event streams as a bound allows; by the
+# bound's config key (``bound``: gateway.limits.sessions_per_principal, ...).
+quota_refused = meter.create_counter(
+    "gateway.quota.refused", description="Control-API requests refused at a quota, by bound (its config key)"
+)
+# API sessions removed after gateway.limits.api_session_idle_s without use (reconciler/idle.py).
+sessions_expired = meter.create_counter(
+    "gateway.sessions.expired", description="Control-API sessions removed after their idle expiry"
+)
 events_emitted = meter.create_counter("reconciler.events", description="Engine events emitted, by type")
 
 

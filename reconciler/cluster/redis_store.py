@@ -360,7 +360,11 @@ class RedisStore:
         if status == "conflict":
             raise ClusterConflictError(f"session {record.id}")
         if status == "limit":
-            raise SessionLimitError(f"at most {max_sessions} sessions may exist; delete unused sessions")
+            raise SessionLimitError(
+                f"at most {max_sessions} sessions may exist (gateway.limits.sessions); delete unused sessions",
+                bound="gateway.limits.sessions",
+                limit=max_sessions,
+            )
         if status == "token":
             raise GrantError("that token is already in use by another session")
         return int(value)
@@ -390,9 +394,18 @@ class RedisStore:
         status, value = await self._call(lambda: self._scripts["hold"](keys=keys, args=args))
         status = _s(status)
         if status == "limit":
-            raise HoldLimitError(f"at most {_s(value)} revision holds may exist; release one first")
+            raise HoldLimitError(
+                f"at most {_s(value)} revision holds may exist (gateway.limits.holds); release one first",
+                bound="gateway.limits.holds",
+                limit=int(_s(value)),
+            )
         if status == "owner":
-            raise HoldLimitError(f"an owner may keep at most {_s(value)} revision holds; release one first")
+            raise HoldLimitError(
+                f"a principal may hold at most {_s(value)} revision holds (gateway.limits.holds_per_principal); "
+                "release one first",
+                bound="gateway.limits.holds_per_principal",
+                limit=int(_s(value)),
+            )
         if status == "slots":
             raise HoldSlotsError(
                 f"holds may keep at most {_s(value)} revisions alive, so that they can never defer publication: "

@@ -521,6 +521,11 @@ class MetadataSettings(_Frozen):
         )
 
 
+def _count(default: int, description: str, *, least: int = 1) -> Any:
+    """A quota field: a count of at least ``least`` (ADR 0032)."""
+    return Field(default=default, ge=least, description=description)
+
+
 class LimitsConfig(_Frozen):
     """What one HTTP client can make the gateway hold (the ``gateway.limits:`` mapping, I18).
     Read when ``serve`` starts; a reload does not change them."""
@@ -578,6 +583,41 @@ class LimitsConfig(_Frozen):
         description="One message an upstream sends (a stdio line), in bytes: refused while it is read beyond this, "
         "and the call it answers fails naming this key (ADR 0025).",
     )
+    # The control API's quotas (ADR 0032): per principal, in total, and a reserve only operators may
+    # take, so no principal can take what another needs and an operator can always act.
+    sessions: int = _count(10_000, "Control-API and config sessions at once, all principals together (429).")
+    sessions_per_principal: int = _count(
+        1_000, "Sessions one principal (owner, OAuth subject and client, or operator) may own at once."
+    )
+    sessions_operator_reserve: int = _count(
+        100, "The last sessions of `sessions` only an operator may create (owners stop short of them).", least=0
+    )
+    api_session_idle_s: float = Field(
+        default=86_400.0,
+        ge=0,
+        description="A control-API session unused this long is removed (0: never). One in use never expires: a "
+        "call in flight, an open MCP connection or stream, a live hold of its owner, or activity within this time.",
+    )
+    grants_per_session: int = _count(
+        16_384, "Names one session may be granted (429 too_many_grants beyond; a follow session stops growing)."
+    )
+    holds: int = _count(64, "Revision holds at once, all principals together (429 too_many_holds).")
+    holds_per_principal: int = _count(8, "Revision holds one principal may keep at once (operators included).")
+    holds_operator_reserve: int = _count(8, "The last holds of `holds` only an operator may take.", least=0)
+    event_streams: int = _count(32, "GET /v1/events streams open at once, all principals together (429).")
+    event_streams_per_principal: int = _count(8, "Event streams one principal may keep open.")
+    event_streams_operator_reserve: int = _count(
+        4, "The last event streams of `event_streams` only an operator may open.", least=0
+    )
+
+    @model_validator(mode="after")
+    def _reserves_leave_room(self) -> LimitsConfig:
+        # A reserve as large as its total would lock every owner out: refused, not clamped.
+        for key in ("sessions", "holds", "event_streams"):
+            total, reserve = getattr(self, key), getattr(self, f"{key}_operator_reserve")
+            if reserve >= total:
+                raise ValueError(f"{key}_operator_reserve ({reserve}) must be less than {key} ({total})")
+        return self
 
 
 class GatewaySettings(_Frozen):
@@ -667,6 +707,17 @@ class GatewaySettings(_Frozen):
             retiring_max=self.retiring_max,
             operation_deadline_s=self.operation_deadline_s,
             upstream_message_bytes=self.limits.upstream_message_bytes,
+            sessions=self.limits.sessions,
+            sessions_per_principal=self.limits.sessions_per_principal,
+            sessions_operator_reserve=self.limits.sessions_operator_reserve,
+            api_session_idle_s=self.limits.api_session_idle_s,
+            names_per_session=self.limits.grants_per_session,
+            holds=self.limits.holds,
+            holds_per_owner=self.limits.holds_per_principal,
+            holds_operator_reserve=self.limits.holds_operator_reserve,
+            event_streams=self.limits.event_streams,
+            event_streams_per_principal=self.limits.event_streams_per_principal,
+            event_streams_operator_reserve=self.limits.event_streams_operator_reserve,
         )
 
 
