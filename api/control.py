@@ -29,6 +29,7 @@ from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.events import EventStream
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.views import owner_view, quarantined_names, status_out
+from mcp_reconciler.reconciler import audit
 from mcp_reconciler.reconciler.authority import GrantPolicy, Session, principal_id
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.errors import (
@@ -173,6 +174,9 @@ class Control:
                     )
                 }
             )
+        trail = audit.current()
+        if trail is not None:
+            out = out.model_copy(update={"audit": wire.AuditOut(**trail.status())})
         return out if principal is None or principal.role == "operator" else owner_view(out)
 
     async def commit(self, session_id: str) -> None:

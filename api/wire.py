@@ -103,6 +103,17 @@ class ConditionOut(_Model):
     message: str = Field(description="sanitized: revisions, counts and times only")
 
 
+class AuditOut(_Model):
+    """The audit trail's counters (ADR 0031, I23): records written, dropped because the queue was
+    full, failed at the sink (a full disk), waiting now, and the queue bound."""
+
+    written: int
+    dropped: int
+    failed: int
+    queued: int
+    queue_max: int
+
+
 class ClusterOut(_Model):
     """This replica's view of the cluster (ADR 0020)."""
 
@@ -199,6 +210,9 @@ class StatusOut(_Model):
         default_factory=list, description="the named views of the current revision, served at /mcp/<name>"
     )
     search_indexes: list[SearchIndexOut] = Field(default_factory=list, description=SEARCH_INDEXES)
+    audit: AuditOut | None = Field(
+        default=None, description="the audit trail's counters, when telemetry.audit is on (operators only)"
+    )
 
 
 class RefreshIn(_Model):

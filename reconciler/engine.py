@@ -369,6 +369,10 @@ class Engine:
             conditions.append("publication_deferred")
         return Readiness(True, revision, None, tuple(conditions))
 
+    def source_health(self) -> list[SourceHealth]:
+        """Every configured source's latest health (a synchronous snapshot, for the gauges)."""
+        return [self._rec.health.get(name) for name in sorted(self.source_names())]
+
     async def status(self) -> EngineStatus:
         """A frozen status snapshot, taken after an input check: when watched inputs changed
         since the served revision was built, it says so (``inputs_changed_since_build``) rather

@@ -32,6 +32,7 @@ from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
+from mcp_reconciler.api.frontdoor.observe import OperationObserver
 from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.search import FindTools
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
@@ -97,6 +98,7 @@ class FrontDoor:
         expose_control_tools: bool = False,
         status: StatusFn | None = None,
         refresh: RefreshFn | None = None,
+        served_names_max: int = 200,
     ) -> None:
         self.authority = authority
         self.catalog = CatalogAccess(engine)
@@ -126,6 +128,7 @@ class FrontDoor:
             exchanges=self.exchanges,
             logs=self.logs,
             limiter=engine.limiter,
+            observer=OperationObserver(served_names_max),  # per-name metrics, trace context, audit
         )
         self.completer = Completer(self.forwarder)
         self.subscriptions = ResourceSubscriptions(self.catalog, authority, self.sessions, self.notifier)

@@ -34,6 +34,7 @@ import anyio
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
+from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.cluster.store import (
     EVENT_LOG_MAX,
     Event,
@@ -215,16 +216,25 @@ class RedisStore:
         return self._redis
 
     async def _call(self, fn: Callable[[], Awaitable[T]], timeout_s: float | None = None) -> T:
+        # The store's latency and errors by operation (the method that built ``fn``: a fixed set).
+        parts = getattr(fn, "__qualname__", "call").split(".")
+        op = parts[-3] if len(parts) >= 3 and parts[-2] == "<locals>" else parts[-1]
+        started, outcome = anyio.current_time(), "ok"
         try:
             with anyio.fail_after(timeout_s if timeout_s is not None else self._timeout):
                 return await fn()
         except TimeoutError:
+            outcome = "timeout"
             raise StoreUnavailableError("the Redis store did not answer in time") from None
         except ResponseError as exc:
+            outcome = "refused"
             raise StoreUnavailableError(f"the Redis store refused a command: {type(exc).__name__}") from None
         except (RedisError, OSError) as exc:
+            outcome = "unreachable"
             await self._drop_idle_connections()
             raise StoreUnavailableError(f"the Redis store is unreachable: {type(exc).__name__}") from None
+        finally:
+            telemetry.cluster_store_duration.record(anyio.current_time() - started, {"op": op, "outcome": outcome})
 
     async def _drop_idle_connections(self) -> None:
         # One connection failed: the server may have restarted, and then every idle pooled

@@ -62,6 +62,12 @@ CHECKED = {
     "deploy-layer": "tests/deploy/test_image.py::test_readme_layer_block",
     "deploy-kubernetes": "tests/deploy/test_kubernetes.py::test_readme_kubernetes_block",
     "deploy-systemd": "tests/deploy/test_systemd.py::test_readme_systemd_block",
+    "telemetry-listen-config": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
+    "prometheus-scrape": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
+    "otel-collector": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
+    "audit-config": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
+    "audit-record": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
+    "audit-tail": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
 }
 
 
