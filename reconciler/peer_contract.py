@@ -129,7 +129,8 @@ LIST_FIELDS = ("tools", "resources", "resourceTemplates", "prompts")
 def is_list_method(message: Any) -> bool:
     """Whether an outgoing JSON-RPC message asks for a list page (its answer is bounded by the
     listing's bounds as well as the message bound)."""
-    return getattr(message, "method", None) in _LIST_METHODS
+    return getattr(message, "method", None) in LIST_METHODS
 
 
-_LIST_METHODS = frozenset({"tools/list", "resources/list", "resources/templates/list", "prompts/list"})
+#: The methods whose answers are list pages.
+LIST_METHODS = frozenset({"tools/list", "resources/list", "resources/templates/list", "prompts/list"})

@@ -11,7 +11,6 @@ import resource
 import mcp_types as types
 import pytest
 
-from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, MessageBoundError
 from tests.integration.conftest import HttpUpstreams, http_spec
 from tests.integration.test_upstream_transports import FAST, WAIT, connection, engine, status
@@ -31,9 +30,7 @@ async def big(rec: object, size: int) -> dict[str, object]:
     conn = connection(live.generation)
     request = types.CallToolRequest(params=types.CallToolRequestParams(name="big", arguments={"bytes": size}))
     async with live.operation():
-        raw = await sdk_compat.post_fast_raw(conn, request, timeout_s=WAIT)
-    assert raw is not None, "the call did not take the fast lane"
-    return raw
+        return await conn.send_raw(request, timeout_s=WAIT)
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
