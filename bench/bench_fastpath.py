@@ -13,8 +13,10 @@ so they see the same background load; ``loadavg`` is printed with every table, b
 is shared. Compare ratios within one run, not absolute figures across runs.
 
 Two gateways run side by side on the same config and upstreams: one with the fast lane (the
-default) and one with ``MCP_RECONCILER_FAST_LANE=0`` (the normal lane, i.e. the gateway before
-issue 12), so "before" and "after" are measured in the same run, interleaved.
+default) and one with ``MCP_RECONCILER_FAST_LANE=0`` (the front door's normal lane), so both are
+measured in the same run, interleaved. Since ADR 0030 the switch no longer touches the upstream
+side (every request to an HTTP source takes its peer either way); to compare upstream code
+before and after, run this file against each checkout in the same period.
 
 1. Sequential calls: p50/p99 per path, added p50 (gateway - direct HTTP, as in the issue), and
    the gateway's CPU ms per call.

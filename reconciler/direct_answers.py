@@ -62,12 +62,14 @@ _direct = telemetry.meter.create_counter(
 
 class SessionHeaders:
     """The session id and protocol version the SDK's transport last sent (``observe`` is an
-    ``httpx2`` request hook on its client), or the session id the server gave in answer to
-    ``initialize`` (``observe_response``, a response hook; a stateless server gives none, and
-    the session is then known with no id). Unknown until one of them was seen."""
+    ``httpx2`` request hook on its client). The session is *established* at the first POST
+    after a successful answer to a POST without a session id (``observe_response``, a response
+    hook: the initialize answer, which gives the id, or none from a stateless server) — the
+    SDK's ``notifications/initialized``, just after the handshake."""
 
     def __init__(self) -> None:
         self._headers: dict[str, str] = {}
+        self._opened = False  # the initialize answer was seen
         self._known = False
         self.established = anyio.Event()  # set once the session is known
 
@@ -79,18 +81,15 @@ class SessionHeaders:
             return
         session = response.headers.get(_SESSION)
         self._headers = {_SESSION: session} if session is not None else {}
-        self._known = True
-        self.established.set()
+        self._opened = True
 
     async def observe(self, request: httpx2.Request) -> None:
-        """Remember the session headers of ``request`` (a POST that carries a session id)."""
-        if request.method != "POST":
+        """Remember the session headers of ``request`` (a POST after the session opened)."""
+        if request.method != "POST" or not self._opened:
             return
         session = request.headers.get(_SESSION)
-        if session is None:
-            return
         version = request.headers.get(_VERSION)
-        headers = {_SESSION: session}
+        headers = {_SESSION: session} if session is not None else {}
         if version is not None:
             headers[_VERSION] = version
         if headers != self._headers or not self._known:

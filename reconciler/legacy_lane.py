@@ -1,4 +1,4 @@
-"""Calls to a 2025-era HTTP upstream without the SDK's transport: the legacy fast lane (issue 11).
+"""Requests to a 2025-era HTTP upstream without the SDK's transport: the HTTP peer's 2025 era (issues 11, 25).
 
 The 2026 era's fast lane (``reconciler/fasthttp.py``, ADR 0019) POSTs a call and reads its one
 response. A 2025-11-25 call's response stream can carry more: the server's own requests

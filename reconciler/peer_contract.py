@@ -3,8 +3,10 @@
 An upstream *channel* is what one connected source speaks JSON-RPC through: the pair of
 streams the MCP client session reads :class:`~mcp.shared.message.SessionMessage` items (or
 transport ``Exception`` values) from and writes them to. The stdio channel is ours
-(``reconciler/stdio_peer.py``); see ADR 0025 for which HTTP paths are ours today and which
-still ride the SDK's transports.
+(``reconciler/stdio_peer.py``); every request to a streamable-HTTP source goes through that
+source's peer (``reconciler/http_peer.py``, ADR 0030), which keeps guarantees 1, 2 and 4 per
+request (a refused message drops its connection: 3 is "recycled"); see ADR 0030 for the streams
+the SDK's client still reads.
 
 Guarantees of a channel that keeps :class:`UpstreamChannel` (the stdio one does; the tests in
 ``tests/integration/test_stdio_peer.py`` check each):

@@ -405,7 +405,7 @@ class UpstreamConnection:
         return _mismatch("roots")
 
     async def deliver(self, message: dict[str, Any]) -> None:
-        """Handle a notification that arrived outside the SDK's transport (the fast lane's
+        """Handle a notification that arrived outside the SDK's transport (the HTTP peer's
         response streams) exactly as one that came through it: typed, then :meth:`_on_message`.
         One that is not a valid server notification is logged at DEBUG and dropped, as the SDK
         drops a malformed message."""

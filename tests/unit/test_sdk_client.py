@@ -18,13 +18,6 @@ pytestmark = pytest.mark.anyio
 WAIT = 10.0
 
 
-def require(obj: object, attr: str, where: str) -> Any:
-    """``obj.<attr>``, or a test failure naming the SDK attribute that moved."""
-    if not hasattr(obj, attr):
-        pytest.fail(f"mcp SDK changed: {where}.{attr} is gone (reconciler/sdk_client.py relies on it)")
-    return getattr(obj, attr)
-
-
 def _task_server() -> Server[Any]:
     """A server that answers a task-augmented tools/call with a CreateTaskResult (from a
     middleware: the SDK sieves handler results of tools/call as CallToolResult)."""
@@ -48,8 +41,9 @@ async def test_send_raw_request_returns_what_send_request_rejects() -> None:
         params=types.CallToolRequestParams(name="t", arguments={}, task=types.TaskMetadata(ttl=5))
     )
     async with Client(_task_server(), mode="legacy") as client:
-        for attr in ("_stamp", "_dispatcher", "_session_read_timeout_seconds", "_negotiated_version"):
-            require(client.session, attr, "mcp.client.session.ClientSession")
+        missing = [a for a in ("_stamp", "_dispatcher", "_session_read_timeout_seconds", "_negotiated_version")
+                   if not hasattr(client.session, a)]  # fmt: skip
+        assert not missing, f"mcp SDK changed: ClientSession.{missing} gone (reconciler/sdk_client.py relies on it)"
         with pytest.raises(Exception, match="content"):  # why the raw path exists
             await client.session.send_request(request, types.CallToolResult)
         raw = await sdk_client.send_raw_request(client.session, request, timeout_s=WAIT)
