@@ -10,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: run test system-deps check lint typecheck pytest config-reference bench bench-fastpath conformance image image-base image-test clean
+.PHONY: run test system-deps check lint typecheck pytest config-reference bench bench-fastpath bench-dataplane conformance image image-base image-test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ config-reference: $(VENV)/.installed
 # The front door's cost per call and per list, fast lane vs normal lane vs direct (issue 12).
 bench-fastpath: $(VENV)/.installed
 	$(PY) bench/bench_fastpath.py
+
+# Gateway CPU per forwarded call against a byte relay on the same stack and the SDK upstream (issue 26).
+bench-dataplane: $(VENV)/.installed
+	$(PY) bench/bench_dataplane.py
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py

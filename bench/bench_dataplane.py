@@ -1,0 +1,295 @@
+"""What the gateway's data plane costs per forwarded call, against its floor and its upstream (issue 26).
+
+Run from the repo root:  python bench/bench_dataplane.py [--quick] [--json PATH]
+
+Set-up, all on 127.0.0.1, every server on a port the kernel picked (reported, never chosen first):
+an SDK server (``tests.support.upstream_server``, the ``echo`` tool) over streamable HTTP; a byte
+relay in front of it on the same stack as the gateway (``bench/byte_relay.py``: raw ASGI on
+uvicorn + httptools, a keep-alive connection upstream, bytes and MCP headers through, no MCP
+understanding); and the gateway (``mcp-reconciler serve``) with that server as its only source.
+SDK ``Client`` instances in this process call ``echo`` three ways — direct, through the relay,
+through the gateway — for both eras (``legacy`` = 2025-11-25 sessions, ``auto`` = 2026-07-28),
+in interleaved blocks so each row sees the same background load.
+
+Per call it prints: p50/p99 latency, added p50 over direct, the CPU of the process in the middle
+(relay or gateway: its own utime+stime from ``/proc/<pid>/stat`` over its rows only), and the
+upstream SDK server's own CPU per call (over the direct rows). Then the ratios issue 26 sets goals
+for: gateway CPU / relay CPU (goal <= 1.3), gateway CPU / upstream CPU (goal <= 0.5), added p50
+(goal <= 0.5 ms) and throughput at 32 sessions against direct (goal >= 0.9). The box is shared:
+compare ratios within one run, not absolute figures across runs. Benchmarks print; they never
+assert (docs/DESIGN.md "Layout")."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import anyio  # noqa: E402
+import anyio.abc  # noqa: E402
+from _stats import dump_json, json_out_path, pct  # noqa: E402
+from mcp import Client  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+CALLS, BLOCKS, WARMUP = (300, 3, 30) if QUICK else (1200, 6, 100)
+DURATION_S = 1.0 if QUICK else 3.0
+ARGS = {"x": "1"}
+CLK = os.sysconf("SC_CLK_TCK")
+STARTUP_S = 60.0
+_ENDPOINT = re.compile(rb"MCP endpoint: (http://\S+/mcp)")
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg", encoding="ascii") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        stat = fh.read()
+    f = stat[stat.rfind(b")") + 2 :].split()
+    return (int(f[11]) + int(f[12])) / CLK
+
+
+async def _drain(stream: anyio.abc.ByteReceiveStream, found: list[bytes], seen: anyio.Event) -> None:
+    """Read a child's stdout to its end (a full pipe would stall it), noting the endpoint line."""
+    buf = b""
+    async for chunk in stream:
+        if not seen.is_set():
+            buf += chunk
+            m = _ENDPOINT.search(buf)
+            if m:
+                found.append(m.group(1))
+                seen.set()
+    seen.set()
+
+
+async def _wait_port_file(path: Path, proc: anyio.abc.Process) -> int:
+    """The port a child wrote to ``path`` (it writes atomically once it listens)."""
+    apath = anyio.Path(path)
+    with anyio.fail_after(STARTUP_S):
+        while not await apath.exists():
+            if proc.returncode is not None:
+                raise RuntimeError(f"{proc} exited with {proc.returncode} before listening")
+            await anyio.sleep(0.05)  # a bench's start-up poll; tests wait on events instead
+    return int(await apath.read_text())
+
+
+@contextlib.asynccontextmanager
+async def child(argv: list[str]) -> AsyncIterator[anyio.abc.Process]:
+    """Run ``argv`` from the repo root; terminate, then kill, and reap it on exit."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = await anyio.open_process(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stderr=None)
+    try:
+        yield proc
+    finally:
+        with anyio.CancelScope(shield=True):
+            proc.terminate()
+            with anyio.move_on_after(10):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def run_calls(
+    clients: list[Any], tool: str, calls: int | None, duration_s: float | None
+) -> tuple[list[float], float]:
+    lat: list[float] = []
+    deadline = time.perf_counter() + (duration_s or 0)
+    t0 = time.perf_counter()
+
+    async def loop(c: Any) -> None:
+        n = 0
+        while (n < calls) if calls is not None else (time.perf_counter() < deadline):
+            n += 1
+            s = time.perf_counter()
+            r = await c.call_tool(tool, ARGS)
+            lat.append((time.perf_counter() - s) * 1000)
+            if r.is_error:
+                raise RuntimeError(f"{tool}: error result {r}")
+
+    async with anyio.create_task_group() as tg:
+        for c in clients:
+            tg.start_soon(loop, c)
+    return lat, time.perf_counter() - t0
+
+
+async def open_client(stack: contextlib.AsyncExitStack, url: str, era: str) -> Any:
+    c = await stack.enter_async_context(Client(url, mode=era))
+    await c.list_tools()  # call_tool would otherwise list for output schemas
+    return c
+
+
+# label, url, tool, pid of the process in the middle (None: direct)
+Row = tuple[str, str, str, "int | None"]
+
+
+async def bench_era(era: str, rows: list[Row], up_pid: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {label: await open_client(stack, url, era) for label, url, _, _ in rows}
+        for label, _, tool, _ in rows:
+            await run_calls([clients[label]], tool, WARMUP, None)
+        lat: dict[str, list[float]] = {r[0]: [] for r in rows}
+        mid_cpu = {r[0]: 0.0 for r in rows}
+        up_cpu = {r[0]: 0.0 for r in rows}
+        for b in range(BLOCKS):  # interleaved, rotating order
+            for label, _, tool, pid in rows[b % len(rows) :] + rows[: b % len(rows)]:
+                m0, u0 = (cpu_s(pid) if pid else 0.0), cpu_s(up_pid)
+                xs, _ = await run_calls([clients[label]], tool, CALLS // BLOCKS, None)
+                mid_cpu[label] += (cpu_s(pid) - m0) if pid else 0.0
+                up_cpu[label] += cpu_s(up_pid) - u0
+                lat[label] += xs
+        direct = rows[0][0]
+        base = pct(lat[direct], 50)
+        print(f"\n[{era}] sequential, {CALLS} calls per path, loadavg {loadavg()}")
+        print(
+            f"  {'path':22} {'p50 ms':>7} {'p99 ms':>7} {'added p50':>9}"
+            f" {'own CPU/call ms':>15} {'upstream CPU/call ms':>20}"
+        )
+        for label, _, _, pid in rows:
+            n = len(lat[label])
+            p50, p99 = pct(lat[label], 50), pct(lat[label], 99)
+            own = mid_cpu[label] * 1000 / n if pid else None
+            upc = up_cpu[label] * 1000 / n
+            own_txt = f"{own:15.3f}" if own is not None else f"{'-':>15}"
+            added = f"{p50 - base:+9.2f}" if pid else f"{'-':>9}"
+            print(f"  {label:22} {p50:7.2f} {p99:7.2f} {added} {own_txt} {upc:20.3f}")
+            out[label] = {
+                "p50_ms": p50,
+                "p99_ms": p99,
+                "added_p50_ms": p50 - base,
+                "own_cpu_ms": own,
+                "upstream_cpu_ms": upc,
+            }
+        many = {
+            label: [clients[label]] + [await open_client(stack, url, era) for _ in range(31)]
+            for label, url, _, _ in rows
+        }
+        tput: dict[str, float] = {}
+        for label, _, tool, _ in rows:
+            xs, el = await run_calls(many[label], tool, None, DURATION_S)
+            tput[label] = len(xs) / el
+            out[label]["calls_per_s_32"] = tput[label]
+        gw, relay = out["gateway"], out["byte relay"]
+        up_direct = out[direct]["upstream_cpu_ms"]
+        ratios = {
+            "gw_cpu_over_relay": gw["own_cpu_ms"] / relay["own_cpu_ms"],
+            "gw_cpu_over_upstream": gw["own_cpu_ms"] / up_direct,
+            "relay_cpu_over_upstream": relay["own_cpu_ms"] / up_direct,
+            "gw_added_p50_ms": gw["added_p50_ms"],
+            "gw_tput32_over_direct": tput["gateway"] / tput[direct],
+            "relay_tput32_over_direct": tput["byte relay"] / tput[direct],
+        }
+        out["ratios"] = ratios
+
+        print("  throughput at 32 sessions, calls/s: " + ", ".join(f"{k} {v:.0f}" for k, v in tput.items()))
+        goals = [
+            ("gateway CPU / byte relay CPU", "gw_cpu_over_relay", "<=", 1.3),
+            ("gateway CPU / upstream SDK CPU", "gw_cpu_over_upstream", "<=", 0.5),
+            ("byte relay CPU / upstream SDK CPU", "relay_cpu_over_upstream", "", 0.0),
+            ("gateway added p50 ms", "gw_added_p50_ms", "<=", 0.5),
+            ("gateway tput@32 / direct", "gw_tput32_over_direct", ">=", 0.9),
+        ]
+        for text, key, op, target in goals:
+            v = ratios[key]
+            if not op:
+                print(f"  {text:34} {v:.2f}")
+                continue
+            ok = v <= target if op == "<=" else v >= target
+            print(f"  {text:34} {v:.2f}  [{'MET' if ok else 'not met'}] (goal {op} {target})")
+    return out
+
+
+async def amain() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-dataplane-") as d:
+        tmp = Path(d)
+        print(f"bench_dataplane: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
+        up_file, relay_file = tmp / "up.port", tmp / "relay.port"
+        up_argv = [
+            sys.executable,
+            "-m",
+            "tests.support.upstream_server",
+            "--transport",
+            "http",
+            "--port-file",
+            str(up_file),
+            "--tools",
+            "echo",
+        ]
+        async with child(up_argv) as up:
+            up_url = f"http://127.0.0.1:{await _wait_port_file(up_file, up)}/mcp"
+            cfg = tmp / "gw.yaml"
+            cfg.write_text(  # tokenless clients on purpose: anonymous access, policy current
+                "gateway: {anonymous: {grant_policy: current}}\n"
+                f"sources:\n  - name: h\n    http: {{url: '{up_url}'}}\n"
+            )
+            relay_argv = [
+                sys.executable,
+                str(REPO_ROOT / "bench" / "byte_relay.py"),
+                "--upstream",
+                up_url,
+                "--port-file",
+                str(relay_file),
+            ]
+            gw_argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"]
+            env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
+            async with child(relay_argv) as relay, contextlib.AsyncExitStack() as stack:
+                relay_url = f"http://127.0.0.1:{await _wait_port_file(relay_file, relay)}/mcp"
+                gw = await anyio.open_process(gw_argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stderr=None)
+
+                async def stop_gw() -> None:
+                    with anyio.CancelScope(shield=True):
+                        gw.terminate()
+                        with anyio.move_on_after(10):
+                            await gw.wait()
+                        if gw.returncode is None:
+                            gw.kill()
+                            await gw.wait()
+
+                stack.push_async_callback(stop_gw)
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(tg.cancel_scope.cancel)
+                found: list[bytes] = []
+                seen = anyio.Event()
+                assert gw.stdout is not None
+                tg.start_soon(_drain, gw.stdout, found, seen)
+                with anyio.fail_after(STARTUP_S):
+                    await seen.wait()
+                if not found:
+                    raise RuntimeError(f"gateway exited ({gw.returncode}) before naming its endpoint")
+                gw_url = found[0].decode()
+                async with Client(gw_url, mode="legacy") as c:  # the source is published
+                    with anyio.fail_after(STARTUP_S):
+                        while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
+                            await anyio.sleep(0.1)
+                rows: list[Row] = [
+                    ("direct", up_url, "echo", None),
+                    ("byte relay", relay_url, "echo", relay.pid),
+                    ("gateway", gw_url, "h__echo", gw.pid),
+                ]
+                result = {era: await bench_era(era, rows, up.pid) for era in ("legacy", "auto")}
+        return {"loadavg_end": loadavg(), **result}
+
+
+def main() -> int:
+    out = anyio.run(amain)
+    path = json_out_path(sys.argv)
+    if path:
+        dump_json(path, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
