@@ -1,7 +1,7 @@
 """Fast-path benchmark (issue 12): what one gateway hop costs, against the same upstream called
 directly, in one run on one machine.
 
-Run from the repo root:  python bench/bench_fastpath.py [--quick] [--profile] [--json PATH]   (make bench-fastpath)
+Run from the repo root:  python bench/bench_fastpath.py [--quick] [--calls-only] [--profile] [--json PATH]   (make bench-fastpath)
 
 Set-up: an echo upstream (``tests.support.upstream_server``) over streamable HTTP on 127.0.0.1,
 and the gateway as a real ``mcp-reconciler serve`` subprocess with two sources on that program:
@@ -401,6 +401,8 @@ async def amain() -> dict[str, Any]:
                 ("gw fast lane   -> stdio upstream", gw_url, "s__echo", gw_pid),
             ]
             calls = await bench_calls(paths)
+        if "--calls-only" in sys.argv:  # rows 1-2 only (e.g. the upstream side before/after)
+            return {"loadavg_end": loadavg(), "calls": calls}
         lists = {"normal": await bench_list(tmp, False), "fast": await bench_list(tmp, True)}
     return {"loadavg_end": loadavg(), "calls": calls, "list": lists}
 
