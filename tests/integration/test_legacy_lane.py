@@ -119,11 +119,12 @@ class Peer:
 
 
 @asynccontextmanager
-async def connection(upstream: Upstream, peer: Peer) -> AsyncIterator[UpstreamConnection]:
+async def connection(upstream: Upstream, peer: Peer, *, stateless: bool = False) -> AsyncIterator[UpstreamConnection]:
     manager = StreamableHTTPSessionManager(
         upstream.server(),
-        event_store=BoundedEventStore(),
-        retry_interval=10,
+        event_store=None if stateless else BoundedEventStore(),
+        retry_interval=None if stateless else 10,
+        stateless=stateless,
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     switch = PeerSwitch()
@@ -165,6 +166,21 @@ async def test_a_call_takes_the_lane_and_the_servers_request_is_answered_in_the_
 
 async def check(conn: UpstreamConnection, caller: str) -> None:
     assert await call(conn, "ask", caller) == f"for {caller}"
+
+
+async def test_a_stateless_server_is_served_by_the_peer_without_a_session_id() -> None:
+    """A 2025-era server that gives no ``Mcp-Session-Id``: the session is known from the
+    initialize answer (none) and every request still takes the peer (ADR 0030)."""
+    upstream, peer = Upstream(), Peer()
+    async with connection(upstream, peer, stateless=True) as conn:
+        assert conn.http_peer is not None and conn.legacy
+        before = conn.http_peer.poster.exchanges
+        with anyio.fail_after(WAIT):
+            assert await call(conn, "log", "fay") == "logged"
+            listed = await conn.send(types.ListToolsRequest(params=None), types.ListToolsResult)
+        assert [t.name for t in listed.tools][:2] == ["ask", "log"]
+        assert conn.http_peer.poster.exchanges >= before + 2
+        assert peer.logs == [("fay", "working")]
 
 
 async def test_log_records_on_the_calls_stream_are_delivered_before_the_result() -> None:
