@@ -1,7 +1,8 @@
 """Fast-path benchmark (issue 12): what one gateway hop costs, against the same upstream called
 directly, in one run on one machine.
 
-Run from the repo root:  python bench/bench_fastpath.py [--quick] [--calls-only] [--profile] [--json PATH]   (make bench-fastpath)
+Run from the repo root:  python bench/bench_fastpath.py [--quick] [--calls-only] [--profile] [--json PATH]
+(make bench-fastpath)
 
 Set-up: an echo upstream (``tests.support.upstream_server``) over streamable HTTP on 127.0.0.1,
 and the gateway as a real ``mcp-reconciler serve`` subprocess with two sources on that program:

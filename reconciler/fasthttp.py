@@ -205,19 +205,22 @@ class JsonRpcPoster:
     """POSTs JSON-RPC requests to ``url`` (``http://`` or ``https://``) over pooled keep-alive
     connections. ``headers`` go on every request (the source's configured headers); ``auth``
     adds a bearer token to every request and renews it once on a ``401`` (the request was
-    refused, never run, so sending it again is safe). Close with :meth:`aclose`; an exchange in
-    flight then fails like a broken connection."""
+    refused, never run, so sending it again is safe); ``on_status`` sees each request's HTTP
+    status (the operator's evidence of a failure, ``reconciler/failure_cause.py``). Close with
+    :meth:`aclose`; an exchange in flight then fails like a broken connection."""
 
     def __init__(self, url: str, headers: Mapping[str, str] | None = None, *, max_idle: int = 64,
                  connect_timeout_s: float = 10.0, max_message_bytes: int = MAX_BODY_BYTES,
                  source: str = "?", auth: BearerSource | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
+                 ssl_context: ssl.SSLContext | None = None,
+                 on_status: Callable[[int], None] | None = None) -> None:  # fmt: skip
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"JsonRpcPoster needs an http:// or https:// URL, not {url!r}")
         self._tls = parts.scheme == "https"
         self._ssl_context = ssl_context
         self._auth = auth
+        self._on_status = on_status  # sees every exchange's HTTP status (a failure's evidence)
         self._host = parts.hostname
         self._port = parts.port or (443 if self._tls else 80)
         path = parts.path or "/"
@@ -270,6 +273,8 @@ class JsonRpcPoster:
         headers = await self._authorized(headers)
         for _ in range(MAX_REDIRECTS + 2):
             response = await self._post_once(self._encode(message, headers), message.get("id"), on_message, bound)
+            if self._on_status is not None:
+                self._on_status(response.status)
             if response.status == 401 and self._auth is not None and (renewed := await self._renewed(headers)):
                 headers = renewed
                 continue  # refused before it ran: safe to send again, with a new token

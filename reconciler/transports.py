@@ -156,11 +156,12 @@ def http_peer_for(
     auth: ClientCredentialsAuth | None,
     *,
     message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES,
+    evidence: Evidence | None = None,
 ) -> JsonRpcPoster:
     """The keep-alive pool of ``spec``'s streamable-HTTP peer (``reconciler/http_peer.py``):
     its URL (``http://`` or ``https://``), headers, connect timeout, message bound and OAuth
     token (``auth``, the same one the SDK's transport uses for the handshake, so one token
-    serves both)."""
+    serves both); each request's HTTP status goes to ``evidence``."""
     t = spec.transport
     timeouts = t.get("timeouts") or {}
     return JsonRpcPoster(
@@ -170,6 +171,7 @@ def http_peer_for(
         max_message_bytes=message_bytes,
         source=spec.name,
         auth=auth,
+        on_status=evidence.observe_status if evidence is not None else None,
     )
 
 
@@ -236,7 +238,7 @@ def transport_for(
                 "request": [session.observe],
                 "response": [target.observe_response, session.observe_response],
             }
-            poster = http_peer_for(spec, auth, message_bytes=message_bytes)
+            poster = http_peer_for(spec, auth, message_bytes=message_bytes, evidence=target.evidence)
             try:
                 async with httpx2.AsyncClient(
                     headers=_headers(t), timeout=timeout, transport=transport, auth=auth, event_hooks=hooks

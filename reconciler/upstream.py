@@ -485,6 +485,8 @@ class UpstreamConnection:
                     await self.send(types.PingRequest(), types.EmptyResult)
                 else:
                     await self.send(types.ListToolsRequest(params=None), _Probe)
+        except MessageBoundError:
+            return True  # it answered (a page over a list bound is the listing's problem, not death)
         except Exception:
             return False
         return True

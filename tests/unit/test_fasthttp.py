@@ -327,8 +327,9 @@ def unauthorized(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
 
 
 async def test_a_401_renews_the_token_once_and_sends_the_refused_request_again() -> None:
+    statuses: list[int] = []
     async with serving([unauthorized, ok_json]) as (server, url):
-        poster = JsonRpcPoster(url, auth=Tokens())
+        poster = JsonRpcPoster(url, auth=Tokens(), on_status=statuses.append)
         with anyio.fail_after(WAIT):
             assert await poster.post(REQUEST, {}) == {"ok": True}
             assert await poster.post({**REQUEST, "id": 8}, {}) == {"ok": True}
@@ -338,6 +339,7 @@ async def test_a_401_renews_the_token_once_and_sends_the_refused_request_again()
         for head, _ in server.requests
     ]
     assert auth == ["authorization: bearer t1", "authorization: bearer t2", "authorization: bearer t2"]
+    assert statuses == [401, 200, 200]  # each exchange's status reaches the failure's evidence
 
 
 async def test_a_401_with_no_new_token_is_the_answer() -> None:
