@@ -1,8 +1,10 @@
-"""Every use of an MCP SDK private, in one place (written against ``mcp`` 2.3; pyproject pins <2.4).
+"""Every use of an MCP SDK server-side private, in one place (written against ``mcp`` 2.3; pyproject pins <2.4).
 
 The gateway needs a few things the SDK offers no public way to do. Each is reached here and
-nowhere else, and ``tests/unit/test_sdk_compat.py`` builds the SDK objects for real and fails
-naming the attribute if an SDK release moves it:
+nowhere else (the client-side ones, which the engine's upstream connections need, are in
+``reconciler/sdk_client.py``: the engine may not import this module), and
+``tests/unit/test_sdk_compat.py`` builds the SDK objects for real and fails naming the attribute
+if an SDK release moves it:
 
 1. **The connection behind a legacy request.** A handler's ``ctx.session`` is a new object per
    request; the per-connection ``Connection`` (its ``session_id``, scratch ``state``,
