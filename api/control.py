@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcp_reconciler.api import wire
+from mcp_reconciler.api.approvals import ApprovalsApi
 from mcp_reconciler.api.auth import PRINCIPAL_KEY, Authenticator, Principal
 from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.events import EventStream
@@ -56,9 +57,11 @@ class Control:
     front: FrontDoor
     auth: Authenticator
     events: EventStream = field(init=False)  # GET /v1/events (api/events.py); its bounds are attributes
+    approvals: ApprovalsApi = field(init=False)  # /v1/approvals (api/approvals.py, ADR 0034)
 
     def __post_init__(self) -> None:
         self.events = EventStream(self.engine, self.auth)
+        self.approvals = ApprovalsApi(self)
 
     @property
     def holds(self) -> HoldRegistry:

@@ -20,7 +20,9 @@ The sanitization boundary (ADR 0014). What a client receives falls in exactly tw
   shutting down: each is a fixed message naming revisions and exposed names at most; anything
   unexpected is ``internal_error`` with details in the operator log only. An upstream answer
   refused at ``limits.upstream_message_bytes`` while read is ``upstream_message_too_large``
-  (-32020), naming the bound, its config key and the size (ADR 0025). HTTP-layer refusals
+  (-32020), naming the bound, its config key and the size (ADR 0025). A call refused by
+``rate_limits:`` is ``rate_limited`` (-32021) or ``concurrency_limited`` (-32022), naming the limit
+and a retry-after, also in the error data's ``_meta`` (ADR 0033). HTTP-layer refusals
   (401 on ``/mcp``, 421/403 for a foreign Host/Origin) carry fixed texts (``api/mcp_auth.py``,
   ``api/host_check.py``); control-API errors are bounded (``api/routes.py``).
 
@@ -37,11 +39,20 @@ from mcp import MCPError
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.catalog import bounded
 from mcp_reconciler.reconciler.errors import (
+    ApprovalDeniedError,
+    ApprovalExpiredError,
+    ApprovalLimitError,
+    ApprovalWithdrawnError,
     ClusterUnavailableError,
+    ConcurrencyLimitedError,
+    DefinitionChangedError,
     GenerationDrainedError,
     GrantError,
+    LimitError,
+    LimitUnavailableError,
     OperationDeadlineError,
     QuarantinedNameError,
+    RateLimitedError,
     ReconcilerClosedError,
     ReconcilerError,
     RevisionUnavailableError,
@@ -74,7 +85,19 @@ CODES: dict[str, int] = {
     ReconcilerClosedError.code: -32017,
     ClusterUnavailableError.code: -32019,  # many replicas: the shared store is not confirmed (retryable)
     MESSAGE_TOO_LARGE: MESSAGE_TOO_LARGE_CODE,  # an upstream answer refused at a bound while read (ADR 0025)
+    # Approvals (ADR 0034): each outcome its own code, so a client can tell them apart.
+    ApprovalDeniedError.code: -32040,
+    ApprovalExpiredError.code: -32041,
+    DefinitionChangedError.code: -32042,  # "definition changed since approval" (I22)
+    ApprovalLimitError.code: -32043,
+    ApprovalWithdrawnError.code: -32044,
+    RateLimitedError.code: -32021,  # a rate rule's bucket is empty (ADR 0033; retryable)
+    ConcurrencyLimitedError.code: -32022,  # a source's calls in flight and queue are full (ADR 0033; retryable)
 }
+
+#: ``_meta`` keys of a limit refusal's error data (both eras; ADR 0033).
+LIMIT_META = "io.mcp-reconciler/limit"
+RETRY_AFTER_META = "io.mcp-reconciler/retry-after-s"
 
 
 #: The engine's class under the name the front door imports (one class, one code: the old
@@ -110,6 +133,12 @@ def to_mcp_error(exc: BaseException, *, revision: int | None = None) -> MCPError
     if isinstance(exc, SourceReadError):
         data.update(code="upstream_unavailable", retryable=True)
         return MCPError(CODES["upstream_unavailable"], "upstream unavailable; retry later", data)
+    if isinstance(exc, LimitError | LimitUnavailableError):
+        # The limit's name and when to retry: in ``data`` and in its ``_meta`` (ADR 0033).
+        retry_after = round(exc.retry_after_s, 3)
+        data.update(code=exc.code, retryable=True, limit=exc.limit, retry_after_s=retry_after)
+        data["_meta"] = {LIMIT_META: exc.limit, RETRY_AFTER_META: retry_after}
+        return MCPError(CODES.get(exc.code, INTERNAL_ERROR), str(exc), data)
     if isinstance(exc, ReconcilerError):
         data.update(code=exc.code, retryable=exc.retryable)
         if isinstance(exc, RevisionUnavailableError) and exc.current is not None:

@@ -1,5 +1,6 @@
 """Operator commands of the CLI (``status``, ``refresh``, ``sources``, ``generations``,
-``sessions``, ``holds``; the last two in ``api/session_cli.py``): human tables by default,
+``sessions``, ``holds``, ``approvals``; the last three in ``api/session_cli.py`` and
+``api/approval_cli.py``): human tables by default,
 ``--json`` for scripts.
 
 Exit codes scripts can rely on: 0 success (``status``: the gateway serves, as ``/readyz`` 200
@@ -225,6 +226,12 @@ async def _holds(rc: ReconcilerClient, args: argparse.Namespace) -> int:
     return await holds(rc, args)
 
 
+async def _approvals(rc: ReconcilerClient, args: argparse.Namespace) -> int:
+    from mcp_reconciler.api.approval_cli import approvals
+
+    return await approvals(rc, args)
+
+
 #: One operator command: talks to the gateway through ``rc``, prints, returns the exit code.
 Operation = Callable[[ReconcilerClient, argparse.Namespace], Awaitable[int]]
 
@@ -234,6 +241,7 @@ _COMMANDS: tuple[tuple[str, str, Operation], ...] = (
     ("generations", "live generations (current and retiring)", _generations),
     ("sessions", "agent sessions: list, show, create, grant, revoke, delete", _sessions),
     ("holds", "revision holds: list, create, release", _holds),
+    ("approvals", "calls waiting for an approval: list, show, approve, deny", _approvals),
     ("refresh", "reconcile now and print the resulting revision", _refresh),
 )
 
@@ -249,6 +257,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             from mcp_reconciler.api.session_cli import add_hold_actions, add_session_actions
 
             (add_session_actions if operation is _sessions else add_hold_actions)(parser)
+        if operation is _approvals:
+            from mcp_reconciler.api.approval_cli import add_approval_actions
+
+            add_approval_actions(parser)
         if operation is _status:
             parser.add_argument(
                 "--strict", action="store_true", help="exit 6 when serving but degraded or with a config error"

@@ -49,6 +49,7 @@ class RouteSpec:
     responses: tuple[tuple[int, type[BaseModel] | None], ...] = ()
     list_of: bool = False
     auth: bool = True
+    part: str = ""  # the handler lives on ``control.<part>`` (e.g. ``approvals``), not on ``Control`` itself
 
 
 ROUTES: tuple[RouteSpec, ...] = (
@@ -135,6 +136,56 @@ ROUTES: tuple[RouteSpec, ...] = (
         responses=((201, wire.HoldOut),),
     ),
     RouteSpec("DELETE", "/v1/holds/{id}", "delete_hold", "Release a revision hold", responses=((204, None),)),
+    RouteSpec(
+        "GET",
+        "/v1/approvals",
+        "get_approvals",
+        "Approval requests the caller may answer (pending first; ADR 0034)",
+        responses=((200, wire.ApprovalsOut),),
+        part="approvals",
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/approvals/{id}",
+        "get_approval",
+        "One approval request",
+        responses=((200, wire.ApprovalOut),),
+        part="approvals",
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/approvals/{id}/approve",
+        "post_approve",
+        "Approve a parked call: it runs on exactly the definition approved, or not at all (I22)",
+        request=wire.ApprovalDecisionIn,
+        responses=((200, wire.ApprovalOut),),
+        part="approvals",
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/approvals/{id}/deny",
+        "post_deny",
+        "Deny a parked call",
+        responses=((200, wire.ApprovalOut),),
+        part="approvals",
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/sessions/{id}/approval",
+        "get_session_approval",
+        "A session's own approval globs",
+        responses=((200, wire.SessionApprovalOut),),
+        part="approvals",
+    ),
+    RouteSpec(
+        "PUT",
+        "/v1/sessions/{id}/approval",
+        "put_session_approval",
+        "Set a session's own approval globs (owners may only add)",
+        request=wire.SessionApprovalIn,
+        responses=((200, wire.SessionApprovalOut),),
+        part="approvals",
+    ),
 )
 
 
@@ -143,7 +194,9 @@ def routes(control: Control) -> list[BaseRoute]:
     answers unknown ``/v1`` paths and methods with a JSON error."""
     out: list[Route] = []
     for spec in ROUTES:
-        handler: Callable[[Request], Awaitable[Response]] = getattr(control, spec.handler)
+        handler: Callable[[Request], Awaitable[Response]] = getattr(
+            getattr(control, spec.part) if spec.part else control, spec.handler
+        )
         out.append(Route(spec.path, endpoint=_wrap(handler), methods=[spec.method]))
     # The event stream is an ASGI endpoint of its own (api/events.py: bounded, streaming); the
     # OpenAPI document describes it beside the table (api/openapi.py).

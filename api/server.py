@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -139,10 +140,13 @@ async def serve_http(
     watch_interval_s: float = 1.0,
     authenticator: Authenticator | None = None,
     insecure_no_auth: bool = False,
+    listen_socket: socket.socket | None = None,
 ) -> AsyncIterator[Served]:
     """Start the gateway on ``config_path`` and serve it; leaving the block stops it all, in the
     order ``api/lifecycle.py`` gives (stop accepting, grace, close the engine while HTTP is up,
-    stop HTTP, stop upstreams). ``port=0`` binds an ephemeral port (tests)."""
+    stop HTTP, stop upstreams). ``port=0`` binds an ephemeral port (tests). ``listen_socket``, a
+    TCP socket already bound (e.g. to port 0 by whoever must write its URL into the config
+    first), is served instead of binding one; it is closed when the block ends."""
     async with Gateway(config_path, watch_interval_s=watch_interval_s) as gw, contextlib.AsyncExitStack() as stack:
         settings = gw.settings or GatewaySettings()
         limits = settings.limits
@@ -200,15 +204,20 @@ async def serve_http(
         )
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
         # listening socket's proto says TCP; with proto 0, Nagle + delayed ACK add ~40 ms per response.
-        sock = socket.socket(
-            socket.AF_INET6 if ":" in bind_host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
-        )
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((bind_host, bind_port))
-        except OSError as exc:
-            sock.close()
-            raise OSError(f"cannot listen on {bind_host}:{bind_port}: {exc.strerror}; choose another --port") from exc
+        if listen_socket is not None:
+            sock = listen_socket
+            bind_host = sock.getsockname()[0]
+        else:
+            sock = socket.socket(
+                socket.AF_INET6 if ":" in bind_host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+            )
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((bind_host, bind_port))
+            except OSError as exc:
+                sock.close()
+                reason = f"cannot listen on {bind_host}:{bind_port}: {exc.strerror}; choose another --port"
+                raise OSError(reason) from exc
         actual_port = sock.getsockname()[1]
         server = GatewayUvicorn(
             uvicorn.Config(
@@ -276,6 +285,11 @@ async def _stop(
     """Steps 1-3 of ``api/lifecycle.py``; uvicorn's own shutdown (step 4) follows ``should_exit``."""
     server.stop_accepting()
     gate.close()
+    # Calls parked for an approval cannot be approved any more (/v1 is closed): answer them now,
+    # with a clear retryable error, before the grace period (ADR 0034).
+    parked = gw.engine.approvals.withdraw_all("the gateway is shutting down")
+    if parked:
+        log.info("stopping: answered %d call(s) parked for an approval", parked)
     running = gw.engine.operations()
     if running:
         log.info("stopping: %d operation(s) in flight get up to %.1f s to finish", running, grace_s)
@@ -300,19 +314,38 @@ async def _stop(
 
 
 async def run_serve(
-    config_path: str | Path | None, host: str | None, port: int | None, insecure_no_auth: bool = False
+    config_path: str | Path | None,
+    host: str | None,
+    port: int | None,
+    insecure_no_auth: bool = False,
+    port_file: str | None = None,
 ) -> int:
     """``mcp-reconciler serve``: serve until SIGINT or SIGTERM (either stops gracefully, exit 0; a
     second one cuts the grace short), reloading the config on SIGHUP. Output lines on stdout are
-    best effort (``api/console.py``): an unwritable stdout never stops the gateway."""
+    best effort (``api/console.py``): an unwritable stdout never stops the gateway. ``port_file``
+    gets the port listened on once the gateway serves (``--port 0`` then tells who started it
+    which port it got, whatever happens to stdout)."""
     if config_path is None:
         with bundled_demo() as demo:  # the demo's files outlive the gateway (and its upstreams)
-            return await _serve_until_stopped(demo.config, demo, host, port, insecure_no_auth)
-    return await _serve_until_stopped(Path(config_path), None, host, port, insecure_no_auth)
+            return await _serve_until_stopped(demo.config, demo, host, port, insecure_no_auth, port_file)
+    return await _serve_until_stopped(Path(config_path), None, host, port, insecure_no_auth, port_file)
+
+
+def _write_port_file(path: str, port: int) -> None:
+    """``port`` into ``path`` atomically (written aside, then renamed): a reader never sees half."""
+    target = Path(path)
+    aside = target.with_name(f".{target.name}.{os.getpid()}")
+    aside.write_text(f"{port}\n")
+    aside.replace(target)
 
 
 async def _serve_until_stopped(
-    path: Path, demo: BundledDemo | None, host: str | None, port: int | None, insecure_no_auth: bool
+    path: Path,
+    demo: BundledDemo | None,
+    host: str | None,
+    port: int | None,
+    insecure_no_auth: bool,
+    port_file: str | None = None,
 ) -> int:
     console = Console()
     stop = anyio.Event()
@@ -351,6 +384,8 @@ async def _serve_until_stopped(
                     console.say(f"mcp-reconciler serving {path}")
                     if demo is not None:
                         console.say(describe(demo))
+                    if port_file is not None:
+                        _write_port_file(port_file, served.port)
                     console.say(f"  MCP endpoint: {served.url}   (both protocol eras)")
                     console.say(f"  control API: {served.base_url}/v1/status   health: /healthz  readiness: /readyz")
                     console.say(f"  operator console: {served.base_url}/ui/   (log in with an operator token)")

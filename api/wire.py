@@ -403,6 +403,54 @@ class HoldOut(_Model):
     )
 
 
+class ApprovalOut(_Model):
+    """An approval request (ADR 0034): who calls which tool with which arguments (their sha256 of
+    canonical JSON), on which definition (its digest) at which revision, until when; its
+    ``state`` and who decided it. Approving runs exactly that definition or nothing (I22)."""
+
+    id: str
+    state: Literal["pending", "approved", "denied", "expired", "withdrawn"]
+    principal: str
+    session: str
+    tool: str
+    arguments_digest: str
+    definition_digest: str
+    revision: int
+    requested_at: float
+    expires_at: float
+    decided_by: str | None = None
+    uses: int = 1
+    window_s: float = 0.0
+
+
+class ApprovalsOut(_Model):
+    """``GET /v1/approvals``: pending requests first (oldest first), then recently decided ones."""
+
+    approvals: list[ApprovalOut]
+
+
+class ApprovalDecisionIn(_Model):
+    """``POST /v1/approvals/{id}/approve``: optionally also cover more calls of the same principal,
+    tool, arguments and definition — ``uses`` calls in all, and/or any within ``window_s`` seconds."""
+
+    uses: int = Field(default=1, ge=1, le=10_000)
+    window_s: float = Field(default=0.0, ge=0, le=86_400)
+
+
+class SessionApprovalIn(_Model):
+    """``PUT /v1/sessions/{id}/approval``: served tool names or globs whose calls need an approval
+    in this session (beside the config's ``approvals.required``). An owner may only add to them."""
+
+    required: list[str] = Field(default_factory=list, max_length=256)
+
+
+class SessionApprovalOut(_Model):
+    """A session's own approval globs."""
+
+    session: str
+    required: list[str]
+
+
 class HealthOut(_Model):
     """``GET /healthz``: the process answers (``status`` is ``ok``)."""
 

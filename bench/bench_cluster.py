@@ -3,7 +3,7 @@ and cross-replica propagation of a grant.
 
 Run from the repo root:  python bench/bench_cluster.py [--json PATH]   (needs ``redis-server``)
 
-Setup: a ``redis-server`` on a free loopback port without persistence; two in-process replicas
+Setup: a ``redis-server`` on a unix socket without persistence; two in-process replicas
 (each its own runtime, authority and ``ClusterSync`` with its own Redis client), one published
 generation (one source, 20 tools).
 
@@ -59,12 +59,6 @@ def _catalog():  # type: ignore[no-untyped-def]
     )
     state = SourceState(source="bench", spec_digest=spec.digest, entries=entries, built_at=0.0)
     return merge([state], bounds=Bounds(), built_at=0.0)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _checks(authority: Authority, token: str, generation, n: int) -> float:  # type: ignore[no-untyped-def]
@@ -166,10 +160,10 @@ def run() -> None:
     binary = shutil.which("redis-server")
     if binary is None:
         sys.exit("bench_cluster needs redis-server (apt-get install -y redis-server)")
-    port = _free_port()
     workdir = tempfile.mkdtemp(prefix="bench-redis-")
+    sock_path = os.path.join(workdir, "redis.sock")  # a unix socket of ours: no TCP port to pick (--port 0)
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+        [binary, "--port", "0", "--unixsocket", sock_path, "--save", "", "--appendonly", "no", "--dir", workdir],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -177,13 +171,15 @@ def run() -> None:
         deadline = time.monotonic() + 10
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                with socket.socket(socket.AF_UNIX) as probe:
+                    probe.settimeout(0.2)
+                    probe.connect(sock_path)
                 break
             except OSError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.02)
-        result = anyio.run(main, f"redis://127.0.0.1:{port}/0")
+        result = anyio.run(main, f"unix://{sock_path}?db=0")
     finally:
         proc.kill()
         proc.wait(timeout=10)

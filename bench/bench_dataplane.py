@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import anyio  # noqa: E402
 import anyio.abc  # noqa: E402
+from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, json_out_path, pct  # noqa: E402
 from mcp import Client  # noqa: E402
 
@@ -46,7 +46,6 @@ DURATION_S = 1.0 if QUICK else 3.0
 ARGS = {"x": "1"}
 CLK = os.sysconf("SC_CLK_TCK")
 STARTUP_S = 60.0
-_ENDPOINT = re.compile(rb"MCP endpoint: (http://\S+/mcp)")
 
 
 def loadavg() -> str:
@@ -61,45 +60,29 @@ def cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / CLK
 
 
-async def _drain(stream: anyio.abc.ByteReceiveStream, found: list[bytes], seen: anyio.Event) -> None:
-    """Read a child's stdout to its end (a full pipe would stall it), noting the endpoint line."""
-    buf = b""
-    async for chunk in stream:
-        if not seen.is_set():
-            buf += chunk
-            m = _ENDPOINT.search(buf)
-            if m:
-                found.append(m.group(1))
-                seen.set()
-    seen.set()
-
-
-async def _wait_port_file(path: Path, proc: anyio.abc.Process) -> int:
-    """The port a child wrote to ``path`` (it writes atomically once it listens)."""
-    apath = anyio.Path(path)
-    with anyio.fail_after(STARTUP_S):
-        while not await apath.exists():
-            if proc.returncode is not None:
-                raise RuntimeError(f"{proc} exited with {proc.returncode} before listening")
-            await anyio.sleep(0.05)  # a bench's start-up poll; tests wait on events instead
-    return int(await apath.read_text())
+async def stop(proc: anyio.abc.Process) -> None:
+    """Terminate, then kill, and reap ``proc`` (shielded: runs during cancellation too)."""
+    with anyio.CancelScope(shield=True):
+        proc.terminate()
+        with anyio.move_on_after(10):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 @contextlib.asynccontextmanager
 async def child(argv: list[str]) -> AsyncIterator[anyio.abc.Process]:
     """Run ``argv`` from the repo root; terminate, then kill, and reap it on exit."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = await anyio.open_process(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stderr=None)
+    env["MCP_RECONCILER_OPERATOR_TOKENS"] = "bench-operator"
+    proc = await anyio.open_process(
+        argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None
+    )
     try:
         yield proc
     finally:
-        with anyio.CancelScope(shield=True):
-            proc.terminate()
-            with anyio.move_on_after(10):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+        await stop(proc)
 
 
 async def run_calls(
@@ -192,6 +175,15 @@ async def bench_era(era: str, rows: list[Row], up_pid: int) -> dict[str, Any]:
             "gw_tput32_over_direct": tput["gateway"] / tput[direct],
             "relay_tput32_over_direct": tput["byte relay"] / tput[direct],
         }
+        if "gateway new plane" in out:
+            plane = out["gateway new plane"]
+            ratios |= {
+                "plane_cpu_over_relay": plane["own_cpu_ms"] / relay["own_cpu_ms"],
+                "plane_cpu_over_upstream": plane["own_cpu_ms"] / up_direct,
+                "plane_cpu_over_sdk_plane": plane["own_cpu_ms"] / gw["own_cpu_ms"],
+                "plane_added_p50_ms": plane["added_p50_ms"],
+                "plane_tput32_over_direct": tput["gateway new plane"] / tput[direct],
+            }
         out["ratios"] = ratios
 
         print("  throughput at 32 sessions, calls/s: " + ", ".join(f"{k} {v:.0f}" for k, v in tput.items()))
@@ -202,6 +194,14 @@ async def bench_era(era: str, rows: list[Row], up_pid: int) -> dict[str, Any]:
             ("gateway added p50 ms", "gw_added_p50_ms", "<=", 0.5),
             ("gateway tput@32 / direct", "gw_tput32_over_direct", ">=", 0.9),
         ]
+        if "plane_cpu_over_relay" in ratios:
+            goals += [
+                ("new plane CPU / byte relay CPU", "plane_cpu_over_relay", "<=", 1.3),
+                ("new plane CPU / upstream SDK CPU", "plane_cpu_over_upstream", "<=", 0.5),
+                ("new plane CPU / SDK-based plane CPU", "plane_cpu_over_sdk_plane", "", 0.0),
+                ("new plane added p50 ms", "plane_added_p50_ms", "<=", 0.5),
+                ("new plane tput@32 / direct", "plane_tput32_over_direct", ">=", 0.9),
+            ]
         for text, key, op, target in goals:
             v = ratios[key]
             if not op:
@@ -216,70 +216,42 @@ async def amain() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-dataplane-") as d:
         tmp = Path(d)
         print(f"bench_dataplane: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
-        up_file, relay_file = tmp / "up.port", tmp / "relay.port"
-        up_argv = [
-            sys.executable,
-            "-m",
-            "tests.support.upstream_server",
-            "--transport",
-            "http",
-            "--port-file",
-            str(up_file),
-            "--tools",
-            "echo",
-        ]
-        async with child(up_argv) as up:
-            up_url = f"http://127.0.0.1:{await _wait_port_file(up_file, up)}/mcp"
+        up_file, relay_file, gw_file = tmp / "up.port", tmp / "relay.port", tmp / "gw.port"
+        plane_file = tmp / "plane.port"
+        up_argv = [sys.executable, "-m", "tests.support.upstream_server", "--transport", "http"]
+        async with child([*up_argv, *port_args(up_file), "--tools", "echo"]) as up:
+            up_url = f"http://127.0.0.1:{await reported_port(up_file, lambda: up.returncode)}/mcp"
             cfg = tmp / "gw.yaml"
             cfg.write_text(  # tokenless clients on purpose: anonymous access, policy current
                 "gateway: {anonymous: {grant_policy: current}}\n"
                 f"sources:\n  - name: h\n    http: {{url: '{up_url}'}}\n"
             )
-            relay_argv = [
-                sys.executable,
-                str(REPO_ROOT / "bench" / "byte_relay.py"),
-                "--upstream",
-                up_url,
-                "--port-file",
-                str(relay_file),
-            ]
-            gw_argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"]
-            env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
-            async with child(relay_argv) as relay, contextlib.AsyncExitStack() as stack:
-                relay_url = f"http://127.0.0.1:{await _wait_port_file(relay_file, relay)}/mcp"
-                gw = await anyio.open_process(gw_argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stderr=None)
-
-                async def stop_gw() -> None:
-                    with anyio.CancelScope(shield=True):
-                        gw.terminate()
-                        with anyio.move_on_after(10):
-                            await gw.wait()
-                        if gw.returncode is None:
-                            gw.kill()
-                            await gw.wait()
-
-                stack.push_async_callback(stop_gw)
-                tg = await stack.enter_async_context(anyio.create_task_group())
-                stack.callback(tg.cancel_scope.cancel)
-                found: list[bytes] = []
-                seen = anyio.Event()
-                assert gw.stdout is not None
-                tg.start_soon(_drain, gw.stdout, found, seen)
-                with anyio.fail_after(STARTUP_S):
-                    await seen.wait()
-                if not found:
-                    raise RuntimeError(f"gateway exited ({gw.returncode}) before naming its endpoint")
-                gw_url = found[0].decode()
-                async with Client(gw_url, mode="legacy") as c:  # the source is published
-                    with anyio.fail_after(STARTUP_S):
-                        while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
-                            await anyio.sleep(0.1)
+            relay_argv = [sys.executable, str(REPO_ROOT / "bench" / "byte_relay.py"), "--upstream", up_url]
+            gw_argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg)]
+            # The new data plane (issue 26) in a gateway process of its own on the same config.
+            plane_argv = [sys.executable, str(REPO_ROOT / "bench" / "plane_gateway.py"), "--config", str(cfg)]
+            async with (
+                child([*relay_argv, "--port-file", str(relay_file)]) as relay,
+                child([*gw_argv, *port_args(gw_file)]) as gw,
+                child([*plane_argv, "--port-file", str(plane_file)]) as pg,
+            ):
+                relay_url = f"http://127.0.0.1:{await reported_port(relay_file, lambda: relay.returncode)}/mcp"
+                gw_url = f"http://127.0.0.1:{await reported_port(gw_file, lambda: gw.returncode)}/mcp"
+                plane_url = f"http://127.0.0.1:{await reported_port(plane_file, lambda: pg.returncode)}/mcp"
+                for url in (gw_url, plane_url):
+                    async with Client(url, mode="legacy") as c:  # the source is published
+                        with anyio.fail_after(STARTUP_S):
+                            while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
+                                await anyio.sleep(0.1)
                 rows: list[Row] = [
                     ("direct", up_url, "echo", None),
                     ("byte relay", relay_url, "echo", relay.pid),
                     ("gateway", gw_url, "h__echo", gw.pid),
+                    ("gateway new plane", plane_url, "h__echo", pg.pid),  # its own gateway process
                 ]
-                result = {era: await bench_era(era, rows, up.pid) for era in ("legacy", "auto")}
+                result: dict[str, Any] = {}
+                for era in ("legacy", "2026-07-28"):
+                    result[f"{era}+plane"] = await bench_era(era, rows, up.pid)
         return {"loadavg_end": loadavg(), **result}
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
+from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, json_out_path, pct  # noqa: E402
 from mcp import Client  # noqa: E402
 
@@ -75,32 +75,31 @@ def cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / CLK
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
-async def process(argv: list[str], ready_url: str, fast_lane: bool = True) -> AsyncIterator[int]:
-    """Start ``argv``, wait until ``ready_url`` answers (below 500 for ``/readyz``: published),
-    yield its pid; stop and reap it on exit. ``fast_lane`` sets ``MCP_RECONCILER_FAST_LANE``."""
+async def process(
+    argv: list[str], ready_path: str, port_file: Path, fast_lane: bool = True
+) -> AsyncIterator[tuple[int, int]]:
+    """Start ``argv`` (a server told to bind port 0 and write the port it got to ``port_file``),
+    wait until ``ready_path`` answers there (below 500 for ``/readyz``: published), yield its pid
+    and port; stop and reap it on exit. ``fast_lane`` sets ``MCP_RECONCILER_FAST_LANE``."""
+    await anyio.Path(port_file).unlink(missing_ok=True)  # a rerun (bench_list twice) writes it afresh
     env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
     env["MCP_RECONCILER_FAST_LANE"] = "1" if fast_lane else "0"
     proc = await anyio.open_process(
         argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None
     )
     try:
+        port = await reported_port(port_file, lambda: proc.returncode)
         async with httpx2.AsyncClient() as http:
             with anyio.fail_after(60):
                 while True:
                     if proc.returncode is not None:
                         raise RuntimeError(f"{argv} exited with {proc.returncode}")
                     with contextlib.suppress(httpx2.HTTPError):
-                        if (await http.get(ready_url)).status_code < 500:
+                        if (await http.get(f"http://127.0.0.1:{port}{ready_path}")).status_code < 500:
                             break
                     await anyio.sleep(0.1)
-        yield proc.pid
+        yield proc.pid, port
     finally:
         with anyio.CancelScope(shield=True):
             proc.terminate()
@@ -111,8 +110,8 @@ async def process(argv: list[str], ready_url: str, fast_lane: bool = True) -> As
                 await proc.wait()
 
 
-def gateway_argv(cfg: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", str(port)]
+def gateway_argv(cfg: Path, port_file: Path) -> list[str]:
+    return [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), *port_args(port_file)]
 
 
 async def open_client(stack: contextlib.AsyncExitStack, url: str, era: str) -> Any:
@@ -240,18 +239,19 @@ async def list_once(http: httpx2.AsyncClient, url: str, sid: str, i: int, parse:
 async def bench_list(tmp: Path, fast_lane: bool) -> dict[str, Any]:
     names = tmp / "tools.json"
     names.write_text(json.dumps([f"t{i:04d}" for i in range(993)]))
-    up_port, gw_port = free_port(), free_port()
     cfg = tmp / "list.yaml"
-    cfg.write_text(
-        "gateway:\n  anonymous: {grant_policy: current}\n  limits: {transport_sessions_per_client: 4096}\n"
-        f"sources:\n  - name: l\n    http: {{url: 'http://127.0.0.1:{up_port}/mcp'}}\n"
-    )
-    up = [*UPSTREAM, "--transport", "http", "--port", str(up_port), "--tools-file", str(names)]
-    url = f"http://127.0.0.1:{gw_port}/mcp"
-    async with (
-        process(up, f"http://127.0.0.1:{up_port}/mcp"),
-        process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz", fast_lane) as gw_pid,
-    ):
+    up_file, gw_file = tmp / "list-up.port", tmp / "list-gw.port"
+    up = [*UPSTREAM, "--transport", "http", *port_args(up_file), "--tools-file", str(names)]
+    async with contextlib.AsyncExitStack() as stack:
+        _, up_port = await stack.enter_async_context(process(up, "/mcp", up_file))
+        cfg.write_text(
+            "gateway:\n  anonymous: {grant_policy: current}\n  limits: {transport_sessions_per_client: 4096}\n"
+            f"sources:\n  - name: l\n    http: {{url: 'http://127.0.0.1:{up_port}/mcp'}}\n"
+        )
+        gw_pid, gw_port = await stack.enter_async_context(
+            process(gateway_argv(cfg, gw_file), "/readyz", gw_file, fast_lane)
+        )
+        url = f"http://127.0.0.1:{gw_port}/mcp"
         async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=50)) as http:
             with anyio.fail_after(60):  # the catalog is published
                 while (await list_once(http, url, await raw_session(http, url), 0))[1] < 1000:
@@ -362,26 +362,27 @@ async def profile(gw_url: str, gw_pid: int, tmp: Path) -> None:
 async def amain() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-fastpath-") as d:
         tmp = Path(d)
-        up_port, gw_port = free_port(), free_port()
-        up_url = f"http://127.0.0.1:{up_port}/mcp"
         cfg = tmp / "gw.yaml"
         stdio = json.dumps([*UPSTREAM[1:], "--tools", "echo"])
-        cfg.write_text(  # tokenless clients on purpose: anonymous access, policy current
-            "gateway: {anonymous: {grant_policy: current}}\nsources:\n"
-            f"  - name: h\n    http: {{url: '{up_url}'}}\n"
-            f"  - name: s\n    stdio: {{command: {json.dumps(sys.executable)}, args: {stdio}, "
-            f"cwd: {json.dumps(str(REPO_ROOT))}}}\n"
-        )
         print(f"bench_fastpath: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
         if "--list-only" in sys.argv:
             return {"list": {"normal": await bench_list(tmp, False), "fast": await bench_list(tmp, True)}}
-        up = [*UPSTREAM, "--transport", "http", "--port", str(up_port), "--tools", "echo"]
-        slow_port = free_port()
-        async with (
-            process(up, up_url),
-            process(gateway_argv(cfg, gw_port), f"http://127.0.0.1:{gw_port}/readyz") as gw_pid,
-            process(gateway_argv(cfg, slow_port), f"http://127.0.0.1:{slow_port}/readyz", False) as slow_pid,
-        ):
+        up = [*UPSTREAM, "--transport", "http", *port_args(tmp / "up.port"), "--tools", "echo"]
+        async with contextlib.AsyncExitStack() as stack:
+            _, up_port = await stack.enter_async_context(process(up, "/mcp", tmp / "up.port"))
+            up_url = f"http://127.0.0.1:{up_port}/mcp"
+            cfg.write_text(  # tokenless clients on purpose: anonymous access, policy current
+                "gateway: {anonymous: {grant_policy: current}}\nsources:\n"
+                f"  - name: h\n    http: {{url: '{up_url}'}}\n"
+                f"  - name: s\n    stdio: {{command: {json.dumps(sys.executable)}, args: {stdio}, "
+                f"cwd: {json.dumps(str(REPO_ROOT))}}}\n"
+            )
+            gw_pid, gw_port = await stack.enter_async_context(
+                process(gateway_argv(cfg, tmp / "gw.port"), "/readyz", tmp / "gw.port")
+            )
+            slow_pid, slow_port = await stack.enter_async_context(
+                process(gateway_argv(cfg, tmp / "slow.port"), "/readyz", tmp / "slow.port", False)
+            )
             gw_url, slow_url = f"http://127.0.0.1:{gw_port}/mcp", f"http://127.0.0.1:{slow_port}/mcp"
             for url in (gw_url, slow_url):
                 async with Client(url, mode="legacy") as c:  # both sources published

@@ -79,6 +79,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
 import anyio  # noqa: E402
+from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, environment, json_out_path, summary, verdict  # noqa: E402
 
 SERVER_MODULE = "tests.support.upstream_server"
@@ -352,12 +353,6 @@ async def _driver_main() -> None:
 # =================================================================================================
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def proc_cpu_s(pid: int) -> float:
     """utime + stime of another process, in seconds (Linux /proc)."""
     try:
@@ -372,10 +367,10 @@ def proc_cpu_s(pid: int) -> float:
 @contextlib.asynccontextmanager
 async def http_upstream(tmp: Path, tools: str = ECHO) -> AsyncIterator[tuple[str, int]]:
     """The echo upstream (or ``tools``) over streamable HTTP on 127.0.0.1; killed and reaped on exit."""
-    port = free_port()
-    pid_file = tmp / f"up-{port}.pid"
+    pid_file = Path(tempfile.mkdtemp(dir=tmp)) / "up.pid"
+    port_file = pid_file.with_suffix(".port")
     proc = await anyio.open_process(
-        [sys.executable, "-m", SERVER_MODULE, "--transport", "http", "--port", str(port), "--tools", tools,
+        [sys.executable, "-m", SERVER_MODULE, "--transport", "http", *port_args(port_file), "--tools", tools,
          "--pid-file", str(pid_file)],
         cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=None, stderr=None,
     )  # fmt: skip
@@ -385,6 +380,7 @@ async def http_upstream(tmp: Path, tools: str = ECHO) -> AsyncIterator[tuple[str
                 if proc.returncode is not None:
                     raise RuntimeError(f"http upstream exited with {proc.returncode}")
                 await anyio.sleep(0.02)
+        port = await reported_port(port_file, lambda: proc.returncode)  # written before the pid file
         yield f"http://127.0.0.1:{port}/mcp", proc.pid
     finally:
         with anyio.CancelScope(shield=True):

@@ -119,12 +119,6 @@ async def micro(rs: ResourceServer, static: Authenticator, jwt_header: str, mint
     return {name: summary(xs) for name, xs in samples.items()}
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _config(tmp: str, port: int, issuer: str) -> str:
     """The gateway's config: one stdio upstream (the test suite's), an ``oauth:`` section whose
     resource is this gateway's ``/mcp`` URL, JWKS refreshed every ``JWKS_REFRESH_S``."""
@@ -159,9 +153,10 @@ async def wired(az: Any, quick: bool) -> dict[str, Any]:
     v1_n = 200 if quick else 1000
     load_s = 2.5 if quick else 5.0
     with tempfile.TemporaryDirectory() as tmp:
-        port = _free_port()
-        cfg = _config(tmp, port, az.issuer)
-        async with serve_http(cfg, host="127.0.0.1", port=port, authenticator=Authenticator([STATIC], {})) as served:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.bind(("127.0.0.1", 0))  # bound before the config names the gateway's own URL; served as is
+        cfg = _config(tmp, sock.getsockname()[1], az.issuer)
+        async with serve_http(cfg, authenticator=Authenticator([STATIC], {}), listen_socket=sock) as served:
             az.audience = served.url
             engine = served.gateway.engine
             live = engine.current

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 import anyio  # noqa: E402
 import mcp_types as types  # noqa: E402
+from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, environment, json_out_path, pct, verdict  # noqa: E402
 from _stats import median as med  # noqa: E402
 from mcp import Client  # noqa: E402
@@ -61,12 +61,6 @@ BLOCK = 20
 def spawn(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
     """A child owned by :func:`processes` (started from sync code: the event loop never blocks on it)."""
     return subprocess.Popen(argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, **kw)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
@@ -174,23 +168,27 @@ async def bench_era(
 async def amain(quick: bool, profile: str | None = None, eras: tuple[str, ...] = ("legacy", "auto")) -> dict[str, Any]:
     calls = 100 if quick else 400
     with tempfile.TemporaryDirectory() as tmp, processes() as procs:
-        ports = {"L": free_port(), "M": free_port()}
+        ports: dict[str, int] = {}
         for name, era in (("L", "legacy"), ("M", "both")):
+            port_file = Path(tmp) / f"relay-{name}.port"
             argv = [sys.executable, "-m", "tests.support.relay_server", "--transport", "http"]
-            argv += ["--port", str(ports[name]), "--era", era]
-            procs.append(spawn(argv))
+            argv += [*port_args(port_file), "--era", era]
+            proc = spawn(argv)
+            procs.append(proc)
+            ports[name] = await reported_port(port_file, proc.poll)
         for name in ports:
             await wait_http(f"http://127.0.0.1:{ports[name]}/mcp", procs[0 if name == "L" else 1])
-        gw_port = free_port()
         cfg = Path(tmp) / "gateway.yaml"
         sources = [{"name": n, "http": {"url": f"http://127.0.0.1:{p}/mcp"}} for n, p in ports.items()]
-        cfg.write_text(json.dumps({"gateway": {"host": "127.0.0.1", "port": gw_port}, "sources": sources}))
+        cfg.write_text(json.dumps({"gateway": {"host": "127.0.0.1"}, "sources": sources}))
+        gw_port_file = Path(tmp) / "gateway.port"
         env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": OPERATOR}
         gateway = [sys.executable, "-m", "mcp_reconciler.api.cli"]
         if profile:  # the gateway under cProfile; its stats are written when it stops (SIGTERM)
             gateway = [sys.executable, "-m", "cProfile", "-o", profile, "-m", "mcp_reconciler.api.cli"]
-        procs.append(spawn([*gateway, "serve", "--config", str(cfg)], env=env, stdout=subprocess.DEVNULL))
-        base = f"http://127.0.0.1:{gw_port}"
+        serve = [*gateway, "serve", "--config", str(cfg), *port_args(gw_port_file)]
+        procs.append(spawn(serve, env=env, stdout=subprocess.DEVNULL))
+        base = f"http://127.0.0.1:{await reported_port(gw_port_file, procs[-1].poll)}"
         await wait_http(f"{base}/healthz", procs[-1])
         async with ReconcilerClient(base, OPERATOR) as rc:
             token = (await rc.create_session()).token

@@ -322,9 +322,7 @@ async def run_config(
                             profiler.disable()
                             profiler.dump_stats(profile)
                 tg.cancel_scope.cancel()
-    client_cpu = [
-        sum(d.cpu[k] - d.cpu[k - 1] for d in drivers) * 1000 for k in range(warmup, warmup + rounds) if k > 0
-    ]
+    client_cpu = [sum(d.cpu[k] - d.cpu[k - 1] for d in drivers) * 1000 for k in range(warmup, warmup + rounds) if k > 0]
     return {
         "downstream": down,
         "upstream": up,

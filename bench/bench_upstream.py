@@ -35,7 +35,6 @@ import gc
 import itertools
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 import anyio  # noqa: E402
 import mcp_types as types  # noqa: E402
+from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, environment, fmt_bytes, json_out_path, summary, verdict  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.server import Server, ServerRequestContext  # noqa: E402
@@ -131,12 +131,6 @@ class GcPauses:
     def inside(self, windows: list[tuple[float, float]]) -> list[float]:
         """Durations (ms) of the pauses that overlap any (start, end) window."""
         return [d * 1000 for (t, d) in self.pauses if any(t < e and t + d > s for s, e in windows)]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tool_names(tag: str) -> list[str]:
@@ -226,9 +220,9 @@ async def engine(
 @asynccontextmanager
 async def http_server(tmp: Path, *server_args: str) -> AsyncIterator[int]:
     """The test upstream over streamable HTTP on 127.0.0.1, killed (SIGKILL) and reaped on exit."""
-    port = free_port()
-    pid_file = tmp / f"http-{port}.pid"
-    argv = [sys.executable, "-m", SERVER_MODULE, "--transport", "http", "--port", str(port)]
+    pid_file = Path(tempfile.mkdtemp(dir=tmp)) / "http.pid"
+    port_file = pid_file.with_suffix(".port")
+    argv = [sys.executable, "-m", SERVER_MODULE, "--transport", "http", *port_args(port_file)]
     proc = await anyio.open_process(
         [*argv, "--pid-file", str(pid_file), *server_args],
         cwd=REPO_ROOT,
@@ -242,7 +236,7 @@ async def http_server(tmp: Path, *server_args: str) -> AsyncIterator[int]:
                 if proc.returncode is not None:
                     raise RuntimeError(f"http upstream exited with {proc.returncode}")
                 await anyio.sleep(0.02)
-        yield port
+        yield await reported_port(port_file, lambda: proc.returncode)  # written before the pid file
     finally:
         with anyio.CancelScope(shield=True):
             if proc.returncode is None:

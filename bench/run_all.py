@@ -49,6 +49,7 @@ BENCHES: dict[str, tuple[str, bool, bool]] = {
     "relay": ("bench_relay.py", True, True),
     "subscriptions": ("bench_subscriptions.py", True, True),
     "search": ("bench_search.py", True, True),
+    "limits": ("bench_limits.py", True, True),
 }
 OUT_PATH = os.path.join(BENCH_DIR, "results", "all.json")
 HEARTBEAT_S = 30.0
@@ -486,6 +487,24 @@ def rows_search(d: dict[str, Any]) -> list[Row]:
     ]
 
 
+def rows_limits(d: dict[str, Any]) -> list[Row]:
+    p = d["in_process"]
+    return [
+        (
+            "rate-limited call, limiter path (memory)",
+            f"{p['unlimited_cpu_us']:.1f} -> {p['limited_memory_cpu_us']:.1f} us CPU (+{p['added_memory_cpu_us']:.1f})",
+            "<= +20 us",
+            verdict(p["added_memory_cpu_us"] <= 20),
+        ),
+        (
+            "rate-limited call, Redis round trip",
+            f"p50 {p['redis_admit_us_p50']:.0f} us, p99 {p['redis_admit_us_p99']:.0f} us",
+            "stated",
+            "-",
+        ),
+    ]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "pins": rows_pins,
     "cycle": rows_cycle,
@@ -495,6 +514,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "relay": rows_relay,
     "subscriptions": rows_subscriptions,
     "search": rows_search,
+    "limits": rows_limits,
 }
 
 

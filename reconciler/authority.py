@@ -167,6 +167,9 @@ class Session:
     #: ``DiscoveryPolicy.found_max``).
     discovery: str | None = None
     found: tuple[str, ...] = ()
+    #: Served tool names or globs whose calls need an approval in this session, beside the
+    #: config's ``approvals.required`` (``reconciler/approvals.py``; set over the control API).
+    approval_required: tuple[str, ...] = ()
     over_bound_logged: bool = False
     #: Mirrored to the cluster store (see the module docstring); ``version`` is the store's
     #: compare-and-set version of the record this replica last wrote or read.

@@ -159,6 +159,8 @@ class ConfigDesiredState:
                     inputs=tracked_inputs(tracker),
                     curation=outcome.loaded.curation,
                     discovery=outcome.loaded.discovery,
+                    approvals=outcome.loaded.approvals,
+                    limits=outcome.loaded.limits,
                 )
             assert outcome.error is not None
             rendered = str(outcome.error)
@@ -186,6 +188,8 @@ class ConfigDesiredState:
                 inputs=tracked_inputs(tracker),
                 curation=self._good.curation,
                 discovery=self._good.discovery,
+                approvals=self._good.approvals,
+                limits=self._good.limits,
             )
 
     async def poll(self) -> set[str]:

@@ -6,9 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mcp_reconciler.reconciler.approvals import DEFAULT_POLICY as NO_APPROVALS
+from mcp_reconciler.reconciler.approvals import ApprovalPolicy
 from mcp_reconciler.reconciler.curation import NO_CURATION, Curation
 from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryPolicy
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
+from mcp_reconciler.reconciler.rate_limits import NO_LIMITS, LimitPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,10 @@ class DesiredState:
     curation: Curation = NO_CURATION
     #: Discovery modes and the search-mode settings (ADR 0029; from the same good config).
     discovery: DiscoveryPolicy = DEFAULT_POLICY
+    #: Which tools need an approval, and the parked-call bounds (ADR 0034; same good config).
+    approvals: ApprovalPolicy = NO_APPROVALS
+    #: Rate and concurrency limits (ADR 0033; from the same good config), swapped in after the cycle.
+    limits: LimitPolicy = NO_LIMITS
 
     def spec(self, name: str) -> SourceSpec | None:
         """The spec of source ``name``, or None if this state has no such source (O(sources))."""

@@ -1,6 +1,6 @@
 """The engine facade: the one narrow surface the edges (control API, CLI commands, front door,
 demo) use — refresh, status, readiness, the current and live generations, publication
-listeners, the bounds, sessions and revision holds. Edges never reach through it into the
+listeners, the bounds, sessions, revision holds and approvals. Edges never reach through it into the
 reconciler, its queue or its runtime.
 
 Wiring flows one way, at construction. A composition root (:func:`open_engine` here, ``Gateway``
@@ -34,6 +34,7 @@ from types import TracebackType
 
 import anyio
 
+from mcp_reconciler.reconciler.approvals import ApprovalRegistry
 from mcp_reconciler.reconciler.authority import Authority, DriftPolicy, Session
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.cluster import ClusterOptions
@@ -44,6 +45,7 @@ from mcp_reconciler.reconciler.events import EventLog, Published, SessionChanged
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.health import SourceHealth
 from mcp_reconciler.reconciler.holds import HoldInfo, HoldRegistry
+from mcp_reconciler.reconciler.limiter import Limiter
 from mcp_reconciler.reconciler.peer import PeerSwitch, UpstreamPeer
 from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.runtime import Listener, LiveGeneration, LiveState
@@ -102,6 +104,11 @@ class Engine:
         self._watch_interval_s = watch_interval_s
         self._sessions = Authority(reconciler.bounds, drift_policy=drift_policy)
         self._holds = HoldRegistry(reconciler.runtime)
+        # Approvals (ADR 0034): calls parked until answered; a deleted session's are answered at once.
+        self._approvals = ApprovalRegistry()
+        self._sessions.on_removed(lambda sid: self._approvals.withdraw_session(sid, "the session ended"))
+        # Rate and concurrency limits (ADR 0033): buckets in the cluster store when there is one.
+        self._limiter = Limiter(cluster.store if cluster is not None else None)
         self._cluster: ClusterSync | None = None
         if cluster is not None:
             self._cluster = ClusterSync(
@@ -174,6 +181,8 @@ class Engine:
     def _declare_sessions(self, desired: DesiredState) -> None:
         live = self._runtime.current
         self._sessions.set_discovery(desired.discovery)  # before the declarations: they read it
+        self._approvals.set_policy(desired.approvals)
+        self._limiter.set_policy(desired.limits)
         self._sessions.declare(desired.sessions, live.generation if live is not None else None)
 
     async def __aenter__(self) -> Engine:
@@ -263,6 +272,11 @@ class Engine:
         return self._events
 
     @property
+    def limiter(self) -> Limiter:
+        """Rate and concurrency limits on forwarded calls (ADR 0033)."""
+        return self._limiter
+
+    @property
     def sessions(self) -> Authority:
         """Downstream sessions and their grants (I9, I10)."""
         return self._sessions
@@ -273,6 +287,11 @@ class Engine:
         return self._holds
 
     # -- the cluster -------------------------------------------------------------------------
+
+    @property
+    def approvals(self) -> ApprovalRegistry:
+        """Calls parked for an approval, and their requests (ADR 0034, I22)."""
+        return self._approvals
 
     @property
     def clustered(self) -> bool:
@@ -410,6 +429,7 @@ class Engine:
         end with a retryable error; every connection closes exactly once (I14). The owner's
         ``async with`` exit still reaps the tasks."""
         self._events.close()  # followers end their streams first: HTTP may then stop at once
+        self._approvals.withdraw_all("the gateway is shutting down")  # parked calls are answered, not lost
         await self._rec.aclose()
 
     # -- background --------------------------------------------------------------------------

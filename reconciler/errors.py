@@ -226,3 +226,112 @@ class RevisionNotHereError(RevisionUnavailableError):
 
     code = "revision_unavailable"
     retryable = True
+
+
+# -- approvals (reconciler/approvals.py, ADR 0034) ---------------------------------------------------
+
+
+class ApprovalDeniedError(ReconcilerError):
+    """The call needed an approval and it was denied."""
+
+    code = "approval_denied"
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(f"approval {approval_id} was denied; the call did not run")
+
+
+class ApprovalExpiredError(ReconcilerError):
+    """The call needed an approval and nobody answered before its expiry. Retrying asks again."""
+
+    code = "approval_expired"
+    retryable = True
+
+    def __init__(self, approval_id: str, timeout_s: float) -> None:
+        super().__init__(f"approval {approval_id} expired unanswered after {timeout_s:g} s; the call did not run")
+
+
+class DefinitionChangedError(ReconcilerError):
+    """The tool's definition changed between the approval request and the run (or the approved
+    generation could not be kept), so the approved call does not run (I22). Retrying asks for an
+    approval of the new definition."""
+
+    code = "definition_changed"
+    retryable = True
+
+    def __init__(self, approval_id: str, tool: str, revision: int) -> None:
+        super().__init__(
+            f"definition changed since approval: {tool} (approved on revision {revision}, approval {approval_id}) "
+            "is no longer served as approved; the call did not run"
+        )
+
+
+class ApprovalLimitError(ReconcilerError):
+    """Too many calls are parked waiting for an approval (in total or for one principal)."""
+
+    code = "too_many_parked_calls"
+    retryable = True
+
+
+class ApprovalWithdrawnError(ReconcilerError):
+    """A parked call was answered without a decision: the gateway is shutting down (or the
+    session went away). The call did not run; retry it elsewhere or later."""
+
+    code = "approval_withdrawn"
+    retryable = True
+
+    def __init__(self, approval_id: str, why: str) -> None:
+        super().__init__(f"approval {approval_id} withdrawn: {why}; the call did not run")
+
+
+class ApprovalStateError(ReconcilerError):
+    """An answer to an approval that is not waiting any more (already decided, expired, gone)."""
+
+    code = "approval_not_pending"
+
+
+class LimitError(ReconcilerError):
+    """A call refused by a configured limit (``rate_limits:``, ADR 0033). ``limit`` is the
+    rule's name and ``retry_after_s`` when retrying may succeed; both reach the client."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, limit: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+
+class RateLimitedError(LimitError):
+    """A token bucket of rate rule ``limit`` is empty."""
+
+    code = "rate_limited"
+
+    def __init__(self, limit: str, retry_after_s: float) -> None:
+        super().__init__(
+            f"rate limit {limit!r} reached; retry after {retry_after_s:.3g} s", limit=limit, retry_after_s=retry_after_s
+        )
+
+
+class ConcurrencyLimitedError(LimitError):
+    """Concurrency rule ``limit``: every slot busy and the queue full, or the wait ran out."""
+
+    code = "concurrency_limited"
+
+    def __init__(self, limit: str, retry_after_s: float, *, waited: bool) -> None:
+        why = "no slot freed within the queue timeout" if waited else "calls in flight and the queue are full"
+        super().__init__(
+            f"concurrency limit {limit!r} reached ({why}); retry after {retry_after_s:.3g} s",
+            limit=limit,
+            retry_after_s=retry_after_s,
+        )
+        self.waited = waited
+
+
+class LimitUnavailableError(ClusterUnavailableError):
+    """A shared limit could not be checked (the cluster store is unreachable) and the config says
+    ``fail: closed``. The code stays ``cluster_unavailable``; ``limit`` names the rule."""
+
+    def __init__(self, limit: str, retry_after_s: float) -> None:
+        super().__init__(f"rate limit {limit!r} cannot be checked")
+        self.limit = limit
+        self.retry_after_s = retry_after_s

@@ -566,9 +566,19 @@ def _sse_events(text: str) -> Any:
                 event_id = line[3:].strip() or None
             elif line.startswith("retry:") and line[6:].strip().isdigit():
                 retry = int(line[6:].strip())
-        message = json.loads("\n".join(data)) if data and event == "message" and any(data) else None
+        message = _json_or_none("\n".join(data)) if data and event == "message" and any(data) else None
         if message is not None or event_id is not None or retry is not None:
             yield message, event_id, retry
+
+
+def _json_or_none(data: str) -> Any:
+    """An event's JSON, or ``None`` for data that is not JSON: garbage between messages is
+    skipped (logged), as the SDK's client skips it, never the end of the exchange."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        log.warning("fast lane: skipped an SSE event of %d characters that is not JSON", len(data))
+        return None
 
 
 def _sse_messages(text: str) -> Any:

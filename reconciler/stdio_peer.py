@@ -43,6 +43,7 @@ from mcp_reconciler.reconciler.peer_contract import (
     bound_error,
     is_list_method,
 )
+from mcp_reconciler.reconciler.sliced_json import EntriesPassed, parse_sliced
 
 log = logging.getLogger("mcp_reconciler.upstream.stdio")
 
@@ -50,8 +51,6 @@ log = logging.getLogger("mcp_reconciler.upstream.stdio")
 #: envelopes put those first in every SDK we know; a line whose id is not in here is
 #: unattributable and ends the channel (guarantee 3).
 PREFIX_BYTES = 4096
-#: A list answer longer than this is first parsed in growing prefixes (``_Lists.refuse_early``).
-PARTIAL_PARSE_BYTES = 1024 * 1024
 #: Bytes read from the pipe at once.
 CHUNK_BYTES = 256 * 1024
 #: After stdin closes, how long the process has to exit before its group is signalled.
@@ -247,17 +246,31 @@ def _id_value(text: str, start: int) -> int | str | None:
     return int(text[i:j])
 
 
-def parse_line(line: bytes, lists: _Lists | None = None) -> SessionMessage | Exception:
+#: A line longer than this is parsed in slices (``reconciler/sliced_json.py``): the loop gets
+#: a checkpoint every few milliseconds instead of waiting for the whole parse.
+SLICE_BYTES = 256 * 1024
+
+
+async def parse_line(line: bytes, lists: _Lists | None = None) -> SessionMessage | Exception:
     """One line as the session's message, or the exception a malformed one is (the session
-    hands those to its message handler, as with the SDK's reader). ``from_json`` then
-    ``validate_python``: the same model as the SDK's ``validate_json`` at a tenth of the cost
-    for results with many small objects (the result stays a plain ``dict``, not rebuilt). An
-    answer to a list request with more entries than ``lists`` allows becomes the bound's error
-    before anything validates its entries (the session would validate each one)."""
+    hands those to its message handler, as with the SDK's reader). A long answer to a list
+    request is parsed in slices (:func:`~reconciler.sliced_json.parse_sliced`: no slice holds
+    the loop longer than a few ms), anything else whole with ``from_json``; then the SDK's
+    ``validate_python``, the same model as its ``validate_json`` at a tenth of the cost for
+    results with many small objects (the result stays a plain ``dict``, not rebuilt). An answer
+    to a list request with more entries than ``lists`` allows becomes the bound's error within
+    a slice of entry ``entries + 1``: nothing further is parsed, and no entry is validated (the
+    session would validate each one)."""
     try:
-        if lists is not None and (refused := lists.refuse_early(line)) is not None:
-            return SessionMessage(refused)
-        data = pydantic_core.from_json(line)
+        request_id = lists.list_request(line) if lists is not None and len(line) > SLICE_BYTES else None
+        if request_id is not None:
+            assert lists is not None
+            try:
+                data = await parse_sliced(line, list_fields=_LIST_FIELDS, entries=lists.entries)
+            except EntriesPassed as passed:
+                return SessionMessage(lists.refused(request_id, passed.count))
+        else:
+            data = pydantic_core.from_json(line)
         if lists is not None and (refused := lists.refuse(data)) is not None:
             return SessionMessage(refused)
         message = types.jsonrpc_message_adapter.validate_python(data, by_name=False)
@@ -266,9 +279,12 @@ def parse_line(line: bytes, lists: _Lists | None = None) -> SessionMessage | Exc
     return SessionMessage(message)
 
 
+_LIST_FIELDS = frozenset(LIST_FIELDS)
+
+
 class _Lists:
     """Ids of list requests in flight: their answers have the listing's bounds, ``limit``
-    bytes (while read) and ``entries`` entries (once parsed, before any entry is validated)."""
+    bytes (while read) and ``entries`` entries (while parsed, before any entry is validated)."""
 
     def __init__(self, source: str, limit: int | None, entries: int | None = None) -> None:
         self.source = source
@@ -280,34 +296,10 @@ class _Lists:
         if (self.limit is not None or self.entries is not None) and is_list_method(message):
             self.ids.add(message.id)
 
-    def refuse_early(self, line: bytes) -> types.JSONRPCError | None:
-        """For a long answer to a list request: parse growing prefixes of it (``allow_partial``)
-        and refuse it as soon as one holds more entries than allowed, so an oversized page costs
-        the parse of a prefix, not of the whole page (a 100,000-tool page stalled the loop for
-        0.7 s being parsed whole): the first prefix tells the entries' density, the next one is
-        sized to hold one entry more than allowed. A page within the bound is parsed whole after
-        at most a few prefixes (at most about twice its parse in all)."""
-        if self.entries is None or len(line) <= PARTIAL_PARSE_BYTES:
-            return None
+    def list_request(self, line: bytes) -> int | str | None:
+        """The id of the list request ``line`` answers, from its envelope (None: no list request)."""
         env = envelope(line[:PREFIX_BYTES])
-        if env.has_method or env.id not in self.ids:
-            return None
-        size = PARTIAL_PARSE_BYTES
-        while size < len(line):
-            try:
-                data = pydantic_core.from_json(line[:size], allow_partial=True)
-            except ValueError:
-                return None  # malformed: the full parse says so
-            refused = self.refuse(data)
-            if refused is not None:
-                return refused
-            # The next prefix is where entry ``entries + 1`` should be, at the density seen so far.
-            seen = self.count(data)
-            if seen == 0:
-                return None  # no entries in the first bytes: nothing to extrapolate from
-            wanted = int(size * (self.entries + 1) / seen * 1.05)
-            size = wanted if wanted > size else size * 2
-        return None
+        return env.id if not env.has_method and env.id is not None and env.id in self.ids else None
 
     @staticmethod
     def count(data: Any) -> int:
@@ -328,9 +320,15 @@ class _Lists:
         count = self.count(data)
         if count <= self.entries:
             return None
+        return self.refused(request_id, count)
+
+    def refused(self, request_id: int | str, count: int) -> types.JSONRPCError:
+        """The bound's error for the list request ``request_id``, whose page had ``count`` entries
+        (at least: a sliced parse stops at the first one past the bound)."""
+        assert self.entries is not None
         self.ids.discard(request_id)
         log.warning(
-            "upstream %s: a list page of %d entries refused (%s is %d)", self.source, count, ENTRIES_BOUND, self.entries
+            "upstream %s: a list page refused at %d entries (%s is %d)", self.source, count, ENTRIES_BOUND, self.entries
         )
         telemetry.upstream_messages_refused.add(1, {"source": self.source, "bound": ENTRIES_BOUND})
         return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=bound_error(ENTRIES_BOUND, self.entries, count))
@@ -424,7 +422,7 @@ async def stdio_channel(
                     chunk = await process.stdout.receive(CHUNK_BYTES)
                     for item in splitter.feed(chunk):
                         if isinstance(item, bytes):
-                            message = parse_line(item, lists)
+                            message = await parse_line(item, lists)
                             if isinstance(message, Exception):
                                 # Labeled with the source and rate-limited by the edge's log filter.
                                 log.warning(

@@ -125,3 +125,24 @@ cluster_reloads = meter.create_counter(
 cluster_write_failures = meter.create_counter(
     "reconciler.cluster.write_failures", description="Cluster store writes that failed or lost a compare-and-set"
 )
+approvals = meter.create_counter(
+    "reconciler.approvals",
+    description="Approvals of calls that need one, by outcome: requested, approved, denied, expired, changed, "
+    "withdrawn, refused (parked-call bound), covered (an earlier approval covered the call)",
+)
+approvals_parked = meter.create_up_down_counter(
+    "reconciler.approvals.parked", description="Calls parked waiting for an approval now"
+)
+
+# Rate and concurrency limits (reconciler/limiter.py, ADR 0033), by the rule's name.
+limits_refused = meter.create_counter(
+    "gateway.limits.refused",
+    description="Calls refused by a limit, by limit and reason (rate|concurrency|queue_timeout|unavailable)",
+)
+limits_queued = meter.create_counter(
+    "gateway.limits.queued", description="Calls that waited in a concurrency rule's queue, by limit"
+)
+limits_unchecked = meter.create_counter(
+    "gateway.limits.unchecked",
+    description="Calls let through unchecked because the cluster store was unreachable (fail: open), by limit",
+)

@@ -245,6 +245,40 @@ class ReconcilerClient:
         """``DELETE /v1/holds/{id}``; NotFound if no such hold is visible to the caller."""
         await self._request("DELETE", f"/v1/holds/{_seg(hold_id)}")
 
+    # -- approvals (ADR 0034) ------------------------------------------------------------------
+
+    async def approvals(self, *, pending: bool = False) -> list[wire.ApprovalOut]:
+        """``GET /v1/approvals``: the requests the caller may answer (operators: all; owners: their
+        sessions'), pending first; ``pending=True`` keeps only those still waiting."""
+        found = (await self._get("/v1/approvals", wire.ApprovalsOut)).approvals
+        return [a for a in found if a.state == "pending"] if pending else found
+
+    async def approval(self, approval_id: str) -> wire.ApprovalOut:
+        """``GET /v1/approvals/{id}``; NotFound unless the caller may answer it."""
+        return await self._get(f"/v1/approvals/{_seg(approval_id)}", wire.ApprovalOut)
+
+    async def approve(self, approval_id: str, *, uses: int = 1, window_s: float = 0.0) -> wire.ApprovalOut:
+        """``POST /v1/approvals/{id}/approve``: the parked call runs on exactly the definition the
+        request names, or fails with "definition changed since approval". ``uses``/``window_s``
+        also cover later calls of the same principal, tool, arguments and definition. Conflict if
+        it is no longer pending."""
+        body = {"uses": uses, "window_s": window_s}
+        response = await self._request("POST", f"/v1/approvals/{_seg(approval_id)}/approve", json=body)
+        return wire.ApprovalOut.model_validate(response.json())
+
+    async def deny(self, approval_id: str) -> wire.ApprovalOut:
+        """``POST /v1/approvals/{id}/deny``: the parked call fails with ``approval_denied``."""
+        response = await self._request("POST", f"/v1/approvals/{_seg(approval_id)}/deny")
+        return wire.ApprovalOut.model_validate(response.json())
+
+    async def set_session_approval(self, session_id: str, required: Sequence[str]) -> wire.SessionApprovalOut:
+        """``PUT /v1/sessions/{id}/approval``: tool names or globs whose calls need an approval in
+        that session (beside the config's); an owner may only add to them."""
+        response = await self._request(
+            "PUT", f"/v1/sessions/{_seg(session_id)}/approval", json={"required": list(required)}
+        )
+        return wire.SessionApprovalOut.model_validate(response.json())
+
     # -- revision-pinned MCP runs --------------------------------------------------------------
 
     async def _hold_for_run(self, revision: int | None, ttl_s: float) -> wire.HoldOut:

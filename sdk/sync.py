@@ -118,6 +118,18 @@ class SyncReconcilerClient:
         """Blocking :meth:`ReconcilerClient.release_hold`."""
         self._call(self._client.release_hold, hold_id)
 
+    def approvals(self, *, pending: bool = False) -> list[wire.ApprovalOut]:
+        """Blocking :meth:`ReconcilerClient.approvals`."""
+        return self._call(self._client.approvals, pending=pending)  # type: ignore[no-any-return]
+
+    def approve(self, approval_id: str, *, uses: int = 1, window_s: float = 0.0) -> wire.ApprovalOut:
+        """Blocking :meth:`ReconcilerClient.approve`."""
+        return self._call(self._client.approve, approval_id, uses=uses, window_s=window_s)  # type: ignore[no-any-return]
+
+    def deny(self, approval_id: str) -> wire.ApprovalOut:
+        """Blocking :meth:`ReconcilerClient.deny`."""
+        return self._call(self._client.deny, approval_id)  # type: ignore[no-any-return]
+
 
 async def _make(base_url: str, token: str | TokenProvider | None, kwargs: dict[str, Any]) -> ReconcilerClient:
     return ReconcilerClient(base_url, token, **kwargs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mcp_reconciler.reconciler.approvals import ApprovalRegistry
 from mcp_reconciler.reconciler.engine import Engine, Readiness
 from mcp_reconciler.reconciler.peer import UpstreamPeer
 from mcp_reconciler.reconciler.runtime import LiveGeneration
@@ -42,6 +43,11 @@ class CatalogAccess:
     def current_revision(self) -> int | None:
         """The current generation's revision, or ``None`` before the first publication."""
         return self._engine.current_revision
+
+    @property
+    def approvals(self) -> ApprovalRegistry:
+        """The engine's approval registry (calls parked for an approval, ADR 0034)."""
+        return self._engine.approvals
 
     @property
     def operation_deadline_s(self) -> float:

@@ -22,6 +22,7 @@ from mcp import MCPDeprecationWarning
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 
 from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor.approvals import task_refused
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.completion import Completer
 from mcp_reconciler.api.frontdoor.control_tools import ControlTools, RefreshFn, StatusFn
@@ -118,7 +119,13 @@ class FrontDoor:
         self.relay = Relay(on_log=self.logs.deliver, bindings=self.sessions.bindings)
         self.exchanges = Exchanges(self.relay, deadline_s=self.catalog.operation_deadline_s)
         self.forwarder = Forwarder(
-            self.catalog, authority, self.sessions, relay=self.relay, exchanges=self.exchanges, logs=self.logs
+            self.catalog,
+            authority,
+            self.sessions,
+            relay=self.relay,
+            exchanges=self.exchanges,
+            logs=self.logs,
+            limiter=engine.limiter,
         )
         self.completer = Completer(self.forwarder)
         self.subscriptions = ResourceSubscriptions(self.catalog, authority, self.sessions, self.notifier)
@@ -134,7 +141,7 @@ class FrontDoor:
                 version=__version__,
                 instructions="A gateway over several MCP servers; names are <source>__<name>.",
                 on_list_tools=self.listing.list_tools,
-                on_call_tool=self._call_tool,
+                on_call_tool=self.call_tool,
                 on_list_resources=self.listing.list_resources,
                 on_list_resource_templates=self.listing.list_templates,
                 on_read_resource=self.forwarder.read_resource,
@@ -142,7 +149,7 @@ class FrontDoor:
                 on_unsubscribe_resource=self.subscriptions.unsubscribe,
                 on_list_prompts=self.listing.list_prompts,
                 on_get_prompt=self.forwarder.get_prompt,
-                on_subscriptions_listen=self._listen,
+                on_subscriptions_listen=self.listen,
                 on_completion=self.completer.complete,
                 on_set_logging_level=self.logs.set_level,
                 # O(1) schema lookup for the SDK's per-call header check in the 2026 era; without
@@ -151,7 +158,7 @@ class FrontDoor:
                 capabilities=self._capabilities,
             )
         self.server.middleware.append(self.sessions.bind_at_handshake)
-        self.server.middleware.append(self.tasks.middleware)  # task-augmented tools/call (2025-11-25)
+        self.server.middleware.append(self._task_middleware)  # task-augmented tools/call (2025-11-25)
         # The fast lane (issue 12, ADR 0019): list pages served from cached wire dicts, calls
         # forwarded without rebuilding models, the heap frozen after each publication.
         self.fast_lane = fast_lane_enabled()
@@ -232,9 +239,11 @@ class FrontDoor:
             self.subscriptions.forget(key)
         self.tasks.forget(session_id)
 
-    async def _call_tool(
+    async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        """``tools/call``: ``find_tools`` and the control tools are answered here, a tool that
+        runs only as a task through ``tasks``, everything else is forwarded."""
         if params.name == self.find_tools.name:
             binding = self.sessions.binding(ctx)
             if self.find_tools.shown(binding):
@@ -245,12 +254,30 @@ class FrontDoor:
                 return await self.control.call(params.name, operator=binding.operator)
             # Not allowed: the same answer as a name that does not exist (ungranted = unknown).
         elif self.tasks.runs_as_task(params.name):  # a tool that requires a task, called plainly
+            self._no_task_if_approval(ctx, params.name)
             return await self.tasks.call_required(ctx, params, lambda c: self.forwarder.call_tool(c, params))
         return await self.forwarder.call_tool(ctx, params)
 
-    async def _listen(
+    async def _task_middleware(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
+        """``Tasks.middleware``, after refusing a task-augmented call of a tool that needs an approval."""
+        raw = ctx.params
+        # ``task`` makes a task only in the 2025-11-25 era (as in ``Tasks.middleware``).
+        is_task = isinstance(raw, Mapping) and raw.get("task") is not None
+        if ctx.method == "tools/call" and is_task and str(ctx.protocol_version).startswith("2025"):
+            self._no_task_if_approval(ctx, str(raw.get("name")))  # type: ignore[union-attr]
+        return await self.tasks.middleware(ctx, call_next)
+
+    def _no_task_if_approval(self, ctx: ServerRequestContext[Any], name: str) -> None:
+        # Tasks run outside the forwarding operation the approval hook sits in (ADR 0034): a
+        # tool that needs an approval never runs as one, so no task path can skip the approval.
+        if self.forwarder.approvals.needed(self.sessions.binding(ctx), name):
+            raise task_refused(name)
+
+    async def listen(
         self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
+        """``subscriptions/listen`` (2026-07-28): the caller's change stream, with its resource
+        subscriptions held while it is open."""
         binding = self.sessions.binding(ctx)
         async with self.subscriptions.listening(binding, params) as held:  # resource subscriptions
             return await self.notifier.listen(binding, ctx, held)

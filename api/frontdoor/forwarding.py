@@ -1,10 +1,11 @@
 """Forwarding: one downstream operation (call, read, get) run on one upstream connection.
 
 Every operation: find the caller's binding → choose its generation (``revisions``) → resolve the
-exposed name in that generation's immutable routing table and check the grant (I9) → pin the
-generation (I4) → send on the source's live connection → release. The upstream's own protocol
-keys and progress token never travel (the upstream session mints its own token); the result
-carries the revision it ran on, and the drift flag when the definition changed since the grant.
+exposed name in that generation's immutable routing table and check the grant (I9) → park a tool
+call that needs an approval until answered (``approvals``, I22) → pin the generation (I4) → send
+on the source's live connection → release. The upstream's own protocol keys and progress token
+never travel (the upstream session mints its own); the result carries the revision it ran on,
+and the drift flag when the definition changed since the grant.
 Resource URIs cross in the source's namespace (``reconciler/uris.py``): a read is sent with the
 upstream URI, and URIs in results come back exposed.
 
@@ -21,7 +22,8 @@ records) is attributed to it through the ``relay`` (the operation is registered 
 duration) and reaches this caller only; log records still being relayed are delivered before
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
-held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``)."""
+held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``).
+Every call, read and get passes ``rate_limits:`` here (ADR 0033), before anything is sent."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from mcp import MCPError
 from mcp.server import ServerRequestContext
 
 from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
+from mcp_reconciler.api.frontdoor.approvals import ApprovalGate
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
@@ -55,8 +58,9 @@ from mcp_reconciler.api.frontdoor.rounds import (
 from mcp_reconciler.api.frontdoor.sessions import Sessions
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
+from mcp_reconciler.reconciler.limiter import NO_SLOT, Limiter
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
-from mcp_reconciler.reconciler.pins import OperationDeadlineError
+from mcp_reconciler.reconciler.pins import OperationDeadlineError, Pin
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
 from mcp_reconciler.reconciler.uris import rewrite_result, upstream_uri
 
@@ -87,28 +91,27 @@ class Forwarder:
         exchanges: Exchanges,
         logs: LogRelay,
         seal: StateSeal | None = None,
+        limiter: Limiter | None = None,
     ) -> None:
         self._catalog = catalog
+        self._limiter = limiter or Limiter()
         self._authority = authority
         self._sessions = sessions
         self._relay = relay
         self._exchanges = exchanges
         self._logs = logs
         self._seal = seal or StateSeal()
+        self.approvals = ApprovalGate(catalog)  # the one approval hook (ADR 0034)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         """``tools/call``, forwarded under the tool's upstream name."""
+        build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
+            params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
+        )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx,
-            EntryKind.TOOL,
-            params.name,
-            params,
-            lambda e, m, x: types.CallToolRequest(
-                params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
-            ),
-            types.CallToolResult,
+            ctx, EntryKind.TOOL, params.name, params, build, types.CallToolResult
         )
 
     async def call_tool_fast(
@@ -127,22 +130,18 @@ class Forwarder:
         build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
         )
-        params, result_type = FastParams(meta, input_responses, request_state), types.CallToolResult
+        params, result_type = FastParams(meta, input_responses, request_state, arguments), types.CallToolResult
         return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         """``resources/read``, forwarded to the source that serves the URI."""
+        build = lambda e, m, x: types.ReadResourceRequest(  # noqa: E731
+            params=types.ReadResourceRequestParams(uri=upstream_uri(e, params.uri), _meta=m, **x)
+        )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx,
-            EntryKind.RESOURCE,
-            str(params.uri),
-            params,
-            lambda e, m, x: types.ReadResourceRequest(
-                params=types.ReadResourceRequestParams(uri=upstream_uri(e, params.uri), _meta=m, **x)
-            ),
-            types.ReadResourceResult,
+            ctx, EntryKind.RESOURCE, str(params.uri), params, build, types.ReadResourceResult
         )
 
     async def get_prompt(
@@ -185,7 +184,7 @@ class Forwarder:
         outcome = "ok"
         with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": label}) as span:
             try:
-                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw)
+                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, op is None)
                 meta_out = result.meta or {}
                 span.set_attribute("revision", meta_out.get(REVISION_META, -1))
                 return result
@@ -211,6 +210,7 @@ class Forwarder:
         result_type: type[Any],
         shortcut: Callable[[UpstreamConnection], Any] | None,
         raw: bool = False,
+        limited: bool = True,
     ) -> Any:
         binding = self._sessions.binding(ctx)
         meta: Mapping[str, Any] | None = params.meta
@@ -234,6 +234,7 @@ class Forwarder:
             self._catalog, ctx, binding.session, meta, prefer=sealed.revision if sealed is not None else None
         )
         conn: Any = None
+        approved: Pin | None = None  # the approved call's pin on ``live`` (released at the end)
         try:
             resolved = self._authority.resolve(binding.session, live.generation, kind, name)
             entry = resolved.entry
@@ -243,9 +244,14 @@ class Forwarder:
             conn = state_.connection if state_ is not None else None
             if not isinstance(conn, UpstreamConnection) or not conn.alive:
                 raise UpstreamUnavailable()  # fail fast: never an operation on a closed connection (I4)
+            if kind is EntryKind.TOOL:  # parks until approved, if it needs an approval (I22)
+                args = getattr(params, "arguments", None)  # an approval names their digest
+                approved = await self.approvals.clear(binding, ctx, live, entry, name, args, conn)
             answer = shortcut(conn) if shortcut is not None else None
             if answer is not None:
                 return self._finish(answer, live.revision, resolved.drifted)
+            # Limits (ADR 0033; not completions): tokens now, the source's concurrency slot below.
+            slot = await self._limiter.admit(binding.session, entry) if limited else NO_SLOT
             up_meta = forwardable(meta)
             if not conn.legacy:
                 level = self._logs.call_level(binding, meta)
@@ -261,22 +267,17 @@ class Forwarder:
             interactive = INTERACTIVE.get(result_type)
             if interactive is not None and binding.era == "modern" and conn.legacy:
                 # The upstream may send real requests mid-call; a 2026 client can only take them
-                # as an InputRequiredResult, so the call runs as a held exchange.
-                result = await self._exchanges.start(
-                    binding,
-                    ctx,
-                    conn,
-                    live,
-                    request,
-                    result_type,
-                    kind=kind,
-                    name=name,
-                    drifted=resolved.drifted,
-                    timeout_s=call_s,
-                )
+                # as an InputRequiredResult, so the call runs as a held exchange (pinned while it waits for a slot).
+                with live.pin():
+                    async with slot:
+                        result = await self._exchanges.start(
+                            binding, ctx, conn, live, request, result_type,
+                            kind=kind, name=name, drifted=resolved.drifted, timeout_s=call_s,
+                        )
             else:
                 rtype = interactive if interactive is not None and not conn.legacy else result_type
-                async with live.operation(deadline_s=self._catalog.operation_deadline_s):
+                # The slot inside the operation: a queued call is pinned and bounded by its deadlines.
+                async with live.operation(deadline_s=self._catalog.operation_deadline_s), slot:
                     with self._relay.call(binding, ctx, conn) as call:
                         result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
                         if isinstance(result, types.InputRequiredResult):
@@ -296,6 +297,9 @@ class Forwarder:
                         await call.settle()
         except Exception as exc:
             raise self._client_error(exc, conn, live.revision) from None
+        finally:
+            if approved is not None:
+                approved.release()
         if not isinstance(result, RawResult):  # a raw result has no URI (simple_call_result)
             result = rewrite_result(result, conn.spec.uri_prefix)  # exposed URIs in links and contents
         return self._finish(result, live.revision, resolved.drifted)

@@ -60,8 +60,10 @@ def simple_call_result(raw: Any) -> bool:
 class FastParams:
     """The fast lane's stand-in for typed request params: ``_meta``, and for a 2026 client's
     retry of a sealed multi-round call its validated ``input_responses`` and ``request_state``
-    (the lane takes no retry of a *held* exchange: that one is the normal lane's)."""
+    (the lane takes no retry of a *held* exchange: that one is the normal lane's); the call's
+    ``arguments`` (an approval names their digest, ADR 0034)."""
 
     meta: dict[str, Any] | None
     input_responses: Any = None
     request_state: str | None = None
+    arguments: dict[str, Any] | None = None

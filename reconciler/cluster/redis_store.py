@@ -10,6 +10,8 @@ Layout, every key under one prefix ``P`` (default ``mcpr``):
 - ``P:member:<replica>`` string with a PX TTL (heartbeats); ``P:members`` set of ids.
 - ``P:events`` stream (``MAXLEN ~`` bounded) — every write ``XADD``s its event inside the same
   Lua script, so the change and its announcement are one atomic step.
+- ``P:rl:<rule>\x1f<scope value>`` hash ``{t, ts}`` — a rate limit's token bucket (ADR 0033),
+  expiring once it would be full again.
 - ``P:epoch`` — set once (``SET NX``) with a random value: a store that lost its data gets a
   new one, and a reader that sees it change reloads.
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -49,6 +51,7 @@ from mcp_reconciler.reconciler.errors import (
     HoldSlotsError,
     SessionLimitError,
 )
+from mcp_reconciler.reconciler.token_bucket import BucketSpec, Refusal
 
 T = TypeVar("T")
 
@@ -140,6 +143,39 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',
 return rev
 """
 
+# Token buckets (reconciler/token_bucket.py's arithmetic, on the server's clock), all or none.
+# KEYS: one hash {t, ts, } per bucket ; ARGV: rate1, burst1, rate2, burst2, ... (tokens/s, capacity)
+# Returns {0, ''} when taken, else {index (1-based), retry-after seconds as a string}.
+_TAKE_TOKENS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local levels = {}
+local which, worst = 0, 0
+for i = 1, #KEYS do
+  local rate, burst = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
+  local held = redis.call('HMGET', KEYS[i], 't', 'ts')
+  local level = burst
+  if held[1] then level = math.min(burst, tonumber(held[1]) + (now - tonumber(held[2])) * rate) end
+  if level < 1 then
+    local wait = (1 - level) / rate
+    if which == 0 or wait > worst then which, worst = i, wait end
+  end
+  levels[i] = level
+end
+if which > 0 then return {which, string.format('%.6f', worst)} end
+for i = 1, #KEYS do
+  local rate, burst = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
+  local left = levels[i] - 1
+  redis.call('HSET', KEYS[i], 't', string.format('%.17g', left), 'ts', string.format('%.17g', now))
+  -- gone once full again: a full bucket and no bucket are the same
+  redis.call('PEXPIRE', KEYS[i], math.ceil((burst - left) / rate * 1000) + 1000)
+end
+return {0, ''}
+"""
+
+#: A limited call waits at most this long for the store (then ``fail: open|closed`` decides).
+TAKE_TOKENS_TIMEOUT_S = 0.5
+
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -216,6 +252,7 @@ class RedisStore:
             "hold": r.register_script(_CREATE_HOLD),
             "release": r.register_script(_RELEASE_HOLD),
             "ledger": r.register_script(_LEDGER_STEP),
+            "tokens": r.register_script(_TAKE_TOKENS),
         }
 
     async def aclose(self) -> None:
@@ -430,6 +467,19 @@ class RedisStore:
                 lambda: self._r.xadd(self._k("events"), fields, maxlen=self._maxlen, approximate=True)  # type: ignore[arg-type]
             )
         )
+
+
+    async def take_tokens(self, specs: Sequence[BucketSpec]) -> Refusal | None:
+        """As :meth:`ClusterStore.take_tokens`: one ``EVALSHA`` (one round trip), bounded by
+        :data:`TAKE_TOKENS_TIMEOUT_S`."""
+        keys = [self._k("rl", spec.key) for spec in specs]
+        args: list[float] = []
+        for spec in specs:
+            args += (spec.rate, spec.burst)
+        which, wait = await self._call(
+            lambda: self._scripts["tokens"](keys=keys, args=args), timeout_s=min(self._timeout, TAKE_TOKENS_TIMEOUT_S)
+        )
+        return None if int(which) == 0 else Refusal(int(which) - 1, float(_s(wait)))
 
 
 def _fields(record: SessionRecord) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from mcp_reconciler.reconciler.errors import (
     ReconcilerError,
     SessionLimitError,
 )
+from mcp_reconciler.reconciler.token_bucket import BucketSpec, BucketTable, Refusal
 
 #: How many events the log keeps (approximately, for Redis): a replica further behind reloads.
 EVENT_LOG_MAX = 10_000
@@ -245,6 +246,11 @@ class ClusterStore(Protocol):
         """Append an event that changes no record (refresh requests and answers)."""
         ...
 
+    async def take_tokens(self, specs: Sequence[BucketSpec]) -> Refusal | None:
+        """One token from every rate-limit bucket in ``specs``, or none (``None``: taken);
+        atomic, and the buckets are shared by every replica (ADR 0033). Not announced."""
+        ...
+
 
 _hold_ids = itertools.count(1)
 
@@ -286,6 +292,7 @@ class MemoryStore:
         self._seq = 0
         self._max = event_log_max
         self._changed = anyio.Event()
+        self._buckets = BucketTable()
 
     async def connect(self) -> None:
         """As :meth:`ClusterStore.connect`."""
@@ -420,6 +427,10 @@ class MemoryStore:
     async def announce(self, kind: str, key: str, *, origin: str, data: str = "") -> str:
         """As :meth:`ClusterStore.announce`."""
         return self._emit(kind, key, origin, data)
+
+    async def take_tokens(self, specs: Sequence[BucketSpec]) -> Refusal | None:
+        """As :meth:`ClusterStore.take_tokens` (one table for every replica of this process)."""
+        return self._buckets.take(specs)
 
 
 def _with_version(record: SessionRecord, version: int) -> SessionRecord:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from mcp_reconciler.reconciler.approvals import DEFAULT_POLICY as NO_APPROVALS
+from mcp_reconciler.reconciler.approvals import ApprovalPolicy
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.config.includes import _display_for, _expand_includes, _raw_includes
 from mcp_reconciler.reconciler.config.interpolation import _TYPED_ENV, _TypedEnv
@@ -34,6 +36,7 @@ from mcp_reconciler.reconciler.curation import NO_CURATION, Curation
 from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryPolicy
 from mcp_reconciler.reconciler.model import SessionSpec, SourceSpec
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig
+from mcp_reconciler.reconciler.rate_limits import NO_LIMITS, LimitPolicy
 
 # --------------------------------------------------------------------------------------------
 # Loaded configuration
@@ -62,6 +65,10 @@ class LoadedConfig:
     curation: Curation = NO_CURATION
     #: Discovery modes and the search-mode settings (ADR 0029).
     discovery: DiscoveryPolicy = DEFAULT_POLICY
+    #: Which tools need an approval, and the parked-call bounds (ADR 0034).
+    approvals: ApprovalPolicy = NO_APPROVALS
+    #: Rate and concurrency limits (ADR 0033).
+    limits: LimitPolicy = NO_LIMITS
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,6 +213,8 @@ def _load(
         cluster=cluster,
         curation=curation,
         discovery=main.discovery.policy({v.name: v.discovery for v in main.views}),
+        approvals=main.approvals.policy(),
+        limits=main.rate_limits.policy(),
     )
 
 

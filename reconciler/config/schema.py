@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from mcp_reconciler.reconciler.approvals import ApprovalConfig
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.config.interpolation import _TYPED_ENV, InterpolatedStr, _interpolate, _numeric_or_bool
 from mcp_reconciler.reconciler.curation_config import (
@@ -31,6 +32,7 @@ from mcp_reconciler.reconciler.projection import (
     Trust,
     clean_text,
 )
+from mcp_reconciler.reconciler.rate_limits import RateLimitsConfig
 from mcp_reconciler.reconciler.uris import URI_PREFIX
 
 # fullmatch, not match with "$": "$" would accept a trailing newline.
@@ -738,6 +740,15 @@ class _MainFile(_Frozen):
     discovery: DiscoveryConfig = Field(
         default_factory=DiscoveryConfig,
         description="Search mode for large catalogs (ADR 0029): `search`, or `{mode, always_visible, found_max}`.",
+    )
+    approvals: ApprovalConfig = Field(
+        default_factory=ApprovalConfig,
+        description="Tools whose calls wait for a human approval (ADR 0034): a list of served names or globs, "
+        "or `{required, timeout_s, parked_max, parked_per_principal, elicitation}`.",
+    )
+    rate_limits: RateLimitsConfig = Field(
+        default_factory=RateLimitsConfig,
+        description="Rate and concurrency limits on forwarded calls (ADR 0033); reloaded without a restart.",
     )
 
     @field_validator("sources", "include", "sessions", "views", mode="before")

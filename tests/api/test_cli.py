@@ -5,10 +5,10 @@ not found) · 2 usage · 3 unreachable · 4 not ready · 5 refresh cycle failed/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +19,7 @@ import httpx2
 import pytest
 
 from tests.api.conftest import OPERATOR_TOKEN, REPO_ROOT, WAIT, backdate, served_gateway, upstream_source, write_config
+from tests.support.ports import refusing_port
 
 pytestmark = pytest.mark.anyio
 
@@ -61,16 +62,11 @@ async def cli_all(calls: Sequence[tuple[Sequence[str], dict[str, str | None]]]) 
     return [r for r in results if r is not None]
 
 
-def _closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_operator_commands_and_exit_codes(tmp_path: Path) -> None:
     cfg = write_config(tmp_path)
-    async with served_gateway(cfg) as served:
+    async with served_gateway(cfg) as served, contextlib.AsyncExitStack() as ports:
         url, rev = served.base_url, served.gateway.rec.runtime.current_revision
+        closed = ports.enter_context(refusing_port())  # bound, not listening, while the commands run
         ok = {"url": url, "token": OPERATOR_TOKEN}
         session = served.front.authority.create("owner::alice", None)
         commands = ("status", "refresh", "sources", "generations", "sessions")
@@ -83,8 +79,8 @@ async def test_operator_commands_and_exit_codes(tmp_path: Path) -> None:
                 (("refresh", "--source", "nope"), ok),
                 (("status",), {"url": url, "token": "wrong-token"}),
                 (("status", "--json"), {"url": url, "token": None}),
-                (("sources",), {"url": f"http://127.0.0.1:{_closed_port()}", "token": OPERATOR_TOKEN}),
-                (("refresh",), {"url": f"http://127.0.0.1:{_closed_port()}", "token": OPERATOR_TOKEN}),
+                (("sources",), {"url": f"http://127.0.0.1:{closed}", "token": OPERATOR_TOKEN}),
+                (("refresh",), {"url": f"http://127.0.0.1:{closed}", "token": OPERATOR_TOKEN}),
                 (("status", "--bogus-flag"), ok),
                 (("status", "--url", url, "--token", OPERATOR_TOKEN, "--json"), {}),
             ]

@@ -15,7 +15,6 @@ import pytest
 from mcp_reconciler.api.cli import apply_environment, build_parser
 from mcp_reconciler.reconciler.config import ConfigError, load_config
 from tests.api.conftest import OPERATOR_TOKEN, REPO_ROOT, upstream_source
-from tests.integration.conftest import free_port
 from tests.support.gateway_process import gateway_process
 
 pytestmark = pytest.mark.anyio
@@ -90,24 +89,24 @@ def test_flags_win_over_the_environment_and_bad_values_are_usage_errors() -> Non
 
 
 async def test_serve_reads_config_host_port_and_log_format_from_the_environment(tmp_path: Path) -> None:
-    port = free_port()
     cfg = tmp_path / "gateway.yaml"
-    # The file says port 1 (never bindable here): the environment's port must win over it.
+    # The file says port 1 (never bindable here) and host 127.0.0.2: the environment's port 0
+    # (an ephemeral port, reported in the banner) and host must win over them.
     cfg.write_text(json.dumps({"gateway": {"port": 1, "host": "127.0.0.2"}, "sources": [upstream_source("up", "a")]}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
     env.update(
         MCP_RECONCILER_CONFIG=str(cfg),
         MCP_RECONCILER_HOST="127.0.0.1",
-        MCP_RECONCILER_PORT=str(port),
+        MCP_RECONCILER_PORT="0",
         MCP_RECONCILER_LOG_LEVEL="INFO",
         MCP_RECONCILER_LOG_FORMAT="json",
         MCP_RECONCILER_OPERATOR_TOKENS=OPERATOR_TOKEN,
     )
     argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve"]
     async with gateway_process(argv, cwd=REPO_ROOT, env=env) as gw:
-        assert gw.url == f"http://127.0.0.1:{port}/mcp", gw.describe()
+        assert gw.url.startswith("http://127.0.0.1:") and gw.port not in (0, 1), gw.describe()
         async with httpx2.AsyncClient() as http:
-            assert (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+            assert (await http.get(f"http://127.0.0.1:{gw.port}/healthz")).status_code == 200
         await gw.wait_line(r"revision 1")
     records = [json.loads(line) for line in gw.stderr if line.startswith("{")]
     assert records and any(r["level"] == "info" for r in records), gw.describe()

@@ -34,7 +34,7 @@ from tests.api.conftest import (
     write_config,
 )
 from tests.api.test_cli import cli
-from tests.integration.conftest import free_port
+from tests.support.ports import refusing_port as _refusing
 
 pytestmark = pytest.mark.anyio
 
@@ -64,88 +64,89 @@ def _slow() -> dict[str, Any]:
 async def test_each_failure_cause_is_typed_in_v1_and_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLANTED_SECRET", PLANTED)
     # A real MCP endpoint that answers 401 without a bearer token: another gateway's /mcp.
-    async with served_gateway(write_config(tmp_path, name="other.yaml")) as other:
-        plain = other.url  # http://127.0.0.1:<port>/mcp
-        sources = [
-            upstream_source("ok", "a"),
-            {"name": "refused", "http": {"url": f"http://127.0.0.1:{free_port()}/mcp"}},
-            {"name": "missing", "stdio": {"command": "no-such-mcp-server-binary"}},
-            _exits_3(),
-            {"name": "tls", "http": {"url": plain.replace("http://", "https://")}},
-            {"name": "unauthorized", "http": {"url": plain}},
-            _slow(),
-        ]
-        cfg = write_config(tmp_path, sources=sources)
-        async with served_gateway(cfg) as served:
-            headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
-            async with httpx2.AsyncClient(base_url=served.base_url, headers=headers) as http:
+    with _refusing() as refused:  # bound and not listening: connecting is refused
+        async with served_gateway(write_config(tmp_path, name="other.yaml")) as other:
+            plain = other.url  # http://127.0.0.1:<port>/mcp
+            sources = [
+                upstream_source("ok", "a"),
+                {"name": "refused", "http": {"url": f"http://127.0.0.1:{refused}/mcp"}},
+                {"name": "missing", "stdio": {"command": "no-such-mcp-server-binary"}},
+                _exits_3(),
+                {"name": "tls", "http": {"url": plain.replace("http://", "https://")}},
+                {"name": "unauthorized", "http": {"url": plain}},
+                _slow(),
+            ]
+            cfg = write_config(tmp_path, sources=sources)
+            async with served_gateway(cfg) as served:
+                headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+                async with httpx2.AsyncClient(base_url=served.base_url, headers=headers) as http:
 
-                async def causes() -> dict[str, Any]:
-                    res = await http.get("/v1/sources")
-                    assert res.status_code == 200, res.text
-                    return {s["name"]: s for s in res.json()}
+                    async def causes() -> dict[str, Any]:
+                        res = await http.get("/v1/sources")
+                        assert res.status_code == 200, res.text
+                        return {s["name"]: s for s in res.json()}
 
-                failing = {s["name"] for s in sources} - {"ok"}
-                latest: dict[str, Any] = {}
+                    failing = {s["name"] for s in sources} - {"ok"}
+                    latest: dict[str, Any] = {}
 
-                async def all_failed() -> bool:
-                    latest.update(await causes())
-                    return all(latest.get(n, {}).get("cause") for n in failing)
+                    async def all_failed() -> bool:
+                        latest.update(await causes())
+                        return all(latest.get(n, {}).get("cause") for n in failing)
 
-                await wait_until_async(all_failed, "every failing source has a cause")
-                by = latest
-                assert by["ok"]["state"] == "ready" and by["ok"]["cause"] is None
-                kinds = {n: by[n]["cause"]["kind"] for n in failing}
-                assert kinds == {
-                    "refused": "connection_refused",
-                    "missing": "process_not_found",
-                    "exits": "process_exited",
-                    "tls": "tls",
-                    "unauthorized": "http_status",
-                    "slow": "timeout",
-                }, kinds
-                for name in failing:  # the cause's summary is the last error everyone shows
-                    assert by[name]["last_error"] == by[name]["cause"]["summary"]
-                assert by["exits"]["cause"]["exit_code"] == 3
-                assert by["exits"]["last_error"].startswith("process exited with code 3")
-                tail = by["exits"]["cause"]["stderr_tail"]
-                assert tail[-1] == "fatal: cannot open db" and f"starting with key {MASK}" in tail, tail
-                assert f"token={MASK}" in tail, tail
-                assert by["unauthorized"]["cause"]["http_status"] == 401
-                assert by["unauthorized"]["last_error"].startswith("HTTP 401")
-                assert by["slow"]["cause"]["setting"] == "timeouts.connect_s"
-                assert by["slow"]["cause"]["timeout_s"] == 1
-                assert "timeouts.connect_s" in by["slow"]["last_error"]
-                one = await http.get("/v1/sources/exits")
-                assert one.status_code == 200 and one.json()["cause"]["exit_code"] == 3
-                for path in ("/v1/sources", "/v1/status", "/v1/sources/exits"):
-                    text = (await http.get(path)).text
-                    assert PLANTED not in text and PATTERN_SECRET not in text, path
-                # An owner (not an operator) gets the typed cause, not the upstream's own words.
-                owner = await http.get("/v1/sources/exits", headers={"Authorization": f"Bearer {ALICE}"})
-                assert owner.status_code == 200, owner.text
-                assert owner.json()["cause"]["exit_code"] == 3 and owner.json()["cause"]["stderr_tail"] == []
+                    await wait_until_async(all_failed, "every failing source has a cause")
+                    by = latest
+                    assert by["ok"]["state"] == "ready" and by["ok"]["cause"] is None
+                    kinds = {n: by[n]["cause"]["kind"] for n in failing}
+                    assert kinds == {
+                        "refused": "connection_refused",
+                        "missing": "process_not_found",
+                        "exits": "process_exited",
+                        "tls": "tls",
+                        "unauthorized": "http_status",
+                        "slow": "timeout",
+                    }, kinds
+                    for name in failing:  # the cause's summary is the last error everyone shows
+                        assert by[name]["last_error"] == by[name]["cause"]["summary"]
+                    assert by["exits"]["cause"]["exit_code"] == 3
+                    assert by["exits"]["last_error"].startswith("process exited with code 3")
+                    tail = by["exits"]["cause"]["stderr_tail"]
+                    assert tail[-1] == "fatal: cannot open db" and f"starting with key {MASK}" in tail, tail
+                    assert f"token={MASK}" in tail, tail
+                    assert by["unauthorized"]["cause"]["http_status"] == 401
+                    assert by["unauthorized"]["last_error"].startswith("HTTP 401")
+                    assert by["slow"]["cause"]["setting"] == "timeouts.connect_s"
+                    assert by["slow"]["cause"]["timeout_s"] == 1
+                    assert "timeouts.connect_s" in by["slow"]["last_error"]
+                    one = await http.get("/v1/sources/exits")
+                    assert one.status_code == 200 and one.json()["cause"]["exit_code"] == 3
+                    for path in ("/v1/sources", "/v1/status", "/v1/sources/exits"):
+                        text = (await http.get(path)).text
+                        assert PLANTED not in text and PATTERN_SECRET not in text, path
+                    # An owner (not an operator) gets the typed cause, not the upstream's own words.
+                    owner = await http.get("/v1/sources/exits", headers={"Authorization": f"Bearer {ALICE}"})
+                    assert owner.status_code == 200, owner.text
+                    assert owner.json()["cause"]["exit_code"] == 3 and owner.json()["cause"]["stderr_tail"] == []
 
-            env = {"url": served.base_url, "token": OPERATOR_TOKEN}
-            for command in ("sources", "status"):
-                run = await cli(command, **env)
-                assert PLANTED not in run.out + run.err and PATTERN_SECRET not in run.out + run.err
-                assert "process exited with code 3" in run.out, run.out
-                assert "HTTP 401" in run.out and "connection refused" in run.out, run.out
-                assert "stderr | fatal: cannot open db" in run.out, run.out
-                assert "slow: timeout (setting: timeouts.connect_s)" in run.out, run.out
-            run = await cli("sources", "--json", **env)
-            listed = {s["name"]: s for s in json.loads(run.out)}
-            assert listed["tls"]["cause"]["kind"] == "tls"
+                env = {"url": served.base_url, "token": OPERATOR_TOKEN}
+                for command in ("sources", "status"):
+                    run = await cli(command, **env)
+                    assert PLANTED not in run.out + run.err and PATTERN_SECRET not in run.out + run.err
+                    assert "process exited with code 3" in run.out, run.out
+                    assert "HTTP 401" in run.out and "connection refused" in run.out, run.out
+                    assert "stderr | fatal: cannot open db" in run.out, run.out
+                    assert "slow: timeout (setting: timeouts.connect_s)" in run.out, run.out
+                run = await cli("sources", "--json", **env)
+                listed = {s["name"]: s for s in json.loads(run.out)}
+                assert listed["tls"]["cause"]["kind"] == "tls"
 
-            # An agent sees none of it: its own listing and errors carry no upstream words (I12).
-            async with mcp_client(served) as client:
-                tools = await client.list_tools()
-                with pytest.raises(MCPError) as refused:
-                    await client.call_tool("exits__anything", {})
-            agent_text = json.dumps([t.model_dump(mode="json") for t in tools.tools]) + str(refused.value.error)
-            for words in (PLANTED, PATTERN_SECRET, "cannot open db", "exited with code"):
-                assert words not in agent_text
+                # An agent sees none of it: its own listing and errors carry no upstream words (I12).
+                async with mcp_client(served) as client:
+                    tools = await client.list_tools()
+                    with pytest.raises(MCPError) as refused:
+                        await client.call_tool("exits__anything", {})
+                agent_text = json.dumps([t.model_dump(mode="json") for t in tools.tools]) + str(refused.value.error)
+                for words in (PLANTED, PATTERN_SECRET, "cannot open db", "exited with code"):
+                    assert words not in agent_text
 
 
 async def wait_until_async(check: Any, what: str) -> None:

@@ -15,7 +15,7 @@ auto-approving authorize endpoint), everything over real HTTP on 127.0.0.1.
 - the official SDK's OAuth client discovering everything from the 401 and logging in.
 
 The gateway's ``resource`` is its own ``/mcp`` URL, which the SDK's client checks against the URL
-it connects to, so the port is chosen before the config is written (:func:`oauth_gateway`)."""
+it connects to, so its socket is bound (port 0) before the config is written (:func:`oauth_gateway`)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ from tests.api.conftest import (
 )
 from tests.api.test_cli import _serve_output
 from tests.api.test_oauth_http import AutoBrowser, MemoryStorage, challenge_params
-from tests.integration.conftest import free_port
 from tests.support.authz_server import AuthorizationServer, authz_server, forge_hs256, unsigned
+from tests.support.ports import listening_socket
 from tests.support.protected_mcp import protected_mcp_server
 from tests.support.raw_mcp import ACCEPT, LEGACY, MODERN, legacy_open, legacy_request, rpc
 from tests.support.raw_mcp import tool_names as raw_tool_names
@@ -87,22 +87,15 @@ def gateway_config(
 async def oauth_gateway(
     tmp: Path, az: AuthorizationServer, *, sources: Sequence[dict[str, Any]] | None = None, **oauth: Any
 ) -> AsyncIterator[Served]:
-    """The gateway with an ``oauth:`` section whose ``resource`` is its own ``/mcp`` URL. The port
-    is picked before the config names it; if another process takes it meanwhile, another one."""
+    """The gateway with an ``oauth:`` section whose ``resource`` is its own ``/mcp`` URL: its
+    socket is bound (port 0) before the config names the port, and handed to the gateway."""
     sources = [upstream_source("up", "a", "b")] if sources is None else sources
     async with contextlib.AsyncExitStack() as stack:
-        for attempt in range(5):
-            port = free_port()
-            cfg = gateway_config(tmp, port, az, sources, **oauth)
-            try:
-                served = await stack.enter_async_context(
-                    serve_http(cfg, host="127.0.0.1", port=port, watch_interval_s=0.1, authenticator=authenticator())
-                )
-            except OSError:
-                if attempt == 4:
-                    raise
-                continue
-            break
+        sock = listening_socket()
+        cfg = gateway_config(tmp, sock.getsockname()[1], az, sources, **oauth)
+        served = await stack.enter_async_context(
+            serve_http(cfg, watch_interval_s=0.1, authenticator=authenticator(), listen_socket=sock)
+        )
         az.audience = served.url  # tokens minted by hand are for this gateway unless a test says otherwise
         yield served
 

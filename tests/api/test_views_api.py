@@ -28,9 +28,9 @@ from tests.api.conftest import (
     write_config,
 )
 from tests.api.test_oauth_gateway import gateway_config
-from tests.integration.conftest import free_port
 from tests.support.authz_server import authz_server
 from tests.support.calls import call_error
+from tests.support.ports import listening_socket
 
 pytestmark = pytest.mark.anyio
 
@@ -96,13 +96,13 @@ async def test_an_oauth_subject_on_a_view_gets_a_session_bound_to_it(mode: str, 
     up, other = upstream_source("up", "a", "b"), upstream_source("other", "x")
     up["tools"], other["tools"] = {"allow": ["a", "b"]}, {"allow": ["x"]}
     async with authz_server() as az:
-        port = free_port()
-        cfg = gateway_config(tmp_path, port, az, [up, other], grants={"policy": "current"})
+        sock = listening_socket()  # bound first: the config names the gateway's own URL
+        cfg = gateway_config(tmp_path, sock.getsockname()[1], az, [up, other], grants={"policy": "current"})
         doc = json.loads(cfg.read_text())
         doc["views"] = [{"name": "ops", "sources": ["up"]}]
         cfg.write_text(json.dumps(doc))
         backdate(cfg)
-        async with serve_http(cfg, host="127.0.0.1", port=port, authenticator=authenticator()) as served:
+        async with serve_http(cfg, authenticator=authenticator(), listen_socket=sock) as served:
             az.audience = served.url  # the gateway's /mcp resource: the same for every view
             token = az.mint("alice", scope="mcp")
             async with (

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -26,7 +25,6 @@ import httpx2
 from tests.integration.conftest import REPO_ROOT
 
 OPERATOR = "chaos-operator-token-0123456789"
-_ENDPOINT = re.compile(r"MCP endpoint: (http://127\.0\.0\.1:(\d+)/mcp)")
 
 
 class GatewayProcess:
@@ -43,8 +41,10 @@ class GatewayProcess:
         port: int = 0,
     ) -> None:
         """``stdout``: ``file`` (readable by the test), ``full`` (``/dev/full``: every write fails
-        with ENOSPC) or ``closed-pipe`` (a pipe whose reader is gone: EPIPE). With anything but
-        ``file`` the endpoint cannot be read from stdout, so pass a ``port``."""
+        with ENOSPC) or ``closed-pipe`` (a pipe whose reader is gone: EPIPE). The gateway binds
+        ``port`` (default 0: an ephemeral port) and writes the port it got to a port file
+        (``serve --port-file``), which :meth:`started` reads whatever happens to stdout; a
+        ``port`` is given only to restart a replica where it was."""
         self.stdout_path = tmp / "gateway.stdout"
         self.stderr_path = tmp / "gateway.stderr"
         env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": OPERATOR, "PYTHONUNBUFFERED": "1"}
@@ -65,7 +65,9 @@ class GatewayProcess:
             read_end, write_end = os.pipe()
             out = os.fdopen(write_end, "wb")
         argv = [sys.executable, "-m", "mcp_reconciler.api.cli", *extra_args, "serve"]
-        argv += ["--config", str(cfg), "--port", str(port)]
+        self.port_path = tmp / "gateway.port"
+        self.port_path.unlink(missing_ok=True)  # a restart: the new process writes it afresh
+        argv += ["--config", str(cfg), "--port", str(port), "--port-file", str(self.port_path)]
         try:
             with open(self.stderr_path, "wb") as err:
                 self.proc = subprocess.Popen(
@@ -93,16 +95,14 @@ class GatewayProcess:
         return self.url.removesuffix("/mcp")
 
     async def started(self, timeout_s: float = 60.0) -> None:
-        """Wait (bounded) until the gateway printed its endpoint (or, stdout not being readable,
-        until it answers ``/healthz`` on the given port)."""
+        """Wait (bounded) until the gateway wrote the port it listens on, then until ``/healthz``
+        answers there."""
         with anyio.fail_after(timeout_s):
             while True:
-                if self.stdout_mode == "file":
-                    m = _ENDPOINT.search(self.stdout())
-                    if m:
-                        self.url, self.port = m.group(1), int(m.group(2))
-                        return
-                elif await self.healthy():
+                if not self.url and (text := self.port_path.read_text() if self.port_path.exists() else ""):
+                    self.port = int(text)
+                    self.url = f"http://127.0.0.1:{self.port}/mcp"
+                if self.url and await self.healthy():
                     return
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.stderr()}")

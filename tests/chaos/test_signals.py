@@ -28,7 +28,7 @@ from mcp_reconciler.api.sdk_compat import mcp_http_client
 from tests.chaos.conftest import pid_alive
 from tests.chaos.gateway_process import GatewayProcess, write_json
 from tests.e2e.conftest import upstream_source
-from tests.integration.conftest import free_port, read_pid, wait_for_file
+from tests.integration.conftest import read_pid, wait_for_file
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -117,7 +117,7 @@ async def test_unwritable_stdout_never_stops_the_gateway(stdout: str, tmp_path: 
         tmp_path / "gateway.yaml",
         {"gateway": {"cooldown_s": 0.05}, "sources": [upstream_source("up", "--tools", "echo")]},
     )
-    gw = GatewayProcess(tmp_path, cfg, stdout=stdout, port=free_port())
+    gw = GatewayProcess(tmp_path, cfg, stdout=stdout)  # the port comes back in its port file
     try:
         await gw.started()
         for _ in range(3):  # each reload prints a line to the broken stdout
@@ -236,3 +236,69 @@ async def test_sigterm_lets_calls_that_finish_within_the_grace_finish(tmp_path: 
     finally:
         gw.close()
         reap_orphan(pid_file)
+
+
+async def _parked_call(url: str, token: str, mode: str, outcome: dict[str, Any]) -> None:
+    """One client whose ``up__echo`` call parks for an approval; records how the call ended."""
+    try:
+        async with mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode=mode, read_timeout_seconds=60) as c:
+                try:
+                    outcome["result"] = await c.call_tool("up__echo", {"era": mode})
+                except MCPError as exc:
+                    outcome["error"] = exc
+                except Exception as exc:  # a cut stream, an HTTP 500: what must not happen
+                    outcome["broken"] = repr(exc)
+    except BaseException as exc:
+        outcome.setdefault("exit", repr(exc))
+        if not isinstance(exc, Exception):
+            raise
+
+
+async def test_sigterm_answers_calls_parked_for_an_approval(tmp_path: Path) -> None:
+    """SIGTERM with calls parked for an approval (ADR 0034): each is answered with the clear,
+    retryable ``approval_withdrawn`` error naming the shutdown — not lost, not cut — and the
+    gateway exits 0 at once (parked calls do not wait out the grace)."""
+    import httpx2
+
+    from tests.chaos.gateway_process import OPERATOR
+
+    cfg = write_json(
+        tmp_path / "gateway.yaml",
+        {
+            "gateway": {"cooldown_s": 0.05, "shutdown_grace_s": 30},
+            "sources": [upstream_source("up", "--tools", "echo")],
+            "approvals": {"required": ["up__echo"], "timeout_s": 600},
+        },
+    )
+    gw = GatewayProcess(tmp_path, cfg)
+    try:
+        await gw.started()
+        token = await gw.session_token()
+        outcomes: dict[str, dict[str, Any]] = {era: {} for era in ERA_MODES}
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for era, mode in ERA_MODES.items():
+                    tg.start_soon(_parked_call, gw.url, token, mode, outcomes[era])
+                # Both calls parked: /v1/approvals lists them (the process's state, polled).
+                async with httpx2.AsyncClient(base_url=gw.base, headers={"Authorization": f"Bearer {OPERATOR}"}) as rc:
+                    while len([a for a in (await rc.get("/v1/approvals")).json()["approvals"]]) < 2:
+                        await anyio.sleep(0.05)
+                started = anyio.current_time()
+                gw.signal(signal.SIGTERM)
+                with anyio.fail_after(10):
+                    while not all(("error" in o or "broken" in o or "result" in o) for o in outcomes.values()):
+                        await anyio.sleep(0.02)
+            code = await gw.exited(30)
+            assert anyio.current_time() - started < 25  # not the 30 s grace: nothing was left to wait for
+        stderr = gw.stderr()
+        for era, o in outcomes.items():
+            assert "broken" not in o and "result" not in o, (era, o, stderr[-3000:])
+            err = o["error"]
+            assert err.error.code == -32044, (era, err.error)
+            assert "withdrawn: the gateway is shutting down" in err.error.message, (era, err.error)
+            assert err.error.data.get("code") == "approval_withdrawn" and err.error.data.get("retryable") is True
+        assert code == 0, (code, stderr[-3000:])
+        assert "Traceback" not in stderr, stderr[-3000:]
+    finally:
+        gw.close()

@@ -12,12 +12,12 @@ import pytest
 from mcp_reconciler.reconciler.cluster import MemoryStore
 from mcp_reconciler.reconciler.cluster.redis_store import RedisStore
 from mcp_reconciler.reconciler.cluster.store import ClusterStore
-from tests.support.redis_server import RedisServer, free_port, redis_binary
+from tests.support.redis_server import RedisServer, redis_binary
 
 
 @pytest.fixture
 async def redis_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
-    server = RedisServer(redis_binary(), free_port(), tmp_path)
+    server = RedisServer(redis_binary(), tmp_path)
     try:
         await server.start()
         yield server
@@ -32,7 +32,7 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
         shared = MemoryStore()
         yield lambda: shared
         return
-    server = RedisServer(redis_binary(), free_port(), tmp_path)
+    server = RedisServer(redis_binary(), tmp_path)
     prefix = f"t{secrets.token_hex(3)}"
     opened: list[RedisStore] = []
 

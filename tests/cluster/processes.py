@@ -67,7 +67,8 @@ def _env(**values: str) -> Iterator[None]:
 
 
 class Replica:
-    """One replica process; :meth:`start` (again after a kill) starts it and waits until ready."""
+    """One replica process; :meth:`start` (again after a kill) starts it and waits until ready.
+    The first start binds port 0 and learns the port from the gateway; a restart binds it again."""
 
     def __init__(self, name: str, tmp: Path, cfg: Path, redis_url: str, *, port: int = 0) -> None:
         self.name = name
@@ -82,6 +83,7 @@ class Replica:
         with _env(REDIS_URL=self.redis_url, REPLICA=self.name):
             self.gw = GatewayProcess(self.dir, self.cfg, port=self.port)
         await self.gw.started()
+        self.port = self.gw.port
         await self.until_ready(True)
 
     @property
@@ -139,6 +141,14 @@ class Replica:
 
     def stderr(self) -> str:
         return self.gw.stderr() if self.gw is not None else ""
+
+
+async def start_all(*replicas: Replica, timeout_s: float = 120) -> None:
+    """Start ``replicas`` side by side and wait until every one is up."""
+    with anyio.fail_after(timeout_s):
+        async with anyio.create_task_group() as tg:
+            for replica in replicas:
+                tg.start_soon(replica.start)
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import MCPError
 
-from tests.cluster.processes import Replica, agent, cluster_config, write_tools
+from tests.cluster.processes import Replica, agent, cluster_config, start_all, write_tools
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -41,10 +41,7 @@ async def test_store_outage_fails_closed_visibly_and_recovers(
     cfg = cluster_config(tmp_path, tools, staleness_s=1.0)
     a, b = Replica("A", tmp_path, cfg, redis_server.url), Replica("B", tmp_path, cfg, redis_server.url)
     try:
-        with anyio.fail_after(120):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(a.start)
-                tg.start_soon(b.start)
+        await start_all(a, b)
         created = await a.post("/v1/sessions", {"grant_policy": "current"})
         assert created.status_code == 201, created.text
         sid, token = created.json()["id"], created.json()["token"]

@@ -19,8 +19,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.reconciler.config import load_config
 from tests.cluster.processes import Replica
+from tests.support.ports import listening_socket
 from tests.support.readme import REPO_ROOT, block
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
 
@@ -42,12 +43,16 @@ def test_cluster_config_block(tmp_path: Path) -> None:
     )
 
 
-def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _spawn(argv: list[str], pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=pass_fds
+    )
 
 
-def _haproxy_config(tmp: Path, name: str, front: int, ports: list[int], *, sticky: bool) -> Path:
-    text = HAPROXY_CFG.read_text().replace("127.0.0.1:8770", f"127.0.0.1:{front}")
+def _haproxy_config(tmp: Path, name: str, front: str, ports: list[int], *, sticky: bool) -> Path:
+    """The README's HAProxy config with its front bound to ``front`` (``fd@N``) and its servers
+    at the replicas' ``ports``."""
+    text = HAPROXY_CFG.read_text().replace("127.0.0.1:8770", front)
     for i, port in enumerate(ports, start=1):
         text = text.replace(f"127.0.0.1:877{i}", f"127.0.0.1:{port}")
     if not sticky:
@@ -81,19 +86,23 @@ async def test_recipe_and_haproxy_stickiness(redis_server: RedisServer, tmp_path
     assert REPO_ROOT / m.group(2) == CLUSTER_CFG
     for line in block("cluster-haproxy").lines():
         assert line in HAPROXY_CFG.read_text().splitlines(), line
-    ports = [free_port() for _ in range(3)]
-    replicas = [Replica(f"r{i}", tmp_path, CLUSTER_CFG, redis_server.url, port=p) for i, p in enumerate(ports, 1)]
+    replicas = [Replica(f"r{i}", tmp_path, CLUSTER_CFG, redis_server.url) for i in range(1, 4)]
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with anyio.fail_after(120):
             async with anyio.create_task_group() as tg:
                 for r in replicas:
                     tg.start_soon(r.start)
+        ports = [r.port for r in replicas]  # each bound port 0 and reported the port it got
         fronts = {}
         for sticky in (True, False):
-            front = free_port()
-            cfg = _haproxy_config(tmp_path, f"haproxy-{sticky}.cfg", front, ports, sticky=sticky)
-            procs.append(_spawn([haproxy, "-db", "-f", str(cfg)]))
+            # HAProxy takes its front socket already bound (``bind fd@N``): no port picked for it to bind later.
+            with listening_socket() as front_sock:
+                front_sock.listen()
+                front = front_sock.getsockname()[1]
+                bind = f"fd@{front_sock.fileno()}"
+                cfg = _haproxy_config(tmp_path, f"haproxy-{sticky}.cfg", bind, ports, sticky=sticky)
+                procs.append(_spawn([haproxy, "-db", "-f", str(cfg)], pass_fds=(front_sock.fileno(),)))
             fronts[sticky] = f"http://127.0.0.1:{front}"
         with anyio.fail_after(30):  # every replica passed HAProxy's /readyz check (bounded polling)
             for base in fronts.values():

@@ -29,7 +29,7 @@ from mcp_reconciler.reconciler.errors import (
     HoldSlotsError,
     SessionLimitError,
 )
-from tests.support.redis_server import RedisServer, free_port, redis_binary
+from tests.support.redis_server import RedisServer, redis_binary
 
 pytestmark = pytest.mark.anyio
 
@@ -168,7 +168,7 @@ async def test_memory_log_gap_is_detected() -> None:
 
 
 async def test_redis_lost_data_is_a_gap_and_a_new_epoch(tmp_path: Path) -> None:
-    server = RedisServer(redis_binary(), free_port(), tmp_path)
+    server = RedisServer(redis_binary(), tmp_path)
     await server.start()
     store = RedisStore(server.url, command_timeout_s=0.5)
     try:
@@ -189,7 +189,7 @@ async def test_redis_lost_data_is_a_gap_and_a_new_epoch(tmp_path: Path) -> None:
 
 
 async def test_sigstopped_redis_times_out(tmp_path: Path) -> None:
-    server = RedisServer(redis_binary(), free_port(), tmp_path)
+    server = RedisServer(redis_binary(), tmp_path)
     await server.start()
     store = RedisStore(server.url, command_timeout_s=0.3)
     try:

@@ -23,7 +23,7 @@ from mcp_reconciler.reconciler.errors import (
 from mcp_reconciler.reconciler.model import EntryKind
 from tests.cluster.inproc import replica
 from tests.support.fakes import catalog, state
-from tests.support.redis_server import RedisServer, free_port, redis_binary
+from tests.support.redis_server import RedisServer, redis_binary
 
 pytestmark = pytest.mark.anyio
 
@@ -118,7 +118,7 @@ async def test_a_gap_in_the_event_log_reloads_the_cache() -> None:
 
 
 async def test_an_unreachable_store_fails_closed_and_recovers(tmp_path: Path) -> None:
-    server = RedisServer(redis_binary(), free_port(), tmp_path)
+    server = RedisServer(redis_binary(), tmp_path)
     await server.start()
     try:
         cat = catalog(state("a", ["x"]))
@@ -170,7 +170,7 @@ async def test_a_token_minted_elsewhere_a_moment_ago_is_loaded_once_on_first_use
 
 
 async def test_a_write_the_store_did_not_take_is_not_kept_here(tmp_path: Path) -> None:
-    server = RedisServer(redis_binary(), free_port(), tmp_path)
+    server = RedisServer(redis_binary(), tmp_path)
     await server.start()
     try:
         async with replica("A", RedisStore(server.url, command_timeout_s=0.3), staleness_s=5) as a:

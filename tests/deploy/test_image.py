@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import uuid
@@ -28,7 +29,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_reconciler.api.sdk_compat import mcp_http_client
 from tests.support.gateway_process import alive
 from tests.support.readme import REPO_ROOT, block
-from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -90,10 +90,10 @@ def readme_run_line(*, config: bool) -> list[str]:
     return shlex.split(line.split(" #", 1)[0])
 
 
-def detached(argv: list[str], name: str, port: int, *extra: str) -> list[str]:
-    """The README's ``podman run ARGS IMAGE`` detached, named, with this machine's flags, on ``port``
-    (README: ``-p [127.0.0.1:]8765:8765``; with --network host the port is the container's own,
-    MCP_RECONCILER_PORT)."""
+def detached(argv: list[str], name: str, *extra: str) -> list[str]:
+    """The README's ``podman run ARGS IMAGE`` detached, named, with this machine's flags (README:
+    ``-p [127.0.0.1:]8765:8765``; with --network host the port is the container's own:
+    ``MCP_RECONCILER_PORT=0``, an ephemeral port the banner reports, :func:`wait_healthy`)."""
     assert argv[:2] == ["podman", "run"] and argv[-1] == "localhost/mcp-reconciler:dev", argv
     args = [a for a in argv[2:-1] if a not in ("--rm", "-it")]
     if "-p" in args:
@@ -101,17 +101,19 @@ def detached(argv: list[str], name: str, port: int, *extra: str) -> list[str]:
         assert args[i + 1] in ("8765:8765", "127.0.0.1:8765:8765"), args
         del args[i : i + 2]
     # Only what the README mounts is writable (podman adds tmpfs on /run, /var/tmp, /tmp otherwise).
-    own = ["--read-only-tmpfs=false", "-e", f"MCP_RECONCILER_PORT={port}"]
+    own = ["--read-only-tmpfs=false", "-e", "MCP_RECONCILER_PORT=0"]
     return ["run", "--detach", "--name", name, *FLAGS, *own, *args, *extra, IMAGE]
 
 
-async def wait_healthy(base_url: str, podman: str, name: str) -> None:
+async def wait_healthy(podman: str, name: str) -> int:
+    """The port the container's gateway listens on (from its banner), once ``/healthz`` answers there."""
     with anyio.fail_after(START_TIMEOUT_S):
         async with httpx2.AsyncClient(timeout=5) as http:
             while True:
+                banner = re.search(r"MCP endpoint: http://[^\s]+:(\d+)/mcp", run(podman, "logs", name).stdout)
                 try:
-                    if (await http.get(f"{base_url}/healthz")).status_code == 200:
-                        return
+                    if banner and (await http.get(f"http://127.0.0.1:{banner[1]}/healthz")).status_code == 200:
+                        return int(banner[1])
                 except httpx2.TransportError:
                     pass
                 state = json.loads(run(podman, "inspect", "--format", "{{json .State}}", name).stdout)
@@ -147,11 +149,9 @@ def test_image_config(podman: str) -> None:
 
 
 async def test_demo_container_serves_and_stops_on_sigterm(podman: str, container: str) -> None:
-    port = free_port()
     # No tokens, as the Kubernetes base's Secret sets them (empty): /v1 stays closed.
-    run(podman, *detached(readme_run_line(config=False), container, port, "-e", "MCP_RECONCILER_OPERATOR_TOKENS="))
-    base_url = f"http://127.0.0.1:{port}"
-    await wait_healthy(base_url, podman, container)
+    run(podman, *detached(readme_run_line(config=False), container, "-e", "MCP_RECONCILER_OPERATOR_TOKENS="))
+    base_url = f"http://127.0.0.1:{await wait_healthy(podman, container)}"
     async with httpx2.AsyncClient(timeout=10) as http:
         closed = await http.get(f"{base_url}/v1/status", headers={"Authorization": "Bearer guess"})
         assert closed.status_code == 401, closed.text
@@ -177,7 +177,6 @@ async def test_demo_container_serves_and_stops_on_sigterm(podman: str, container
 async def test_mounted_config_and_allowed_hosts(podman: str, container: str, tmp_path: Path) -> None:
     """The Kubernetes base's config, mounted where the image looks, with an operator token: the
     Service's name passes the Host check, a foreign Host gets 421; the probes answer any Host."""
-    port = free_port()
     argv = readme_run_line(config=True)
     config = tmp_path / "gateway.yaml"
     config.write_text(K8S_CONFIG.read_text())
@@ -185,11 +184,13 @@ async def test_mounted_config_and_allowed_hosts(podman: str, container: str, tmp
     assert len(mounts) == 1, argv
     argv = [f"{config}:/etc/mcp-reconciler/gateway.yaml:ro" if a in mounts else a for a in argv]
     token = uuid.uuid4().hex
-    argv = [f"MCP_RECONCILER_OPERATOR_TOKENS={token}" if a.startswith("MCP_RECONCILER_OPERATOR_TOKENS=") else a
-            for a in argv]
-    run(podman, *detached(argv, container, port))
+    argv = [
+        f"MCP_RECONCILER_OPERATOR_TOKENS={token}" if a.startswith("MCP_RECONCILER_OPERATOR_TOKENS=") else a
+        for a in argv
+    ]
+    run(podman, *detached(argv, container))
+    port = await wait_healthy(podman, container)
     base_url = f"http://127.0.0.1:{port}"
-    await wait_healthy(base_url, podman, container)
     auth = {"Authorization": f"Bearer {token}"}
     async with httpx2.AsyncClient(timeout=10) as http:
         ok = await http.get(f"{base_url}/v1/status", headers={**auth, "Host": f"mcp-reconciler:{port}"})

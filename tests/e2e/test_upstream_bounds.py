@@ -4,7 +4,9 @@ A real ``mcp-reconciler serve`` process, a real stdio upstream that answers with
 100 MB, and a real MCP client over streamable HTTP. Asserted loosely (bounds, not timings): the
 gateway's CPU for each answer (``/proc/<pid>/stat``), its peak RSS (``VmHWM``), the slowest
 ``/healthz`` answer meanwhile, and the exact error the client gets for an answer over
-``limits.upstream_message_bytes``."""
+``limits.upstream_message_bytes``. A broken wire too: a stdio line with no newline, garbage
+between stdio messages and between SSE events (``tests/support/broken_http.py``), an SSE event
+that never ends — each with what the client sees."""
 
 from __future__ import annotations
 
@@ -37,24 +39,23 @@ WAIT = 60.0
 TOKEN = "bounds-session-token-0123456789"
 OPERATOR = "bounds-operator-token-0123456789"
 MiB = 1024 * 1024
+#: What a client's call gets when its upstream connection was lost under it (the gateway's own words).
+LOST_UPSTREAM = (-32015, "upstream unavailable; retry later")
 
 
-def config(message_bytes: int | None, upstream_args: tuple[str, ...] = ("--tools", "a", "--noisy")) -> str:
+def config(
+    message_bytes: int | None,
+    upstream_args: tuple[str, ...] = ("--tools", "a", "--noisy"),
+    source: dict[str, Any] | None = None,
+) -> str:
+    """The served gateway's config: one source ``up``, by default the stdio test upstream."""
     limits = {"upstream_message_bytes": message_bytes} if message_bytes is not None else {}
+    stdio = {"command": "python", "args": ["-m", SERVER_MODULE, *upstream_args], "cwd": str(REPO_ROOT)}
     return json.dumps(
         {
             "gateway": {"cooldown_s": 0.05, "limits": limits},
             "sessions": [{"name": "c", "token": "${BOUNDS_TOKEN}", "grant_policy": "current"}],
-            "sources": [
-                {
-                    "name": "up",
-                    "stdio": {
-                        "command": "python",
-                        "args": ["-m", SERVER_MODULE, *upstream_args],
-                        "cwd": str(REPO_ROOT),
-                    },
-                }
-            ],
+            "sources": [{"name": "up", **(source or {"stdio": stdio})}],
         }
     )
 
@@ -72,9 +73,11 @@ def peak_rss_mib(pid: int) -> float:
 
 
 @contextlib.asynccontextmanager
-async def served(tmp: Path, message_bytes: int | None = None) -> AsyncIterator[tuple[Any, Client]]:
+async def served(
+    tmp: Path, message_bytes: int | None = None, source: dict[str, Any] | None = None, tool: str = "up__big"
+) -> AsyncIterator[tuple[Any, Client]]:
     cfg = tmp / "gateway.yaml"
-    cfg.write_text(config(message_bytes))
+    cfg.write_text(config(message_bytes, source=source))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
     env["BOUNDS_TOKEN"] = TOKEN
     serve = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"]
@@ -86,7 +89,7 @@ async def served(tmp: Path, message_bytes: int | None = None) -> AsyncIterator[t
             ) as client,
         ):
             with anyio.fail_after(WAIT):
-                while "up__big" not in {t.name for t in (await client.list_tools()).tools}:
+                while tool not in {t.name for t in (await client.list_tools()).tools}:
                     await anyio.sleep(0.05)  # the first cycle runs in the served process
             yield gw, client
 
@@ -279,3 +282,95 @@ async def test_a_100000_tool_upstream_is_refused_while_read_and_keeps_the_gatewa
             f"100,000 tools: diagnosed in {took:.1f} s, /healthz worst {health.worst * 1000:.0f} ms,"
             f" peak RSS {rss:.0f} MiB"
         )
+
+
+# -- a broken wire: a line with no newline, garbage between messages, an SSE event that never ends --
+
+
+@contextlib.asynccontextmanager
+async def broken_http(tmp: Path) -> AsyncIterator[str]:
+    """``tests.support.broken_http`` (port 0, reported in its port file): its ``/mcp`` URL."""
+    port_file, pid_file = tmp / "broken.port", tmp / "broken.pid"
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.support.broken_http",
+        "--port-file",
+        str(port_file),
+        "--pid-file",
+        str(pid_file),
+    ]
+    proc = await anyio.open_process(argv, cwd=REPO_ROOT, stdin=None, stdout=None, stderr=None)
+    async with proc:
+        try:
+            with anyio.fail_after(WAIT):
+                while not await anyio.Path(pid_file).exists():  # another process: bounded polling
+                    assert proc.returncode is None, f"broken_http exited with {proc.returncode}"
+                    await anyio.sleep(0.02)
+            yield f"http://127.0.0.1:{int(await anyio.Path(port_file).read_text())}/mcp"
+        finally:
+            proc.kill()
+
+
+async def outcome_of(client: Client, tool: str, args: dict[str, Any]) -> types.CallToolResult | MCPError:
+    with anyio.fail_after(WAIT):
+        try:
+            return await client.call_tool(tool, args)
+        except MCPError as exc:
+            return exc
+
+
+async def test_a_stdio_line_with_no_newline_fails_the_call_and_the_source_reconnects(tmp_path: Path) -> None:
+    """A line past the bound whose first bytes name no request cannot be attributed: the
+    connection is recycled, and the client's call fails with the gateway's own words for a lost
+    upstream (never the upstream's bytes); the next call is served by a new connection."""
+    async with served(tmp_path, message_bytes=1 * MiB) as (_gw, client):
+        outcome = await outcome_of(client, "up__noline", {"bytes": 2 * MiB})
+        assert isinstance(outcome, MCPError), outcome
+        assert (outcome.error.code, outcome.error.message) == LOST_UPSTREAM, outcome.error
+        assert outcome.error.data == {"revision": 1, "code": "upstream_unavailable", "retryable": True}
+        with anyio.fail_after(WAIT):
+            while isinstance(again := await outcome_of(client, "up__a", {}), MCPError):
+                await anyio.sleep(0.1)  # the source reconnects on its own (I8)
+        assert not again.is_error
+
+
+async def test_garbage_between_stdio_messages_is_skipped_and_the_call_answered(tmp_path: Path) -> None:
+    async with served(tmp_path) as (_gw, client):
+        outcome = await outcome_of(client, "up__garbage", {"n": 5})
+        assert isinstance(outcome, types.CallToolResult) and not outcome.is_error, outcome
+        content = outcome.content[0]
+        assert isinstance(content, types.TextContent) and json.loads(content.text)["garbage"] == 5
+        assert not (await client.call_tool("up__a", {})).is_error
+
+
+async def test_garbage_between_http_messages_is_skipped_and_the_call_answered(tmp_path: Path) -> None:
+    async with (
+        broken_http(tmp_path) as url,
+        served(tmp_path, source={"http": {"url": url}}, tool="up__ok") as (_gw, client),
+    ):
+        outcome = await outcome_of(client, "up__garbage", {"n": 5})
+        assert isinstance(outcome, types.CallToolResult) and not outcome.is_error, outcome
+        content = outcome.content[0]
+        assert isinstance(content, types.TextContent) and json.loads(content.text) == {"garbage": 5}
+        assert not (await client.call_tool("up__ok", {})).is_error
+
+
+async def test_an_sse_event_that_never_ends_is_refused_at_the_bound(tmp_path: Path) -> None:
+    source = {"http": {"url": ""}}
+    async with broken_http(tmp_path) as url:
+        source["http"]["url"] = url
+        async with served(tmp_path, message_bytes=1 * MiB, source=source, tool="up__ok") as (gw, client):
+            before = cpu_s(gw.pid)
+            outcome = await outcome_of(client, "up__endless", {"bytes": 4 * MiB})
+            cpu = cpu_s(gw.pid) - before
+            assert isinstance(outcome, MCPError), outcome
+            size = outcome.error.data["size"]
+            assert outcome.error.code == -32020
+            assert outcome.error.message == (
+                f"the upstream's answer is larger than limits.upstream_message_bytes ({MiB} bytes; "
+                f"refused at {size} bytes): ask for less, or raise gateway.limits.upstream_message_bytes"
+            )
+            assert MiB < size <= MiB + 256 * 1024
+            assert cpu < 5.0, f"{cpu:.2f} s of gateway CPU"
+            assert not (await client.call_tool("up__ok", {})).is_error  # the source serves on

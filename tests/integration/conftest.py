@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -53,12 +52,6 @@ def stdio_spec(name: str, *server_args: str, prefix: str | None = None) -> Sourc
 
 def http_spec(name: str, port: int, *, prefix: str | None = None) -> SourceSpec:
     return SourceSpec(name=name, transport={"kind": "http", "url": f"http://127.0.0.1:{port}/mcp"}, prefix=prefix)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_for_file(

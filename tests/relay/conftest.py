@@ -32,7 +32,6 @@ from mcp_reconciler.api.server import Served, serve_http
 from mcp_reconciler.reconciler.authority import GrantPolicy
 from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
     REPO_ROOT,
-    free_port,
     no_leaked_children,
     wait_for_file,
 )
@@ -54,18 +53,20 @@ class RelayUpstreams:
         self._tmp = tmp
         self._procs: list[subprocess.Popen[bytes]] = []
 
-    def _spawn(self, port: int, pid_file: Path, args: tuple[str, ...]) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", MODULE, "--transport", "http", "--port", str(port), "--pid-file", str(pid_file)]
+    def _spawn(self, port_file: Path, pid_file: Path, args: tuple[str, ...]) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", MODULE, "--transport", "http", "--port-file", str(port_file)]
+        argv += ["--pid-file", str(pid_file)]
         proc = subprocess.Popen([*argv, *args], cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
         self._procs.append(proc)
         return proc
 
     async def source(self, name: str = "up", *args: str) -> dict[str, Any]:
         """Start one server and return its source (``http``) for a gateway config."""
-        port = free_port()
         pid_file = self._tmp / f"relay-{name}-{len(self._procs)}.pid"
-        proc = self._spawn(port, pid_file, args)
-        await wait_for_file(pid_file, proc=proc)
+        port_file = pid_file.with_suffix(".port")
+        proc = self._spawn(port_file, pid_file, args)
+        await wait_for_file(pid_file, proc=proc)  # written after the port file
+        port = int(port_file.read_text())
         return {"name": name, "http": {"url": f"http://127.0.0.1:{port}/mcp"}}
 
     def close(self) -> None:

@@ -1,9 +1,14 @@
-"""A real ``redis-server`` for the cluster tests: started on a free loopback port with no
-persistence (``--save '' --appendonly no``), owned by one fixture that stops and reaps it.
+"""A real ``redis-server`` for the cluster tests: started with no persistence (``--save ''
+--appendonly no``), owned by one fixture that stops and reaps it.
+
+It listens on a unix socket in a directory of its own (``--port 0``: no TCP at all), reached as
+``unix://PATH`` (a store URL the gateway accepts): redis cannot bind port 0 and report the port
+it got, and picking a free TCP port for it to bind later is the race that once failed a clean
+``make test`` (``address already in use``). The socket's path is ours alone, restarts included.
 
 :func:`redis_binary` finds the server; when it is missing the tests skip, except under
 ``CI=true``, where a missing server fails the run (CI must never pass by skipping). The
-handle can kill -9, SIGSTOP/SIGCONT and restart the server on the same port (chaos tests)."""
+handle can kill -9, SIGSTOP/SIGCONT and restart the server on the same socket (chaos tests)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,35 +40,41 @@ def redis_binary() -> str:
     return found
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class RedisServer:
-    """One ``redis-server`` process on ``127.0.0.1:port``."""
+    """One ``redis-server`` process (its files in ``workdir``) on a unix socket,
+    :attr:`socket_path`, in a short directory of its own under the system's temporary directory
+    (a socket path is limited to 108 bytes; pytest's ``tmp_path`` can be longer), removed by
+    :meth:`close`."""
 
     binary: str
-    port: int
     workdir: Path
     process: subprocess.Popen[bytes] | None = None
     stopped: bool = False
     log: list[str] = field(default_factory=list)
+    socket_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="redis-"))  # short: /tmp/redis-XXXXXXXX
+
+    @property
+    def socket_path(self) -> Path:
+        return self.socket_dir / "redis.sock"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"unix://{self.socket_path}?db=0"
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [
                 self.binary,
                 "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
+                "0",  # no TCP listener
+                "--unixsocket",
+                str(self.socket_path),
+                "--unixsocketperm",
+                "700",
                 "--save",
                 "",
                 "--appendonly",
@@ -78,7 +90,7 @@ class RedisServer:
         )
 
     async def start(self) -> None:
-        """Start (or restart, empty) on the same port and wait until it answers PING."""
+        """Start (or restart, empty) on the same socket and wait until it answers PING."""
         self.process = self._spawn()
         self.stopped = False
         with anyio.fail_after(START_TIMEOUT_S):
@@ -89,7 +101,7 @@ class RedisServer:
 
     async def ping(self) -> bool:
         try:
-            stream = await anyio.connect_tcp("127.0.0.1", self.port)
+            stream = await anyio.connect_unix(self.socket_path)
         except OSError:
             return False
         async with stream:
@@ -118,10 +130,13 @@ class RedisServer:
         if self.stopped:
             self.sigcont()
         self.kill()
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
-def redis_cli_flush(port: int) -> None:
+def redis_cli_flush(server: RedisServer) -> None:
     """FLUSHALL through a raw socket (between tests sharing one server)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(str(server.socket_path))
         s.sendall(b"FLUSHALL\r\n")
         assert s.recv(64).startswith(b"+OK")

@@ -1,7 +1,7 @@
 """A real MCP upstream that starts things: sampling, elicitation, roots and log records inside
 its tool calls, completion, and a roots request on connect — in both protocol eras.
 
-    python -m tests.support.relay_server --transport stdio|http [--port N] [--era both|legacy]
+    python -m tests.support.relay_server --transport stdio|http|sse [--port N | --port-file PATH] [--era both|legacy]
         [--pid-file PATH] [--no-completions] [--roots-on-connect]
 
 ``--era legacy`` makes the server refuse ``server/discover``, so an ``auto`` client (the
@@ -329,8 +329,9 @@ async def serve_stdio(server: RelayServer, pid_file: str | None, legacy: bool) -
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.support.relay_server", description=__doc__.splitlines()[0])
-    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    p.add_argument("--transport", choices=("stdio", "http", "sse"), default="stdio")
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--port-file", help="http: bind port 0 and write the port listened on here (before the pid file)")
     p.add_argument("--era", choices=("both", "legacy"), default="both")
     p.add_argument("--pid-file")
     p.add_argument("--no-completions", action="store_true")
@@ -340,9 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.transport == "stdio":
         anyio.run(serve_stdio, server, args.pid_file, args.era == "legacy")
     else:
-        if not args.port:
-            p.error("--port is required with --transport http")
-        anyio.run(serve_http, server, args.port, args.pid_file)  # type: ignore[arg-type]
+        if not args.port and not args.port_file:
+            p.error(f"--transport {args.transport} needs --port N, or --port-file PATH to learn the port picked")
+        anyio.run(serve_http, server, args.port, args.pid_file, args.transport, args.port_file)  # type: ignore[arg-type]
     return 0
 
 

@@ -386,3 +386,59 @@ async def test_console_causes_catalog_sessions_and_login_state(
 
             await step(delete_and_log_out)
             assert engine.sessions.get(session_id) is None
+
+
+async def test_console_lists_a_parked_call_and_approves_it(tmp_path: Path, browser_binaries: tuple[str, str]) -> None:
+    """Approvals (ADR 0034): a call parked for an approval shows in the console with its tool,
+    caller, revision and digests; Approve lets it run (on the revision shown), and the row
+    then says who approved it."""
+    from mcp_reconciler.reconciler.approvals import ApprovalRequest
+    from tests.api.conftest import mcp_client, upstream_source
+
+    cfg = write_config(tmp_path, sources=[upstream_source("up", "a", "b")])
+    doc = json.loads(cfg.read_text())
+    doc["approvals"] = ["up__a"]
+    cfg.write_text(json.dumps(doc))
+    async with served_gateway(cfg) as served:
+        parked = anyio.Event()
+
+        def on_request(request: ApprovalRequest) -> None:
+            if request.state == "pending":
+                parked.set()
+
+        served.gateway.engine.approvals.add_listener(on_request)
+        revision = served.gateway.engine.current_revision
+        results: list[Any] = []
+        async with mcp_client(served) as mcp, anyio.create_task_group() as tg:
+
+            async def call() -> None:
+                results.append(await mcp.call_tool("up__a", {"x": "1"}))
+
+            tg.start_soon(call)
+            with anyio.fail_after(WAIT_S):
+                await parked.wait()
+            with chromium(browser_binaries) as driver:
+
+                def log_in_and_approve() -> None:
+                    driver.get(served.base_url + "/ui/")
+                    wait_for(driver, "the login form", lambda d: d.find_element(By.ID, "token").is_displayed())
+                    driver.find_element(By.ID, "token").send_keys(OPERATOR_TOKEN)
+                    driver.find_element(By.ID, "login-button").click()
+                    row = "#approval-table tr[data-approval]"
+                    wait_for(driver, "the parked call", lambda d: "up__a" in text_of(d, row))
+                    assert "pending" in text_of(driver, row) and str(revision) in text_of(driver, row)
+                    # One script call: the table re-renders every two seconds (handles go stale).
+                    driver.execute_script("document.querySelector('button[data-approve]').click()")
+                    wait_for(driver, "the approval", lambda d: "approved" in text_of(d, "#approval-answer"))
+
+                await step(log_in_and_approve)
+                with anyio.fail_after(WAIT_S):
+                    while not results:
+                        await anyio.sleep(0.02)
+                assert not results[0].is_error
+                assert (results[0].meta or {})["io.mcp-reconciler/revision"] == revision
+                await step(
+                    lambda: wait_for(
+                        driver, "who approved", lambda d: "by operator::" in text_of(d, "#approval-table")
+                    )
+                )

@@ -104,13 +104,14 @@ def test_an_envelope_beyond_the_prefix_is_not_guessed() -> None:
     assert envelope(text.encode()[:PREFIX_BYTES]).id is None
 
 
-def test_a_parsed_line_is_the_sdk_model_and_garbage_is_an_exception() -> None:
+@pytest.mark.anyio
+async def test_a_parsed_line_is_the_sdk_model_and_garbage_is_an_exception() -> None:
     line = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"content": []}}).encode()
-    message = parse_line(line)
+    message = await parse_line(line)
     assert not isinstance(message, Exception)
     assert message.message == types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-    assert isinstance(parse_line(b"garbage line 1: not json-rpc"), Exception)
-    assert isinstance(parse_line(b'{"jsonrpc":"2.0"}'), Exception)
+    assert isinstance(await parse_line(b"garbage line 1: not json-rpc"), Exception)
+    assert isinstance(await parse_line(b'{"jsonrpc":"2.0"}'), Exception)
 
 
 def test_the_bound_error_round_trips_as_its_own_type() -> None:
@@ -123,29 +124,33 @@ def test_the_bound_error_round_trips_as_its_own_type() -> None:
     assert MessageBoundError.from_mcp_error(MCPError(-32000, "Connection closed")) is None
 
 
-def test_a_long_list_page_over_the_entry_bound_is_refused_from_a_prefix() -> None:
-    """An answer to a list request with more entries than allowed is refused by parsing a
-    prefix, not the page; a page within the bound comes through whole; other answers are untouched."""
-    from mcp_reconciler.reconciler.stdio_peer import PARTIAL_PARSE_BYTES, _Lists
+@pytest.mark.anyio
+async def test_a_long_list_page_over_the_entry_bound_is_refused_while_parsed_in_slices() -> None:
+    """An answer to a list request with more entries than allowed is refused within a slice of
+    entry N+1 (the rest is never parsed); a page of N entries comes through whole; other
+    answers are untouched, however long."""
+    from mcp_reconciler.reconciler.sliced_json import CHUNK_CHARS
+    from mcp_reconciler.reconciler.stdio_peer import SLICE_BYTES, _Lists
 
     tools = [{"name": f"tool_{i}", "inputSchema": {"type": "object"}} for i in range(60_000)]
     line = json.dumps({"jsonrpc": "2.0", "id": 5, "result": {"tools": tools}}).encode()
-    assert len(line) > 2 * PARTIAL_PARSE_BYTES
+    assert len(line) > 2 * SLICE_BYTES
     lists = _Lists("s", None, 10_000)
     lists.ids.add(5)
-    refused = parse_line(line, lists)
+    refused = await parse_line(line, lists)
     assert not isinstance(refused, Exception) and isinstance(refused.message, types.JSONRPCError)
     error = refused.message.error
     assert error.code == -32020 and error.data["bound"] == "entries_per_generation"
-    assert 10_000 < error.data["size"] < 60_000  # counted in a prefix, not the whole page
+    per_chunk = CHUNK_CHARS // len(json.dumps(tools[0]))
+    assert 10_000 < error.data["size"] <= 10_001 + 2 * per_chunk  # a slice past the bound, not the page
     assert 5 not in lists.ids
     lists.ids.add(6)
     within = json.dumps({"jsonrpc": "2.0", "id": 6, "result": {"tools": tools[:10_000]}}).encode()
-    ok = parse_line(within, lists)
+    ok = await parse_line(within, lists)
     assert not isinstance(ok, Exception) and isinstance(ok.message, types.JSONRPCResponse)
-    assert len(ok.message.result["tools"]) == 10_000
+    assert ok.message.result["tools"] == tools[:10_000]
     other = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"tools": tools}}).encode()  # not a list request
-    passed = parse_line(other, lists)
+    passed = await parse_line(other, lists)
     assert not isinstance(passed, Exception) and isinstance(passed.message, types.JSONRPCResponse)
 
 

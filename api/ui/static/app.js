@@ -19,6 +19,7 @@ const state = {
   generations: null,
   sessions: null,
   catalog: null,
+  approvals: null, // GET /v1/approvals: pending first (re-read every two seconds: not events)
   open: new Set(), // keys of the folded lists the operator opened: re-renders keep them open
   history: new Map(), // revision -> {revision, published_at, trigger, closed_at, forced, superseded_at}
   lastEventId: null,
@@ -158,6 +159,11 @@ async function refresh() {
     state.status = status;
     state.generations = generations;
     for (const g of generations.generations) remember(g.revision, { published_at: g.published_at, trigger: g.trigger });
+    try {
+      state.approvals = await api("/v1/approvals");
+    } catch (err) {
+      state.approvals = null;
+    }
     if (state.role !== "owner") {
       try {
         state.sessions = await api("/v1/sessions");
@@ -338,6 +344,7 @@ function render() {
   renderCatalog();
   renderViews();
   renderSessions();
+  renderApprovals();
   renderActions();
   applyFilters();
 }
@@ -633,6 +640,58 @@ function renderSessions() {
   replaceRows($("session-table").tBodies[0], rows);
 }
 
+function renderApprovals() {
+  const list = (state.approvals && state.approvals.approvals) || [];
+  const rows = list.map((a) => {
+    const answer = el("td", {});
+    if (a.state === "pending") {
+      const approve = el("button", { type: "button", "data-approve": a.id }, "Approve");
+      const deny = el("button", { type: "button", "data-deny": a.id }, "Deny");
+      approve.addEventListener("click", () => decideApproval(a.id, "approve"));
+      deny.addEventListener("click", () => decideApproval(a.id, "deny"));
+      answer.append(approve, " ", deny);
+    } else {
+      answer.append(a.decided_by ? "by " + a.decided_by : "—");
+    }
+    return el("tr", { "data-approval": a.id },
+      el("td", {}, el("code", {}, a.id)),
+      el("td", {}, badge(a.state)),
+      el("td", {}, a.tool),
+      el("td", {}, a.principal),
+      el("td", {}, el("code", {}, a.session)),
+      el("td", {}, String(a.revision)),
+      el("td", { title: a.arguments_digest }, el("code", {}, a.arguments_digest.slice(0, 12))),
+      el("td", { title: a.definition_digest }, el("code", {}, a.definition_digest.slice(0, 12))),
+      el("td", {}, a.state === "pending" ? until(a.expires_at) : "—"),
+      answer);
+  });
+  if (rows.length === 0) rows.push(el("tr", {}, el("td", { colspan: "10", class: "muted" }, "no calls waiting for an approval")));
+  replaceRows($("approval-table").tBodies[0], rows);
+}
+
+async function loadApprovals() {
+  try {
+    state.approvals = await api("/v1/approvals");
+    renderApprovals();
+  } catch (err) {
+    if (err instanceof Unauthorized) showLogin("The token is no longer accepted.");
+  }
+}
+
+async function decideApproval(id, verb) {
+  const answer = $("approval-answer");
+  answer.className = "answer";
+  try {
+    const out = await api("/v1/approvals/" + encodeURIComponent(id) + "/" + verb, { method: "POST" });
+    answer.textContent = "approval " + out.id + ": " + out.state + " (" + out.tool + " at revision " + out.revision + ")";
+  } catch (err) {
+    if (err instanceof Unauthorized) { showLogin("The token is no longer accepted."); return; }
+    answer.className = "answer error";
+    answer.textContent = verb + " failed: " + err.message;
+  }
+  await loadApprovals();
+}
+
 function renderActions() {
   const select = $("refresh-source");
   const names = ((state.status && state.status.sources) || []).map((s) => s.name);
@@ -755,8 +814,10 @@ document.addEventListener("DOMContentLoaded", () => {
     if (name) runRefresh([name]);
   });
   let ticks = 0;
+  let approvalTicks = 0;
   setInterval(() => {
     if (!state.token || !state.status) return;
+    if (++approvalTicks % 2 === 0) loadApprovals(); // parked calls are not events: re-read them
     renderTimeline();
     renderGenerations();
     // Pins change on every call, so they are not events: while a revision drains, re-read them.

@@ -1,0 +1,21 @@
+"""The gateway's own MCP data plane (issue 26, ADR 0035), written on ASGI with the ``mcp`` SDK
+used for types and protocol rules only (public names; ``tests/unit/test_plane_layering.py``
+fails on any private ``mcp`` name here).
+
+One concept per module, in the order a request passes them:
+
+- ``asgi``: the entry — ``/mcp`` and ``/mcp/<view>``, the era chosen by ``MCP-Protocol-Version``.
+- ``pipeline``: the edge checks in one explicit order (drain I14, Host/Origin, body limit I18,
+  credentials I16/OAuth).
+- ``era2026``: the 2026-07-28 POST (envelope ladder, ``HeaderMismatch``, JSON or SSE response).
+- ``era2025``: the 2025-11-25 handshake era (sessions bound to the principal that opened them,
+  SSE responses, the GET stream, DELETE, idle reaping, bounds I18).
+- ``stdio``: the same dispatcher on newline-delimited JSON-RPC (both eras).
+- ``channel``: the way back to a client (notifications, pushes, the relay's requests and their
+  replies), as SSE frames or stdio lines.
+- ``jsonrpc``, ``sse``: the wire — one message per body, replies with their HTTP status; frames.
+- ``dispatch``: JSON-RPC method → front door operation, one table for every era and transport.
+
+Status: built beside the SDK-based plane and reachable only from tests and ``bench/``;
+resuming a request's own stream and the switch-over are still to
+come (ADR 0035)."""

@@ -1,0 +1,168 @@
+"""The channel back to a client on the data plane: what the front door's operations send while
+they run (progress, log records, listen events, pushes, the relay's requests) becomes messages
+on one stream — SSE frames on HTTP (:class:`FrameChannel`), lines on stdio (``stdio``).
+
+A channel is an SDK ``Outbound``/``DispatchContext`` (the type the operations' ``ServerSession``
+takes). Guarantees: every message is written whole and in order; once the stream is gone a
+notification is dropped, never raised into the operation. ``wait`` (HTTP): a request's own
+stream applies back-pressure (the operation waits for the writer, as on the SDK server); a
+session's push stream never blocks its sender and drops beyond its bounded backlog (a stalled
+client costs bounded memory, I18).
+
+Server→client requests (the relay's sampling, elicitation, roots: 2025 era and stdio) go out
+under the id the relay chose (``CallOptions["request_id"]``, else one minted here) and wait for
+the client's response, which the era's handler hands to the session's :class:`Replies`; a
+channel without ``Replies`` (2026 era: no back-channel) refuses with ``NoBackChannelError``."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import MCPError
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.exceptions import NoBackChannelError
+from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.transport_context import TransportContext
+from starlette.requests import Request
+
+from mcp_reconciler.api.plane import jsonrpc, sse
+
+log = logging.getLogger("mcp_reconciler.plane")
+
+#: Requests of the gateway one session may have unanswered at once (I18).
+MAX_PENDING_REPLIES = 64
+
+
+class Replies:
+    """The answers a client owes for the requests the gateway sent it, by id: one table per
+    session (a response may arrive on any POST of the session). Bounded (I18)."""
+
+    def __init__(self, limit: int = MAX_PENDING_REPLIES) -> None:
+        self._limit = limit
+        self._waiting: dict[types.RequestId, MemoryObjectSendStream[jsonrpc.Reply]] = {}
+        self._ids = itertools.count(1)
+
+    def mint(self) -> str:
+        """A request id unique within the session (never an integer: the client's own are)."""
+        return f"gw-{next(self._ids)}"
+
+    @contextlib.contextmanager
+    def expect(self, request_id: types.RequestId) -> Iterator[MemoryObjectReceiveStream[jsonrpc.Reply]]:
+        """Wait for the reply to ``request_id`` while the block runs."""
+        if len(self._waiting) >= self._limit:
+            raise MCPError(code=types.INTERNAL_ERROR, message="too many requests awaiting the client")
+        send, receive = anyio.create_memory_object_stream[jsonrpc.Reply](1)
+        self._waiting[request_id] = send
+        try:
+            with receive:
+                yield receive
+        finally:
+            self._waiting.pop(request_id, None)
+            send.close()
+
+    def deliver(self, reply: jsonrpc.Reply) -> bool:
+        """Hand ``reply`` to the request waiting for it; ``False`` when none is (late or unknown)."""
+        waiting = self._waiting.pop(reply.id, None)
+        if waiting is None:
+            return False
+        with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
+            waiting.send_nowait(reply)
+        return True
+
+
+class Channel:
+    """What every channel does; a subclass writes one message (:meth:`emit`)."""
+
+    def __init__(self, request_id: types.RequestId | None, replies: Replies | None) -> None:
+        self.request_id = request_id
+        self.progress_token: types.ProgressToken | None = None
+        self.cancel_requested = anyio.Event()
+        self.can_send_request = replies is not None
+        self._replies = replies
+
+    async def emit(self, message: dict[str, Any]) -> None:
+        """Write ``message`` (a subclass's); raise ``anyio.ClosedResourceError`` once gone."""
+        raise NotImplementedError
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
+        """One notification (dropped once the stream is gone or full)."""
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        try:
+            await self.emit(message)
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("dropped %s: the stream is closed or full", method)
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """``notifications/progress`` for the request's own token (none: nothing is sent)."""
+        if self.progress_token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self.notify("notifications/progress", params)
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        """Ask the client ``method`` on this stream and return its result (``MCPError`` for its
+        error or a timeout; ``NoBackChannelError`` without a back-channel)."""
+        if self._replies is None:
+            raise NoBackChannelError(method)
+        opts = opts or {}
+        request_id = opts.get("request_id") or self._replies.mint()
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        timeout = opts.get("timeout")
+        with self._replies.expect(request_id) as answer:
+            try:
+                await self.emit(message)
+            except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed") from None
+            with anyio.move_on_after(timeout if timeout is not None else float("inf")) as waited:
+                reply = await answer.receive()
+            if waited.cancelled_caught:
+                raise MCPError(code=types.REQUEST_TIMEOUT, message="Request timed out")
+        if reply.error is not None:
+            raise MCPError.from_error_data(types.ErrorData.model_validate(reply.error))
+        return dict(reply.result or {})
+
+
+class FrameChannel(Channel):
+    """A channel onto an SSE stream (module docstring). ``sink`` is where frames go (the name the
+    front door's listen streams look for), ``frames`` where the stream's writer reads them."""
+
+    def __init__(
+        self,
+        request_id: types.RequestId | None,
+        request: Request | None,
+        capacity: int,
+        *,
+        wait: bool,
+        replies: Replies | None = None,
+    ) -> None:
+        super().__init__(request_id, replies)
+        self.message_metadata = ServerMessageMetadata(request_context=request)
+        self.transport = TransportContext(
+            kind="streamable-http", can_send_request=replies is not None, headers=request.headers if request else None
+        )
+        self.sink, self.frames = anyio.create_memory_object_stream[bytes](capacity)
+        self._wait = wait
+
+    async def emit(self, message: dict[str, Any]) -> None:
+        """One SSE frame onto the stream."""
+        if self._wait:
+            await self.sink.send(sse.frame(message))
+        else:
+            self.sink.send_nowait(sse.frame(message))

@@ -1,0 +1,120 @@
+"""JSON-RPC on the gateway's own data plane: a POST body decoded into exactly one message, and
+replies encoded with the HTTP status the protocol assigns to their error code.
+
+Guarantee: :func:`decode` never raises; every body is one of a :class:`Call` (a request), a
+:class:`Notice` (a notification), a :class:`Reply` (a client's response to the gateway's
+request: only the 2025 era and stdio take one) or a :class:`Refusal` (what to answer).
+A batch, a posted response and a malformed envelope are ``INVALID_REQUEST``; bytes that are not
+JSON (including oversized integer literals and deep nesting) are ``PARSE_ERROR`` — the SDK
+server's own answers, so a client cannot tell the gateway from an SDK server by its errors.
+The status table is the SDK's public ``ERROR_CODE_HTTP_STATUS`` (one table for every era)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
+from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData
+
+#: The ``message`` of a body that is JSON but not one request or notification object.
+INVALID_BODY = "Body must be a single JSON-RPC request or notification object"
+
+RequestId = str | int
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One JSON-RPC request: its id, method and (raw, unvalidated) params."""
+
+    id: RequestId
+    method: str
+    params: Mapping[str, Any] | None
+    raw: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """One JSON-RPC notification (no id: nothing is owed back)."""
+
+    method: str
+    params: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A body the plane answers with an error before any handler runs (``id`` ``None`` when the
+    request's id could not be read)."""
+
+    id: RequestId | None
+    error: ErrorData
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A client's response to a request the gateway sent it (2025 era and stdio only)."""
+
+    id: RequestId
+    result: Mapping[str, Any] | None
+    error: Mapping[str, Any] | None
+
+
+def decode(body: bytes) -> Call | Notice | Reply | Refusal:
+    """The one message in ``body`` (module docstring)."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return Refusal(None, ErrorData(code=PARSE_ERROR, message="Parse error"))
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return Refusal(None, ErrorData(code=INVALID_REQUEST, message=INVALID_BODY))
+    reply = _reply(message)
+    if reply is not None:
+        return reply
+    method = message.get("method")
+    params = message.get("params")
+    if not isinstance(method, str) or not (params is None or isinstance(params, dict)):
+        return Refusal(None, ErrorData(code=INVALID_REQUEST, message=INVALID_BODY))
+    if "id" not in message:
+        return Notice(method, params)
+    id_ = message["id"]
+    # JSON-RPC ids are strings or integers (bool is an int in Python, never an id).
+    if not isinstance(id_, str | int) or isinstance(id_, bool):
+        return Refusal(None, ErrorData(code=INVALID_REQUEST, message=INVALID_BODY))
+    return Call(id_, method, params, message)
+
+
+def _reply(message: dict[str, Any]) -> Reply | None:
+    """``message`` as a response (an id, no method, exactly one of result/error objects)."""
+    if "method" in message or ("result" in message) == ("error" in message):
+        return None
+    id_, result, error = message.get("id"), message.get("result"), message.get("error")
+    if not isinstance(id_, str | int) or isinstance(id_, bool):
+        return None
+    if not (result is None or isinstance(result, dict)) or not (error is None or isinstance(error, dict)):
+        return None
+    return Reply(id_, result, error)
+
+
+def result_message(id_: RequestId, result: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-RPC response carrying ``result``."""
+    return {"jsonrpc": "2.0", "id": id_, "result": result}
+
+
+def error_message(id_: RequestId | None, error: ErrorData) -> dict[str, Any]:
+    """The JSON-RPC error response; ``id`` is ``null`` on the wire when it could not be read."""
+    return {"jsonrpc": "2.0", "id": id_, "error": error.model_dump(mode="json", by_alias=True, exclude_none=True)}
+
+
+def status_of(message: Mapping[str, Any]) -> int:
+    """The HTTP status of a JSON reply: the error code's status, else 200."""
+    error = message.get("error")
+    if isinstance(error, Mapping):
+        return ERROR_CODE_HTTP_STATUS.get(int(error.get("code", 0)), 200)
+    return 200
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """Compact JSON, as the SDK server writes it."""
+    return json.dumps(message, separators=(",", ":")).encode()

@@ -1,0 +1,31 @@
+"""Server-sent events as the data plane writes them: one JSON-RPC message per ``message`` event,
+comment pings to keep idle streams open behind proxies, and the response head of a stream.
+
+Guarantee: a frame is complete (``\\r\\n\\r\\n``-terminated) and carries one message; an
+``event_id`` (2025-11-25 resumable streams) precedes the data line so a client's
+``Last-Event-ID`` names exactly the frames it has seen."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from mcp_reconciler.api.plane.jsonrpc import encode
+
+#: Seconds between keepalive comments once a stream has committed (the SDK's own interval).
+PING_INTERVAL_S: Final = 15.0
+
+PING: Final = b": ping\r\n\r\n"
+
+HEADERS: Final[list[tuple[bytes, bytes]]] = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"connection", b"keep-alive"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def frame(message: Mapping[str, Any], event_id: str | None = None) -> bytes:
+    """One ``event: message`` frame carrying ``message``."""
+    head = f"id: {event_id}\r\n" if event_id is not None else ""
+    return f"{head}event: message\r\ndata: ".encode() + encode(message) + b"\r\n\r\n"

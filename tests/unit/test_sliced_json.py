@@ -1,0 +1,104 @@
+"""``reconciler/sliced_json.py``: a big message parsed in slices equals ``from_json``'s parse,
+yields to the loop between slices, and stops within a slice of a list's entry bound."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import anyio
+import pydantic_core
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mcp_reconciler.reconciler.sliced_json import CHUNK_CHARS, SLICE_S, EntriesPassed, parse_sliced
+
+pytestmark = pytest.mark.anyio
+
+FIELDS = frozenset({"tools"})
+
+
+def page(count: int, *, separators: tuple[str, str] = (",", ":"), **extra: object) -> bytes:
+    # Nested "},{" inside an entry (anyOf) and inside a string: cut candidates that are not
+    # element boundaries, which the parser must recognise as such.
+    tools = [
+        {
+            "name": f"tool_{i}",
+            "description": 'has },{"name": inside' if i % 7 == 0 else "plain",
+            "inputSchema": {"type": "object", "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "null"}]}}},
+        }
+        for i in range(count)
+    ]
+    message = {"jsonrpc": "2.0", "id": 5, "result": {"tools": tools, **extra}}
+    return json.dumps(message, separators=separators).encode()
+
+
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")])
+async def test_a_sliced_parse_equals_from_json(separators: tuple[str, str]) -> None:
+    line = page(20_000, separators=separators, nextCursor="c")
+    assert len(line) > 20 * CHUNK_CHARS
+    assert await parse_sliced(line, list_fields=FIELDS) == pydantic_core.from_json(line)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='ab},{[]"\\ \n'),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(alphabet='ab"}'), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(json_values, max_size=30), st.sampled_from([(",", ":"), (", ", ": ")]))
+def test_any_list_parses_as_from_json_does(items: list[object], separators: tuple[str, str]) -> None:
+    line = json.dumps({"id": 1, "result": {"tools": items, "x": items}}, separators=separators).encode()
+    assert anyio.run(lambda: parse_sliced(line, list_fields=FIELDS)) == pydantic_core.from_json(line)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b'{"result":{"tools":[{"a":1},]}}', b'{"result":{"tools":[{"a":1}', b'{"x":1} x', b'"\\ud800"', b"\xff"],
+)
+async def test_malformed_input_is_a_value_error_as_with_from_json(bad: bytes) -> None:
+    with pytest.raises(ValueError):
+        pydantic_core.from_json(bad)
+    with pytest.raises(ValueError):
+        await parse_sliced(bad, list_fields=FIELDS)
+
+
+async def test_the_entry_bound_stops_the_parse_at_N_plus_1_not_at_N() -> None:
+    at_bound = page(3_000)
+    assert len((await parse_sliced(at_bound, list_fields=FIELDS, entries=3_000))["result"]["tools"]) == 3_000
+    with pytest.raises(EntriesPassed) as passed:
+        await parse_sliced(page(3_001), list_fields=FIELDS, entries=3_000)
+    assert passed.value.limit == 3_000 and passed.value.count == 3_001
+    with pytest.raises(EntriesPassed) as passed:
+        await parse_sliced(page(100_000), list_fields=FIELDS, entries=3_000)
+    per_chunk = CHUNK_CHARS // len(json.dumps(json.loads(page(1))["result"]["tools"][0]))
+    assert 3_000 < passed.value.count <= 3_001 + 2 * per_chunk  # nothing much past the bound was parsed
+
+
+async def test_the_loop_gets_turns_while_a_big_page_is_parsed() -> None:
+    """A ticker on the same loop runs between slices: the longest stretch it waits is a few
+    slices, not the whole parse (loose: a shared 2-core machine may preempt us anywhere)."""
+    line = page(60_000)
+    started = time.perf_counter()
+    pydantic_core.from_json(line)
+    whole = time.perf_counter() - started
+    gaps: list[float] = []
+    done = anyio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await anyio.lowlevel.checkpoint()
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        await parse_sliced(line, list_fields=FIELDS)
+        done.set()
+    assert len(gaps) > 5, "the ticker never ran while the page was parsed"
+    assert max(gaps) < max(whole / 2, 10 * SLICE_S), (max(gaps), whole)
