@@ -17,8 +17,8 @@ MAX_LINES = 400
 #: SDK private attributes the gateway is known to need; only the compat modules may name them.
 SDK_PRIVATES = re.compile(
     r"\._(connection|server_instances|request_streams|event_store|admit_session|discard_session|session_owners|"
-    r"sse_stream_writers|request_handlers|notification_handlers|session_manager|stamp|dispatcher|"
-    r"negotiated_version|session_read_timeout_seconds)\b"
+    r"sse_stream_writers|request_handlers|notification_handlers|session_manager|negotiated_version|"
+    r"session_read_timeout_seconds)\b"
 )
 
 
