@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from mcp_reconciler.reconciler.authority import principal_id
+from mcp_reconciler.reconciler.authority import oauth_principal_id, principal_id
 
 __all__ = ["PRINCIPAL_KEY", "Authenticator", "Principal"]
 
@@ -37,19 +37,20 @@ class Principal:
     """An authenticated control-API caller: its role and its name within that role.
 
     ``issuer`` is set for an OAuth access token's subject (``name``): its id is then
-    ``oauth:<issuer>:<name>`` whatever its role, the same principal that owns the MCP sessions
-    its token opens on ``/mcp``."""
+    ``oauth:<issuer>:<name>[#<client>]`` whatever its role (``client``: the token's client id,
+    ADR 0011), the same principal that owns the MCP sessions its token opens on ``/mcp``."""
 
     role: Literal["operator", "owner"]
     name: str
     issuer: str | None = None
+    client: str = ""
 
     @property
     def id(self) -> str:
-        """The role-qualified principal id (``owner::alice``, ``oauth:<issuer>:<sub>``); equal
-        only for the same role and name (static) or the same issuer and subject (OAuth)."""
+        """The role-qualified principal id (``owner::alice``, ``oauth:<issuer>:<sub>[#<client>]``);
+        equal only for the same role and name (static) or the same issuer, subject and client (OAuth)."""
         if self.issuer is not None:
-            return principal_id("oauth", self.name, self.issuer)
+            return oauth_principal_id(self.issuer, self.name, self.client)
         return principal_id(self.role, self.name)
 
 

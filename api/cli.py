@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mcp_reconciler.api.import_config import add_parser as add_import
 
     add_import(sub)
+    from mcp_reconciler.api.audit_cli import add_parser as add_audit
+
+    add_audit(sub)
     return parser
 
 

@@ -29,16 +29,19 @@ from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.events import EventStream
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.views import owner_view, quarantined_names, status_out
+from mcp_reconciler.reconciler import audit
 from mcp_reconciler.reconciler.authority import GrantPolicy, Session, principal_id
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.errors import (
     ClusterConflictError,
     ClusterUnavailableError,
     GrantError,
+    GrantLimitError,
     HoldError,
     HoldLimitError,
+    HoldSlotsError,
+    QuotaError,
     RevisionUnavailableError,
-    SessionLimitError,
 )
 from mcp_reconciler.reconciler.holds import HoldRegistry
 from mcp_reconciler.reconciler.runtime import LiveGeneration
@@ -126,6 +129,7 @@ class Control:
         """``session`` as ``cls`` (``SessionOut`` or a subclass, with ``extra`` fields), listing at most
         1000 names; the token only if ``extra`` carries it."""
         names = sorted(k.partition(":")[2] for k in session.grants)
+        sessions = self.engine.sessions
         return cls(
             id=session.id,
             owner=session.owner,
@@ -144,6 +148,8 @@ class Control:
             view=session.view,
             discovery="search" if self.engine.sessions.searching(session) else "all",
             found=list(session.found),
+            expires_at=sessions.expires_at(session),
+            in_use=sessions.expires(session) and sessions.expires_at(session) is None,
             **extra,
         )
 
@@ -168,6 +174,9 @@ class Control:
                     )
                 }
             )
+        trail = audit.current()
+        if trail is not None:
+            out = out.model_copy(update={"audit": wire.AuditOut(**trail.status())})
         return out if principal is None or principal.role == "operator" else owner_view(out)
 
     async def commit(self, session_id: str) -> None:
@@ -177,8 +186,8 @@ class Control:
             await self.engine.commit_session(session_id)
         except ClusterConflictError as exc:
             raise ApiError(409, exc.code, str(exc)) from None
-        except SessionLimitError as exc:
-            raise ApiError(429, exc.code, str(exc)) from None
+        except QuotaError as exc:
+            raise ApiError.quota(exc) from None
         except GrantError as exc:
             raise ApiError(422, exc.code, str(exc)) from None
 
@@ -368,11 +377,12 @@ class Control:
                 shared=self.engine.clustered,
                 view=body.view,
                 discovery=body.discovery,
+                operator=principal.role == "operator",
             )
+        except QuotaError as exc:  # the session quota, or more names than a session may hold
+            raise ApiError.quota(exc) from None
         except GrantError as exc:
             raise ApiError(422, exc.code, str(exc)) from None
-        except SessionLimitError as exc:
-            raise ApiError(429, exc.code, str(exc)) from None
         session.pinned_revision = body.revision
         await self.commit(session.id)
         out = self.session_out(session, wire.SessionCreated, token=session.token)
@@ -439,6 +449,8 @@ class Control:
                 raise ApiError(503, "starting", "no generation is published yet")
             try:
                 added = self.engine.sessions.grant(session, body.names, live.generation)
+            except GrantLimitError as exc:
+                raise ApiError.quota(exc) from None
             except GrantError as exc:
                 raise ApiError(422, exc.code, str(exc)) from None
             await self.commit(session.id)
@@ -474,12 +486,14 @@ class Control:
         body: wire.HoldIn = await self.body(request, wire.HoldIn, optional=True)
         try:
             info = await self.engine.create_hold(
-                revision, body.ttl_s, owner=principal.id, per_owner_limit=principal.role != "operator"
+                revision, body.ttl_s, owner=principal.id, operator=principal.role == "operator"
             )
         except RevisionUnavailableError as exc:
             raise ApiError(503 if exc.retryable else 404, exc.code, str(exc)) from None
-        except HoldLimitError as exc:
+        except HoldSlotsError as exc:  # not a quota: the retiring set's room (I5)
             raise ApiError(429, exc.code, str(exc)) from None
+        except HoldLimitError as exc:
+            raise ApiError.quota(exc) from None
         except HoldError as exc:
             raise ApiError(422, exc.code, str(exc)) from None
         digest = self.engine.get(info.revision).content_digest  # held: it is live

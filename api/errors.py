@@ -52,6 +52,7 @@ from mcp_reconciler.reconciler.errors import (
     LimitUnavailableError,
     OperationDeadlineError,
     QuarantinedNameError,
+    QuotaError,
     RateLimitedError,
     ReconcilerClosedError,
     ReconcilerError,
@@ -108,9 +109,17 @@ UpstreamUnavailable = UpstreamUnavailableError
 class ApiError(Exception):
     """A control-API error answer: HTTP ``status``, stable ``code``, sanitized ``message`` (I12)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, *, bound: str | None = None, limit: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.bound, self.limit = bound, limit  # a quota's 429: its config key and value (ADR 0032)
+
+    @classmethod
+    def quota(cls, exc: QuotaError) -> ApiError:
+        """The 429 of a quota refusal, naming the bound (its config key) and its value."""
+        return cls(429, exc.code, str(exc), bound=exc.bound or None, limit=exc.limit)
 
 
 def to_mcp_error(exc: BaseException, *, revision: int | None = None) -> MCPError:

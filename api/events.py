@@ -14,8 +14,10 @@ changes (sanitized reasons only) and the gateway-wide ``grants`` notice — plus
 sessions and holds; another principal's session and hold events are not sent to them.
 
 Bounds (an outsider must not grow memory or tasks):
-- at most ``max_clients`` streams at once, and ``max_per_principal`` for one principal (so one
-  owner cannot take every slot); the next request answers 429 ``too_many_streams``;
+- at most ``max_clients`` streams at once (``gateway.limits.event_streams``), ``max_per_principal``
+  for one principal (``event_streams_per_principal``, so one owner cannot take every slot), and
+  the last ``reserve`` only for operators (``event_streams_operator_reserve``, ADR 0032); the next
+  request answers 429 ``too_many_streams`` naming the bound;
 - each stream has a buffer of ``buffer`` events, filled synchronously by the engine's event log
   and emptied by the stream's writer. When an event arrives and the buffer is full the follower
   is *dropped*: it stops receiving, gets ``dropped`` (with the id it last received, to resume
@@ -46,12 +48,12 @@ from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator, Principal
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.engine import Engine
+from mcp_reconciler.reconciler.errors import StreamLimitError
 from mcp_reconciler.reconciler.events import EngineEvent
+from mcp_reconciler.reconciler.quotas import Quota
 
 log = logging.getLogger("mcp_reconciler.events")
 
-MAX_CLIENTS = 32
-MAX_PER_PRINCIPAL = 8  # so one principal (an owner's runaway script) cannot take every slot
 BUFFER = 256
 WRITE_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15.0
@@ -219,16 +221,22 @@ class EventStream:
         engine: Engine,
         auth: Authenticator,
         *,
-        max_clients: int = MAX_CLIENTS,
-        max_per_principal: int = MAX_PER_PRINCIPAL,
+        max_clients: int | None = None,
+        max_per_principal: int | None = None,
+        reserve: int | None = None,
         buffer: int = BUFFER,
         write_timeout_s: float = WRITE_TIMEOUT_S,
         keepalive_s: float = KEEPALIVE_S,
     ) -> None:
         self.engine = engine
         self.auth = auth
-        self.max_clients = max_clients
-        self.max_per_principal = max_per_principal
+        bounds = engine.bounds
+        self.max_clients = max_clients if max_clients is not None else bounds.event_streams
+        self.max_per_principal = (
+            max_per_principal if max_per_principal is not None else bounds.event_streams_per_principal
+        )
+        # The last streams are kept for operators (ADR 0032); never all of them.
+        self.reserve = reserve if reserve is not None else bounds.event_streams_operator_reserve
         self._per_principal: dict[str, int] = {}
         self.buffer = buffer
         self.write_timeout_s = write_timeout_s
@@ -246,14 +254,12 @@ class EventStream:
             return
         last_id = _last_event_id(headers.get("last-event-id"))
         mine = self._per_principal.get(principal.id, 0)
-        if self.clients >= self.max_clients or mine >= self.max_per_principal:
+        quota = Quota("event_streams", "event streams", self.max_clients, self.max_per_principal, self.reserve)
+        try:
+            quota.check(StreamLimitError, held=self.clients, mine=mine, operator=principal.role == "operator")
+        except StreamLimitError as exc:
             telemetry.event_stream_refused.add(1)
-            limit = (
-                f"{self.max_clients} event streams"
-                if mine < self.max_per_principal
-                else (f"{self.max_per_principal} event streams per principal")
-            )
-            await _error(send, 429, "too_many_streams", f"at most {limit} may be open")
+            await _error(send, 429, exc.code, str(exc), bound=exc.bound, limit=exc.limit)
             return
         self.clients += 1
         self._per_principal[principal.id] = mine + 1
@@ -370,8 +376,10 @@ def _last_event_id(raw: str | None) -> int | None:
     return int(raw)
 
 
-async def _error(send: Send, status: int, code: str, message: str) -> None:
-    body = json.dumps(wire.dump(wire.ErrorOut(error=wire.ErrorBody(code=code, message=message)))).encode()
+async def _error(
+    send: Send, status: int, code: str, message: str, *, bound: str | None = None, limit: int | None = None
+) -> None:
+    body = json.dumps(wire.error(code, message, bound=bound, limit=limit)).encode()
     await send(
         {
             "type": "http.response.start",

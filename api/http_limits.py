@@ -112,6 +112,7 @@ class BodyLimit:
     def __init__(self, app: ASGIApp, limits: Mapping[str, int]) -> None:
         self.app = app
         self._limits = sorted(limits.items(), key=lambda kv: len(kv[0]), reverse=True)
+        self.refused = 0  # bodies refused at their bound (exported as gateway.limits.hits)
 
     def limit_for(self, path: str) -> int | None:
         """The body limit for ``path``, or ``None`` when no prefix covers it."""
@@ -134,6 +135,7 @@ class BodyLimit:
                 except ValueError:
                     declared = -1
                 if declared > limit:
+                    self.refused += 1
                     await _too_large(scope, send, limit)
                     return
         body = bytearray()
@@ -145,6 +147,7 @@ class BodyLimit:
                 break
             body += message.get("body", b"")
             if len(body) > limit:
+                self.refused += 1
                 await _too_large(scope, send, limit)
                 return
             if not message.get("more_body", False):

@@ -56,7 +56,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_reconciler.api.oauth.challenge import AuthFailure, authorization_header, www_authenticate
 from mcp_reconciler.api.oauth.identity import GrantSet
-from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler import audit, telemetry
 from mcp_reconciler.reconciler.authority import Authority, principal_id
 
 __all__ = [
@@ -240,6 +240,7 @@ class McpGuard:
     @staticmethod
     async def _send(send: Send, reason: str, status: int, headers: dict[str, str], body: dict[str, str]) -> None:
         _refusals.add(1, {"reason": reason})
+        audit.record("credential.refused", reason=reason, status=status, outcome="refused", detail="/mcp")
         raw = json.dumps(body).encode()
         await send(
             {

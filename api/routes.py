@@ -20,10 +20,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from mcp_reconciler.api import wire
+from mcp_reconciler.api.auth import PRINCIPAL_KEY, Principal
 from mcp_reconciler.api.control import Control
 from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.ui import ui_routes
-from mcp_reconciler.reconciler.errors import ReconcilerError
+from mcp_reconciler.reconciler import audit
+from mcp_reconciler.reconciler.errors import QuotaError, ReconcilerError
 
 log = logging.getLogger("mcp_reconciler.control")
 
@@ -31,10 +33,10 @@ EVENTS_PATH = "/v1/events"
 MAX_MESSAGE_CHARS = 512  # error messages may quote the request (names, field paths): bounded (I12)
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
+def _error(status: int, code: str, message: str, *, bound: str | None = None, limit: int | None = None) -> JSONResponse:
     if len(message) > MAX_MESSAGE_CHARS:
         message = message[: MAX_MESSAGE_CHARS - 1] + "…"
-    return JSONResponse(wire.dump(wire.ErrorOut(error=wire.ErrorBody(code=code, message=message))), status_code=status)
+    return JSONResponse(wire.error(code, message, bound=bound, limit=limit), status_code=status)
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,8 @@ def routes(control: Control) -> list[BaseRoute]:
         handler: Callable[[Request], Awaitable[Response]] = getattr(
             getattr(control, spec.part) if spec.part else control, spec.handler
         )
-        out.append(Route(spec.path, endpoint=_wrap(handler), methods=[spec.method]))
+        endpoint = _wrap(handler, AUDITED.get(spec.handler), control)
+        out.append(Route(spec.path, endpoint=endpoint, methods=[spec.method]))
     # The event stream is an ASGI endpoint of its own (api/events.py: bounded, streaming); the
     # OpenAPI document describes it beside the table (api/openapi.py).
     out.append(Route(EVENTS_PATH, endpoint=control.events, methods=["GET"]))
@@ -225,18 +228,76 @@ def _unmatched(known: list[Route]) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
-def _wrap(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+#: The control-API operations that change something, by handler, as their audit record kind.
+AUDITED = {
+    "post_refresh": "refresh",
+    "post_session": "session.create",
+    "delete_session": "session.delete",
+    "post_session_refresh": "session.refresh",
+    "post_grants": "session.grant",
+    "post_revoke": "session.revoke",
+    "post_hold": "hold.create",
+    "delete_hold": "hold.release",
+}
+
+
+def _wrap(
+    handler: Callable[[Request], Awaitable[Response]], kind: str | None = None, control: Control | None = None
+) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except ApiError as exc:
-            return _error(exc.status, exc.code, exc.message)
-        except ReconcilerError as exc:
-            return _error(503 if exc.retryable else 409, exc.code, str(exc))
-        except json.JSONDecodeError:
-            return _error(400, "invalid_body", "the body is not valid JSON")
-        except Exception:
-            log.exception("control API request failed: %s %s", request.method, request.url.path)
-            return _error(500, "internal_error", "internal error; see the operator log")
+        response = await _answer(handler, request)
+        if kind is not None or response.status_code == 401:
+            _audit(kind, request, response, control)
+        return response
 
     return endpoint
+
+
+async def _answer(handler: Callable[[Request], Awaitable[Response]], request: Request) -> Response:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return _error(exc.status, exc.code, exc.message, bound=exc.bound, limit=exc.limit)
+    except QuotaError as exc:  # a quota (ADR 0032): 429 naming the bound and its config key
+        return _error(429, exc.code, str(exc), bound=exc.bound or None, limit=exc.limit)
+    except ReconcilerError as exc:
+        return _error(503 if exc.retryable else 409, exc.code, str(exc))
+    except json.JSONDecodeError:
+        return _error(400, "invalid_body", "the body is not valid JSON")
+    except Exception:
+        log.exception("control API request failed: %s %s", request.method, request.url.path)
+        return _error(500, "internal_error", "internal error; see the operator log")
+
+
+def _audit(kind: str | None, request: Request, response: Response, control: Control | None) -> None:
+    """One record per control-API change (and per refused credential), written here where every
+    ``/v1`` request passes; the created session's id is read from the answer."""
+    if not audit.enabled():
+        return
+    if response.status_code == 401:
+        audit.record("credential.refused", reason="invalid", status=401, outcome="refused", detail="/v1")
+        return
+    principal = request.scope.get(PRINCIPAL_KEY)
+    if principal is None and control is not None:
+        principal = control.auth.authenticate(request.headers.get("authorization"))
+    body: dict[str, object] = {}
+    if isinstance(response, JSONResponse):
+        try:
+            loaded = json.loads(bytes(response.body))
+            body = loaded if isinstance(loaded, dict) else {}
+        except ValueError:
+            body = {}
+    error = body.get("error")
+    params = request.path_params
+    on_session = kind is not None and kind.startswith("session.")
+    created = body.get("id") if kind in ("session.create", "hold.create") else None
+    audit.record(
+        kind or "control.request",
+        principal=principal.id if isinstance(principal, Principal) else None,
+        session=(params.get("id") or created) if on_session else None,
+        target=None if on_session else params.get("id") or params.get("n") or created,
+        revision=body.get("revision") if isinstance(body.get("revision"), int) else None,
+        status=response.status_code,
+        outcome="ok" if response.status_code < 400 else "error",
+        error=error.get("code") if isinstance(error, dict) else None,
+    )

@@ -41,12 +41,14 @@ from mcp_reconciler.api.lifecycle import DrainGate, GatewayUvicorn
 from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.oauth.resource_server import ResourceServer
+from mcp_reconciler.api.observability import LimitGauges, Observability, observed
 from mcp_reconciler.api.routes import routes as control_routes
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
 from mcp_reconciler.api.stdio_input import stdin_lines
 from mcp_reconciler.api.views import owner_view, status_out
-from mcp_reconciler.reconciler.config import GatewaySettings
+from mcp_reconciler.reconciler.config import GatewaySettings, TelemetryConfig
 from mcp_reconciler.reconciler.gateway import Gateway
+from mcp_reconciler.reconciler.telemetry import state_gauges
 
 log = logging.getLogger("mcp_reconciler.server")
 
@@ -67,6 +69,7 @@ class Served:
     transport_sessions: GatewaySessionManager | None = None  # streamable-HTTP sessions, counted per client
     grace_s: float = 0.0
     oauth: OAuthEdge | None = None  # access tokens on /mcp and /v1 (the config's oauth: section)
+    observability: Observability | None = None  # /metrics, the metrics listener, the audit trail
 
     @property
     def base_url(self) -> str:
@@ -92,6 +95,7 @@ def anonymous_grants(settings: GatewaySettings | None) -> GrantSet | None:
 
 def _front(gw: Gateway, view: str | None = None) -> FrontDoor:
     settings = gw.settings
+    loaded = gw.desired.last_good
     engine = gw.engine
 
     async def status(operator: bool) -> dict[str, Any]:
@@ -109,6 +113,7 @@ def _front(gw: Gateway, view: str | None = None) -> FrontDoor:
         expose_control_tools=bool(settings and settings.expose_control_tools),
         status=status,
         refresh=refresh,
+        served_names_max=loaded.telemetry.served_names_max if loaded is not None else 200,
     )
 
 
@@ -176,10 +181,21 @@ async def serve_http(
                 "every /v1 request will answer 401"
             )
         control = Control(gw.engine, front, auth)
+        cluster = gw.engine.cluster_status()
+        obs = await stack.enter_async_context(
+            observed(
+                gw.engine,
+                front,
+                auth,
+                loaded.telemetry if loaded is not None else TelemetryConfig(),
+                config_dir=loaded.path.parent if loaded is not None else Path.cwd(),
+                replica=cluster.replica_id if cluster is not None else None,
+            )
+        )
         app, transport_sessions = build_app(
             front,
             allowed_hosts=settings.allowed_hosts,
-            extra_routes=control_routes(control),
+            extra_routes=[*obs.routes(), *control_routes(control)],
             anonymous=anonymous,
             oauth=oauth,
             session_idle_timeout_s=limits.session_idle_s,
@@ -187,7 +203,8 @@ async def serve_http(
             max_sessions_per_client=limits.transport_sessions_per_client,
             max_body_bytes=limits.body_bytes,
         )
-        gate = DrainGate(BodyLimit(app, {"/mcp": limits.body_bytes, "/v1": MAX_BODY_BYTES}))
+        body_limit = BodyLimit(app, {"/mcp": limits.body_bytes, "/v1": MAX_BODY_BYTES})
+        gate = DrainGate(body_limit)
         budget = descriptor_budget(limits.connections, limits.fd_reserve)
         if budget.connections < limits.connections:
             log.warning(
@@ -202,6 +219,7 @@ async def serve_http(
         guard = ConnectionGuard(
             connections=budget.connections, header_timeout_s=limits.header_timeout_s, header_bytes=limits.header_bytes
         )
+        stack.enter_context(state_gauges.observing(LimitGauges(guard, body_limit, transport_sessions, obs)))
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
         # listening socket's proto says TCP; with proto 0, Nagle + delayed ACK add ~40 ms per response.
         if listen_socket is not None:
@@ -264,6 +282,7 @@ async def serve_http(
                         guard,
                         transport_sessions,
                         oauth=oauth,
+                        observability=obs,
                     )
                     try:
                         yield served

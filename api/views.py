@@ -115,7 +115,9 @@ def owner_view(out: wire.StatusOut) -> wire.StatusOut:
         s.model_copy(update={"cause": s.cause.model_copy(update={"stderr_tail": []})}) if s.cause else s
         for s in out.sources
     ]
-    return out.model_copy(update={"config_error": None, "warnings": warnings, "inputs": [], "sources": sources})
+    return out.model_copy(
+        update={"config_error": None, "warnings": warnings, "inputs": [], "sources": sources, "audit": None}
+    )
 
 
 def status_json(st: EngineStatus) -> dict[str, Any]:

@@ -20,6 +20,10 @@ class ErrorBody(_Model):
 
     code: str
     message: str
+    bound: str | None = Field(
+        default=None, description="429 at a quota: the config key of the bound that refused (ADR 0032)"
+    )
+    limit: int | None = Field(default=None, description="429 at a quota: that bound's value")
 
 
 class ErrorOut(_Model):
@@ -97,6 +101,17 @@ class ConditionOut(_Model):
     type: Literal["config_invalid", "publication_deferred"]
     reason: str = Field(description="stable code: last_good_config_serving | retiring_set_full")
     message: str = Field(description="sanitized: revisions, counts and times only")
+
+
+class AuditOut(_Model):
+    """The audit trail's counters (ADR 0031, I23): records written, dropped because the queue was
+    full, failed at the sink (a full disk), waiting now, and the queue bound."""
+
+    written: int
+    dropped: int
+    failed: int
+    queued: int
+    queue_max: int
 
 
 class ClusterOut(_Model):
@@ -195,6 +210,9 @@ class StatusOut(_Model):
         default_factory=list, description="the named views of the current revision, served at /mcp/<name>"
     )
     search_indexes: list[SearchIndexOut] = Field(default_factory=list, description=SEARCH_INDEXES)
+    audit: AuditOut | None = Field(
+        default=None, description="the audit trail's counters, when telemetry.audit is on (operators only)"
+    )
 
 
 class RefreshIn(_Model):
@@ -342,6 +360,15 @@ class SessionOut(_Model):
     view: str | None = Field(default=None, description="the named view the session is bound to (null: none)")
     discovery: Literal["all", "search"] = Field(default="all", description="the session's discovery mode in effect")
     found: list[str] = Field(default_factory=list, description="search mode: the tools find_tools made visible")
+    expires_at: float | None = Field(
+        default=None,
+        description="idle expiry: when the session is removed if it stays unused from now on (epoch seconds); "
+        "null while it is in use, or when it never expires (declared in the config, or expiry off)",
+    )
+    in_use: bool = Field(
+        default=False,
+        description="a request in flight, an open MCP connection, or a live revision hold of its owner: never expires",
+    )
 
 
 class SessionCreated(SessionOut):
@@ -467,6 +494,12 @@ class ReadyOut(_Model):
     conditions: list[str] = Field(
         default_factory=list, description="degraded conditions of a ready gateway (it still serves)"
     )
+
+
+def error(code: str, message: str, *, bound: str | None = None, limit: int | None = None) -> dict[str, Any]:
+    """The body of an error answer (``ErrorOut``); ``bound`` and ``limit`` only when set (a quota's 429)."""
+    body = ErrorOut(error=ErrorBody(code=code, message=message, bound=bound, limit=limit))
+    return body.model_dump(mode="json", exclude_none=True)
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

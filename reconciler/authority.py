@@ -51,19 +51,21 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import anyio
 from mcp.shared.uri_template import UriTemplate
 
+from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.digest import digest_parts
 from mcp_reconciler.reconciler.discovery import DEFAULT_POLICY, DiscoveryMode, DiscoveryPolicy
 from mcp_reconciler.reconciler.errors import (
     ClusterUnavailableError,
     GrantError,
+    GrantLimitError,
     QuarantinedNameError,
     SessionLimitError,
     UnavailableNameError,
@@ -71,6 +73,7 @@ from mcp_reconciler.reconciler.errors import (
 )
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind, SessionSpec
+from mcp_reconciler.reconciler.quotas import Quota, session_quota
 from mcp_reconciler.reconciler.search_index import Hit
 
 log = logging.getLogger("mcp_reconciler.authority")
@@ -89,6 +92,18 @@ def principal_id(namespace: str, subject: str, issuer: str = "") -> str:
     """The role-qualified id of a principal, ``namespace:issuer:subject`` (the issuer is empty for
     static credentials): ``owner::alice`` and ``operator::alice`` are different principals."""
     return f"{namespace}:{issuer}:{subject}"
+
+
+def oauth_principal_id(issuer: str, subject: str, client: str = "") -> str:
+    """The principal id of an OAuth identity, (issuer, subject, client id) (ADR 0011):
+    ``oauth:<issuer>:<subject>``, plus ``#<client>`` when the token names its client (``azp`` /
+    ``client_id``), so two applications of one user are two principals and never share a
+    session or its grants. ``%`` and ``#`` in the subject and client are escaped, so no subject
+    can spell another identity's id."""
+    escaped = subject.replace("%", "%25").replace("#", "%23")
+    if client:
+        escaped += "#" + client.replace("%", "%25").replace("#", "%23")
+    return principal_id("oauth", escaped, issuer)
 
 
 #: The namespace of sessions declared in the config file: ``config::<session name>``.
@@ -181,7 +196,10 @@ class Session:
         if self.token and not self.token_hash:
             self.token_hash = _token_hash(self.token)
 
-    last_active_at: float | None = None  # wall clock of the newest name resolved for it (console)
+    last_active_at: float | None = None  # wall clock of its newest request or name resolved (console, expiry)
+    #: Requests of the session running now (the front door counts them): a session in use never
+    #: expires (ADR 0032).
+    in_flight: int = 0
 
     def granted(self, kind: EntryKind, name: str) -> bool:
         """Whether ``name`` of ``kind`` is granted, whether or not the catalog has it now (O(1))."""
@@ -255,6 +273,7 @@ class Authority:
         self.bounds = bounds or Bounds()
         self.drift_policy = drift_policy
         self._sessions: dict[str, Session] = {}
+        self._per_owner: dict[str, int] = {}  # sessions per owner principal, transport-owned ones left out
         self._by_token_hash: dict[str, Session] = {}
         self._transport_owned: set[str] = set()
         self._declared: dict[str, str] = {}  # declared session name -> session id
@@ -270,8 +289,14 @@ class Authority:
         #: running out (readiness already false) and the sync's monitor setting ``unconfirmed``.
         self.store_confirmed: Callable[[], bool] | None = None
         self._session_listeners: list[Callable[[str, Session], None]] = []
+        self._in_use: list[Callable[[], Collection[str]]] = []
         #: Discovery modes and the search-mode settings (the config's; ``reconciler/discovery.py``).
         self.discovery: DiscoveryPolicy = DEFAULT_POLICY
+
+    @property
+    def quota(self) -> Quota:
+        """The session quota (``gateway.limits.sessions*``, ADR 0032)."""
+        return session_quota(self.bounds)
 
     # -- listeners ---------------------------------------------------------------------------
 
@@ -364,6 +389,7 @@ class Authority:
         shared: bool = False,
         view: str | None = None,
         discovery: str | None = None,
+        operator: bool = True,
     ) -> Session:
         """Create a session owned by the principal ``owner`` with grants per ``policy`` from
         ``generation``: ``current`` (every visible name), ``none``, ``explicit`` (``names``,
@@ -377,9 +403,17 @@ class Authority:
         sessions (issue 10, item 6). ``shared``: mirror it to the cluster store (control-API
         sessions when a store is configured). ``view``: bind the session to that named view (its
         grants come from the view's names, and it can never reach another). ``discovery``: the
-        session's own discovery mode (``all`` | ``search``; ``None``: its view's or the config's)."""
-        if not transport_owned and len(self._sessions) - len(self._transport_owned) >= self.bounds.sessions:
-            raise SessionLimitError(f"at most {self.bounds.sessions} sessions may exist; delete unused sessions")
+        session's own discovery mode (``all`` | ``search``; ``None``: its view's or the config's).
+        ``operator``: the caller may use the sessions kept for operators; an owner's request
+        passes ``False`` (the session quota, ADR 0032: ``owner`` holds at most
+        ``sessions_per_principal``, owners together at most ``sessions`` less the reserve)."""
+        if not transport_owned:
+            self.quota.check(
+                SessionLimitError,
+                held=len(self._sessions) - len(self._transport_owned),
+                mine=self._per_owner.get(owner, 0),
+                operator=operator,
+            )
         sid = session_id or f"s{next(_ids)}-{secrets.token_hex(6)}"
         if sid in self._sessions:
             raise GrantError(f"a session with id {sid} already exists")
@@ -399,6 +433,8 @@ class Authority:
         self._sessions[sid] = session
         if transport_owned:
             self._transport_owned.add(sid)
+        else:
+            self._count(owner, 1)
         self._by_token_hash[session.token_hash] = session
         self.mark_shared(session)
         if not transport_owned:
@@ -468,6 +504,8 @@ class Authority:
         self._transport_owned.discard(session_id)
         if session is None:
             return None
+        if not transport_owned:
+            self._count(session.owner, -1)
         self._by_token_hash.pop(session.token_hash, None)
         if announce:
             self.mark_shared(session, removed=True)
@@ -486,6 +524,83 @@ class Authority:
     def sessions(self) -> list[Session]:
         """Every session, in creation order."""
         return list(self._sessions.values())
+
+    def owned_by(self, owner: str) -> int:
+        """How many sessions (not transport-owned) the principal ``owner`` holds: O(1)."""
+        return self._per_owner.get(owner, 0)
+
+    def _count(self, owner: str, delta: int) -> None:
+        left = self._per_owner.get(owner, 0) + delta
+        if left > 0:
+            self._per_owner[owner] = left
+        else:
+            self._per_owner.pop(owner, None)  # bounded by the owners holding sessions, not by who ever came
+
+    # -- idle expiry (ADR 0032) -----------------------------------------------------------------
+
+    def on_in_use(self, provider: Callable[[], Collection[str]]) -> Callable[[], None]:
+        """Ask ``provider()`` which sessions are in use though idle by their requests (ids of
+        sessions with an open MCP connection, or of owners holding a revision) before expiring
+        any; returns a remover."""
+        self._in_use.append(provider)
+        return lambda: self._in_use.remove(provider) if provider in self._in_use else None
+
+    def expires(self, session: Session) -> bool:
+        """Whether ``session`` is subject to idle expiry: created over the control API (not
+        declared in the config, not owned by a transport connection, not shared with other
+        replicas, whose use this replica cannot see) while ``api_session_idle_s`` is on."""
+        return (
+            self.bounds.api_session_idle_s > 0
+            and session.declared is None
+            and not session.shared
+            and session.id not in self._transport_owned
+        )
+
+    def expires_at(self, session: Session, used: Collection[str] | None = None) -> float | None:
+        """The wall-clock time ``session`` expires if it stays unused from now on; ``None`` when it
+        never expires or is in use now (a request in flight, or named by an in-use provider;
+        ``used``: their answer, when the caller already asked)."""
+        if not self.expires(session) or session.in_flight:
+            return None
+        if used is None:
+            used = self._used()
+        if session.id in used or session.owner in used:
+            return None
+        return (session.last_active_at or session.created_at) + self.bounds.api_session_idle_s
+
+    def _used(self) -> set[str]:
+        used: set[str] = set()
+        for provider in list(self._in_use):
+            try:
+                used.update(provider())
+            except Exception:
+                log.exception("authority in-use provider failed")
+        return used
+
+    def expire_idle(self, now: float) -> list[str]:
+        """Remove every session whose :meth:`expires_at` is at or before ``now`` (wall clock);
+        returns their ids. A session in use is never removed (ADR 0032)."""
+        used = self._used()
+        gone: list[str] = []
+        for session in list(self._sessions.values()):
+            at = self.expires_at(session, used)
+            if at is not None and at <= now:
+                log.info(
+                    "session %s (owner %s) expired after %gs unused",
+                    session.id,
+                    session.owner,
+                    self.bounds.api_session_idle_s,
+                )
+                self.remove(session.id)
+                gone.append(session.id)
+        if gone:
+            telemetry.sessions_expired.add(len(gone))
+        return gone
+
+    def next_expiry(self) -> float | None:
+        """The earliest :meth:`expires_at` of any session (wall clock), or ``None``."""
+        used = self._used()
+        return min((at for s in self._sessions.values() if (at := self.expires_at(s, used)) is not None), default=None)
 
     # -- sessions declared in the config -------------------------------------------------------
 
@@ -590,6 +705,7 @@ class Authority:
                 return record
             session = record
             self._sessions[session.id] = session
+            self._count(session.owner, 1)
         else:
             if session.token_hash != record.token_hash:
                 self._by_token_hash.pop(session.token_hash, None)
@@ -774,8 +890,13 @@ class Authority:
                 changed.append(key)
             new[key] = digest
         if len(new) > self.bounds.names_per_session:
-            raise GrantError(
-                f"a session may hold at most {self.bounds.names_per_session} names; this grant would make {len(new)}"
+            bound = "gateway.limits.grants_per_session"
+            telemetry.quota_refused.add(1, {"bound": bound})
+            raise GrantLimitError(
+                f"a session may hold at most {self.bounds.names_per_session} names ({bound}); this grant would make "
+                f"{len(new)}; nothing was granted",
+                bound=bound,
+                limit=self.bounds.names_per_session,
             )
         session.grants = MappingProxyType(new)
         session.drift_seen = frozenset(k for k in session.drift_seen if k not in set(changed))

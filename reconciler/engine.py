@@ -45,6 +45,7 @@ from mcp_reconciler.reconciler.events import EventLog, Published, SessionChanged
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.health import SourceHealth
 from mcp_reconciler.reconciler.holds import HoldInfo, HoldRegistry
+from mcp_reconciler.reconciler.idle import run_idle_expiry
 from mcp_reconciler.reconciler.limiter import Limiter
 from mcp_reconciler.reconciler.peer import PeerSwitch, UpstreamPeer
 from mcp_reconciler.reconciler.reconcile import CycleOutcome, Reconciler, new_trigger_queue
@@ -137,6 +138,8 @@ class Engine:
         self._sessions.on_session(self._on_session)
         self._sessions.on_changed(lambda: self._events.emit(SessionChanged("grants")))
         self._holds.add_listener(self._events.emit)
+        # Idle expiry (ADR 0032): an owner holding a revision is using its sessions.
+        self._sessions.on_in_use(lambda: {h.owner for h in self._holds.list()})
 
     def _on_published(self, new: Generation, previous: Generation | None) -> None:
         pins, deadline_at = 0, None
@@ -193,6 +196,7 @@ class Engine:
             # start_soon, not start: entering must not yield to the loop, or the loop's initial
             # cycle would start before a caller's first refresh and that refresh would need a second.
             tg.start_soon(self._holds.run)
+            tg.start_soon(run_idle_expiry, self._sessions)
             if self._watch_interval_s is not None:
                 if self._inputs is not None:
                     tg.start_soon(self._watch, self._watch_interval_s)
@@ -319,11 +323,11 @@ class Engine:
         if self._cluster is not None:
             await self._cluster.commit(session_id)
 
-    async def create_hold(self, revision: int, ttl_s: float, *, owner: str, per_owner_limit: bool = False) -> HoldInfo:
+    async def create_hold(self, revision: int, ttl_s: float, *, owner: str, operator: bool = True) -> HoldInfo:
         """Hold ``revision`` (cluster-wide when clustered); errors as :meth:`HoldRegistry.create`."""
         if self._cluster is not None:
-            return await self._cluster.create_hold(revision, ttl_s, owner=owner, per_owner_limit=per_owner_limit)
-        return self._holds.create(revision, ttl_s, owner=owner, per_owner_limit=per_owner_limit)
+            return await self._cluster.create_hold(revision, ttl_s, owner=owner, operator=operator)
+        return self._holds.create(revision, ttl_s, owner=owner, operator=operator)
 
     def get_hold(self, hold_id: str) -> HoldInfo | None:
         """A hold by id (made on any replica when clustered)."""
@@ -364,6 +368,10 @@ class Engine:
         if self._runtime.pending is not None:
             conditions.append("publication_deferred")
         return Readiness(True, revision, None, tuple(conditions))
+
+    def source_health(self) -> list[SourceHealth]:
+        """Every configured source's latest health (a synchronous snapshot, for the gauges)."""
+        return [self._rec.health.get(name) for name in sorted(self.source_names())]
 
     async def status(self) -> EngineStatus:
         """A frozen status snapshot, taken after an input check: when watched inputs changed

@@ -163,11 +163,37 @@ class GrantError(ReconcilerError):
     code = "invalid_grant"
 
 
-class SessionLimitError(ReconcilerError):
-    """The session bound (``Bounds.sessions``) is reached."""
+class QuotaError(ReconcilerError):
+    """A bound on what a principal (or everyone together) may hold is reached (ADR 0032).
+    ``bound`` is the config key that sets it (``gateway.limits.<key>``) and ``limit`` its value;
+    both are safe to show to the caller (the control API answers 429 naming them)."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, bound: str = "", limit: int = 0) -> None:
+        super().__init__(message)
+        self.bound, self.limit = bound, limit
+
+
+class SessionLimitError(QuotaError):
+    """A session bound (``limits.sessions``, ``limits.sessions_per_principal``) is reached."""
 
     code = "too_many_sessions"
-    retryable = True
+
+
+class GrantLimitError(QuotaError, GrantError):
+    """A session would hold more names than ``limits.grants_per_session``; nothing was granted.
+    A :class:`GrantError` too, so whoever refuses a grant as a batch still does."""
+
+    code = "too_many_grants"
+
+    code = "too_many_grants"
+
+
+class StreamLimitError(QuotaError):
+    """An event-stream bound (``limits.event_streams``, ``limits.event_streams_per_principal``) is reached."""
+
+    code = "too_many_streams"
 
 
 # -- revision holds --------------------------------------------------------------------------------
@@ -179,11 +205,10 @@ class HoldError(ReconcilerError):
     code = "invalid_hold"
 
 
-class HoldLimitError(ReconcilerError):
-    """Too many revision holds (in total or for one owner)."""
+class HoldLimitError(QuotaError):
+    """Too many revision holds (``limits.holds`` in total, ``limits.holds_per_principal`` for one principal)."""
 
     code = "too_many_holds"
-    retryable = True
 
 
 class HoldSlotsError(HoldLimitError):

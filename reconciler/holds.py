@@ -1,8 +1,9 @@
 """Revision holds: a bounded, expiring pin that keeps one generation callable for a run
 (an SDK client pinning a revision across many requests).
 
-Bounds: at most ``max_holds`` holds, each at most ``max_ttl_s``, at most ``max_per_owner`` per
-owner principal. A held superseded generation stays open until the hold expires or is released —
+Bounds (the hold quota, ADR 0032): at most ``max_holds`` holds, each at most ``max_ttl_s``, at
+most ``max_per_owner`` per principal (operators included), and the last ``reserve`` of
+``max_holds`` only for operators. A held superseded generation stays open until the hold expires or is released —
 its drain deadline is extended to the hold's expiry, never beyond ``max_ttl_s`` — then retires as
 usual (I5).
 
@@ -29,6 +30,7 @@ import anyio
 from mcp_reconciler.reconciler.errors import HoldError, HoldLimitError, HoldSlotsError
 from mcp_reconciler.reconciler.events import HoldChanged
 from mcp_reconciler.reconciler.pins import Pin
+from mcp_reconciler.reconciler.quotas import Quota
 from mcp_reconciler.reconciler.runtime import Runtime
 
 log = logging.getLogger("mcp_reconciler.holds")
@@ -99,6 +101,7 @@ class HoldRegistry:
         max_holds: int | None = None,
         max_ttl_s: float | None = None,
         max_per_owner: int | None = None,
+        reserve: int | None = None,
     ) -> None:
         self.runtime = runtime
         b = runtime.bounds
@@ -106,6 +109,8 @@ class HoldRegistry:
         self.max_ttl_s = max_ttl_s if max_ttl_s is not None else b.hold_ttl_max_s
         # Per owner, so one owner cannot fill the retiring set and defer publications for everyone.
         self.max_per_owner = max_per_owner if max_per_owner is not None else b.holds_per_owner
+        # Kept for operators, so an incident in which owners hold every slot can still be handled.
+        self.reserve = min(reserve if reserve is not None else b.holds_operator_reserve, self.max_holds - 1)
         self._holds: dict[str, _Hold] = {}
         self._wake = anyio.Event()
         self._listeners: list[Callable[[HoldChanged], None]] = []
@@ -133,19 +138,21 @@ class HoldRegistry:
         """The revisions at least one hold keeps alive."""
         return {h.info.revision for h in self._holds.values()}
 
-    def create(
-        self, revision: int, ttl_s: float, *, owner: str = "operator::", per_owner_limit: bool = False
-    ) -> HoldInfo:
-        """Hold ``revision`` for ``ttl_s`` seconds for the principal ``owner``. Raises
-        ``HoldError`` (TTL out of range), ``HoldLimitError`` (too many holds in total, or for
-        ``owner`` when ``per_owner_limit``), ``HoldSlotsError`` (one more held revision would let
-        holds fill the retiring set; see the module docstring) or ``RevisionUnavailableError``."""
+    @property
+    def quota(self) -> Quota:
+        """The hold quota (``gateway.limits.holds*``)."""
+        return Quota("holds", "revision holds", self.max_holds, self.max_per_owner, self.reserve)
+
+    def create(self, revision: int, ttl_s: float, *, owner: str = "operator::", operator: bool = True) -> HoldInfo:
+        """Hold ``revision`` for ``ttl_s`` seconds for the principal ``owner`` (``operator``: the
+        caller may use the operators' reserve). Raises ``HoldError`` (TTL out of range),
+        ``HoldLimitError`` (the hold quota: in total, for owners together, or for ``owner``),
+        ``HoldSlotsError`` (one more held revision would let holds fill the retiring set; see the
+        module docstring) or ``RevisionUnavailableError``."""
         if not (0 < ttl_s <= self.max_ttl_s):
             raise HoldError(f"ttl_s must be > 0 and at most {self.max_ttl_s:g} seconds")
-        if len(self._holds) >= self.max_holds:
-            raise HoldLimitError(f"at most {self.max_holds} revision holds may exist; release one first")
-        if per_owner_limit and sum(1 for h in self._holds.values() if h.info.owner == owner) >= self.max_per_owner:
-            raise HoldLimitError(f"an owner may keep at most {self.max_per_owner} revision holds; release one first")
+        mine = sum(1 for h in self._holds.values() if h.info.owner == owner)
+        self.quota.check(HoldLimitError, held=len(self._holds), mine=mine, operator=operator)
         live = self.runtime.get(revision)  # RevisionUnavailableError if not live
         held = self.held_revisions()
         if revision not in held and len(held) >= self.max_held_revisions:

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler import audit, telemetry
 from mcp_reconciler.reconciler.digest import canonical_json, digest_bytes
 from mcp_reconciler.reconciler.model import (
     CatalogEntry,
@@ -237,6 +237,8 @@ def _admit(
         return Admission(entry=entry)
     outcome = "quarantined" if quarantined else "flagged" if findings else "projected"
     telemetry.metadata_entries.add(1, {"source": spec.name, "outcome": outcome})
+    if outcome != "projected":  # a decision about an untrusted definition: flagged or withheld (I20)
+        audit.record(f"metadata.{outcome}", source=spec.name, name=entry.exposed_name, digest=entry.digest)
     diagnostics = entry_diagnostics(entry, changes, findings, quarantined, omitted, diagnostic_bytes)
     return Admission(entry=entry, quarantined=quarantined, diagnostics=diagnostics)
 

@@ -259,6 +259,7 @@ class Reconciler:
         base = self._base_states()
         to_read = [s for s in desired.specs if self._needs_read(s, base.get(s.name), desired, batch.keys)]
         trigger = self._trigger(batch, to_read, base, desired)
+        build_started = anyio.current_time()
         with telemetry.tracer.start_as_current_span(
             "reconciler.build", attributes={"build.reads": len(to_read)}
         ) as build_span:
@@ -282,6 +283,7 @@ class Reconciler:
                 curation=desired.curation,
             )
             build_span.set_attribute("build.views", len(catalog.views))
+        telemetry.build_duration.record(anyio.current_time() - build_started)
         with telemetry.tracer.start_as_current_span("reconciler.publish"):
             revision: int | None = None
             current = self.runtime.current

@@ -391,7 +391,9 @@ class Runtime:
                 self._supersede(cur)
         finally:
             self._installing = False
-        telemetry.publishes.add(1)
+        # by reason: the trigger's reasons (a small fixed set: list_changed, config, watched_file, ...)
+        reasons = "+".join(trigger.reasons) if trigger is not None and trigger.reasons else "unknown"
+        telemetry.publishes.add(1, {"reason": reasons})
         log.info("published revision %d (%d entries)", revision, catalog.entry_count)
         previous = cur.generation if cur is not None else None
         for listener in list(self._listeners):

@@ -7,7 +7,7 @@ for as long as it is registered — nothing registers itself as a side effect of
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -57,6 +57,16 @@ event_stream_refused = meter.create_counter(
 )
 event_stream_dropped = meter.create_counter(
     "gateway.events.dropped", description="Event-stream followers dropped, by reason (slow_reader|write_timeout)"
+)
+# Quotas (reconciler/quotas.py, ADR 0032): requests refused because a principal, or everyone
+# together, holds as many sessions, grants, holds or event streams as a bound allows; by the
+# bound's config key (``bound``: gateway.limits.sessions_per_principal, ...).
+quota_refused = meter.create_counter(
+    "gateway.quota.refused", description="Control-API requests refused at a quota, by bound (its config key)"
+)
+# API sessions removed after gateway.limits.api_session_idle_s without use (reconciler/idle.py).
+sessions_expired = meter.create_counter(
+    "gateway.sessions.expired", description="Control-API sessions removed after their idle expiry"
 )
 events_emitted = meter.create_counter("reconciler.events", description="Engine events emitted, by type")
 
@@ -146,3 +156,87 @@ limits_unchecked = meter.create_counter(
     "gateway.limits.unchecked",
     description="Calls let through unchecked because the cluster store was unreachable (fail: open), by limit",
 )
+
+# The cluster store's round trips (ADR 0020), by operation and outcome.
+cluster_store_duration = meter.create_histogram(
+    "reconciler.cluster.store.duration", unit="s", description="Cluster store operations, by op and outcome"
+)
+build_duration = meter.create_histogram(
+    "reconciler.build.duration", unit="s", description="Wall time of one candidate build (reading sources, merging)"
+)
+notifications_sent = meter.create_counter(
+    "frontdoor.notifications", description="Change notifications sent to downstream sessions, by kind"
+)
+list_changed_lag = meter.create_histogram(
+    "frontdoor.list_changed.lag",
+    unit="s",
+    description="From a publication to the list_changed notification a session was sent about it",
+)
+
+
+#: One gauge reading: ``(value, attributes)``.
+Reading = tuple[float, Mapping[str, str]]
+
+
+class StateSource(Protocol):
+    """Something whose current state is exported as gauges (:class:`StateGauges`)."""
+
+    def gauges(self) -> dict[str, Iterable[Reading]]:
+        """Readings by gauge name (names from :data:`STATE_GAUGES`); missing names read nothing."""
+
+
+#: The state gauges: name → (unit, description). Names in :data:`STATE_COUNTERS` are observable
+#: counters (cumulative counts kept by their owner), the rest gauges.
+STATE_GAUGES: dict[str, tuple[str, str]] = {
+    "gateway.limits.hits": (
+        "1",
+        "Requests or connections refused (or closed to make room) at an I18 bound, by bound: connections, "
+        "header_bytes, header_timeout, body_bytes, transport_sessions_per_client, metrics_connections, metrics_headers",
+    ),
+    "reconciler.source.state": ("1", "1 for each source's current state (ready|stale|failed|connecting), by source"),
+    "reconciler.source.consecutive_failures": ("1", "Consecutive failed reads of each source"),
+    "reconciler.source.last_success_age": ("s", "Seconds since each source last listed completely"),
+    "reconciler.revision": ("1", "The current revision"),
+    "reconciler.generations.retiring": ("1", "Superseded generations still open (calls in flight, holds)"),
+    "frontdoor.sessions": ("1", "Downstream sessions bound now, by era and grant policy"),
+}
+
+
+STATE_COUNTERS = frozenset({"gateway.limits.hits"})
+
+
+class StateGauges:
+    """Observable gauges (:data:`STATE_GAUGES`) over the sources registered with
+    :meth:`observing` — like :class:`PinGauges`, nothing registers itself by being built. A
+    source that fails while read is skipped for that collection (a gauge never breaks a scrape)."""
+
+    def __init__(self, meter: Meter) -> None:
+        self._sources: list[StateSource] = []
+        for name, (unit, description) in STATE_GAUGES.items():
+            create = meter.create_observable_counter if name in STATE_COUNTERS else meter.create_observable_gauge
+            create(name, callbacks=[self._callback(name)], unit=unit, description=description)
+
+    @contextmanager
+    def observing(self, source: StateSource) -> Iterator[None]:
+        """Export ``source``'s gauges while the block runs."""
+        self._sources.append(source)
+        try:
+            yield
+        finally:
+            self._sources.remove(source)
+
+    def _callback(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            out: list[Observation] = []
+            for source in list(self._sources):
+                try:
+                    readings = source.gauges().get(name, ())
+                    out.extend(Observation(value, attrs) for value, attrs in readings)
+                except Exception:  # read from a scrape or an exporter thread: skip, never raise
+                    continue
+            return out
+
+        return observe
+
+
+state_gauges = StateGauges(meter)

@@ -32,6 +32,7 @@ from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
+from mcp_reconciler.api.frontdoor.observe import OperationObserver
 from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.search import FindTools
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
@@ -97,6 +98,7 @@ class FrontDoor:
         expose_control_tools: bool = False,
         status: StatusFn | None = None,
         refresh: RefreshFn | None = None,
+        served_names_max: int = 200,
     ) -> None:
         self.authority = authority
         self.catalog = CatalogAccess(engine)
@@ -126,6 +128,7 @@ class FrontDoor:
             exchanges=self.exchanges,
             logs=self.logs,
             limiter=engine.limiter,
+            observer=OperationObserver(served_names_max),  # per-name metrics, trace context, audit
         )
         self.completer = Completer(self.forwarder)
         self.subscriptions = ResourceSubscriptions(self.catalog, authority, self.sessions, self.notifier)
@@ -157,6 +160,7 @@ class FrontDoor:
                 get_tool_input_schema=self.listing.tool_input_schema,
                 capabilities=self._capabilities,
             )
+        self.server.middleware.append(self.sessions.track_use)  # outermost: the whole request is "in use"
         self.server.middleware.append(self.sessions.bind_at_handshake)
         self.server.middleware.append(self._task_middleware)  # task-augmented tools/call (2025-11-25)
         # The fast lane (issue 12, ADR 0019): list pages served from cached wire dicts, calls
@@ -182,6 +186,7 @@ class FrontDoor:
         # Subscribed for the front door's lifetime (it lives as long as the engine it serves).
         authority.on_removed(self.forget_session)
         authority.on_changed(self.touch)
+        authority.on_in_use(self.sessions.connected)  # an open MCP connection keeps its session
 
     @staticmethod
     def may_use_control_tools(binding: Binding) -> bool:

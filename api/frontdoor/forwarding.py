@@ -41,6 +41,7 @@ from mcp_reconciler.api.frontdoor.approvals import ApprovalGate
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
+from mcp_reconciler.api.frontdoor.observe import OperationObserver, OpFacts, inject
 from mcp_reconciler.api.frontdoor.passthrough import FastParams, RawResult, simple_call_result
 from mcp_reconciler.api.frontdoor.progress import PROGRESS_KEYS, progress_token, send_with_progress
 from mcp_reconciler.api.frontdoor.relay import Relay, RelayError
@@ -56,7 +57,6 @@ from mcp_reconciler.api.frontdoor.rounds import (
     invalid_state,
 )
 from mcp_reconciler.api.frontdoor.sessions import Sessions
-from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
 from mcp_reconciler.reconciler.limiter import NO_SLOT, Limiter
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind
@@ -65,9 +65,6 @@ from mcp_reconciler.reconciler.upstream import UpstreamConnection
 from mcp_reconciler.reconciler.uris import rewrite_result, upstream_uri
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
-_operation_duration = telemetry.meter.create_histogram(
-    "frontdoor.operation.duration", unit="s", description="Downstream operations (call/read/get), by kind and outcome"
-)
 
 _SPEC_META_PREFIX = "io.modelcontextprotocol/"
 
@@ -92,6 +89,7 @@ class Forwarder:
         logs: LogRelay,
         seal: StateSeal | None = None,
         limiter: Limiter | None = None,
+        observer: OperationObserver | None = None,
     ) -> None:
         self._catalog = catalog
         self._limiter = limiter or Limiter()
@@ -102,6 +100,7 @@ class Forwarder:
         self._logs = logs
         self._seal = seal or StateSeal()
         self.approvals = ApprovalGate(catalog)  # the one approval hook (ADR 0034)
+        self._observer = observer or OperationObserver()
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -179,26 +178,13 @@ class Forwarder:
         telemetry (default: the kind); ``shortcut(conn)``, when it returns a result, answers
         without asking the upstream (e.g. a source without the capability); ``raw``: the result
         may come back as a :class:`RawResult` (the fast lane)."""
-        label = op or kind.value
-        t0 = anyio.current_time()
-        outcome = "ok"
-        with telemetry.tracer.start_as_current_span("frontdoor.operation", attributes={"mcp.kind": label}) as span:
-            try:
-                result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, op is None)
-                meta_out = result.meta or {}
-                span.set_attribute("revision", meta_out.get(REVISION_META, -1))
-                return result
-            except MCPError as exc:
-                outcome = (
-                    str((exc.error.data or {}).get("code", "error")) if isinstance(exc.error.data, dict) else "error"
-                )
-                span.set_attribute("error.code", outcome)
-                raise
-            except BaseException:
-                outcome = "cancelled"
-                raise
-            finally:
-                _operation_duration.record(anyio.current_time() - t0, {"kind": label, "outcome": outcome})
+        # The span (parented on the client's traceparent), the duration histogram by kind, name
+        # and outcome, and the audit record: ``observe``.
+        args, limited = getattr(params, "arguments", None), op is None
+        with self._observer.operation(ctx, op or kind.value, name, params.meta, args) as facts:
+            result = await self._forward(ctx, kind, name, params, build, result_type, shortcut, raw, limited, facts)
+            facts.result = result
+            return result
 
     async def _forward(
         self,
@@ -211,8 +197,11 @@ class Forwarder:
         shortcut: Callable[[UpstreamConnection], Any] | None,
         raw: bool = False,
         limited: bool = True,
+        facts: OpFacts | None = None,
     ) -> Any:
         binding = self._sessions.binding(ctx)
+        facts = facts or OpFacts()
+        facts.session, facts.principal, facts.view = binding.session.id, binding.principal, binding.session.view
         meta: Mapping[str, Any] | None = params.meta
         responses = getattr(params, "input_responses", None)
         state = getattr(params, "request_state", None)
@@ -223,7 +212,7 @@ class Forwarder:
                 exchange_revision: int | None = None
                 try:
                     result, exchange = await self._exchanges.resume(binding, ctx, kind, name, state, responses)
-                    exchange_revision = exchange.revision
+                    exchange_revision = facts.revision = exchange.revision
                 except Exception as exc:
                     raise self._client_error(exc, None, exchange_revision) from None
                 return self._finish(result, exchange.revision, exchange.drifted)
@@ -234,10 +223,12 @@ class Forwarder:
             self._catalog, ctx, binding.session, meta, prefer=sealed.revision if sealed is not None else None
         )
         conn: Any = None
+        facts.revision = live.revision
         approved: Pin | None = None  # the approved call's pin on ``live`` (released at the end)
         try:
             resolved = self._authority.resolve(binding.session, live.generation, kind, name)
-            entry = resolved.entry
+            entry = facts.entry = resolved.entry
+            facts.drifted = resolved.drifted
             if sealed is not None and sealed.source != entry.source:
                 raise invalid_state()
             state_ = live.generation.source_state(entry.source)
@@ -252,7 +243,7 @@ class Forwarder:
                 return self._finish(answer, live.revision, resolved.drifted)
             # Limits (ADR 0033; not completions): tokens now, the source's concurrency slot below.
             slot = await self._limiter.admit(binding.session, entry) if limited else NO_SLOT
-            up_meta = forwardable(meta)
+            up_meta = inject(forwardable(meta))  # the gateway's span is the upstream's parent
             if not conn.legacy:
                 level = self._logs.call_level(binding, meta)
                 if level is not None:  # 2026-era upstreams send records only to requests that opt in
@@ -279,7 +270,11 @@ class Forwarder:
                 # The slot inside the operation: a queued call is pinned and bounded by its deadlines.
                 async with live.operation(deadline_s=self._catalog.operation_deadline_s), slot:
                     with self._relay.call(binding, ctx, conn) as call:
-                        result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
+                        sent = anyio.current_time()
+                        try:
+                            result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
+                        finally:  # the upstream's share, also when it failed
+                            facts.upstream_s = anyio.current_time() - sent
                         if isinstance(result, types.InputRequiredResult):
                             retry = self._retrier(conn, entry, build, up_meta, rtype, ctx, meta, call_s)
                             result = await answer_input_required(

@@ -23,6 +23,7 @@ event, not a poll, unless something is held."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -41,6 +42,7 @@ from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.listen import ListenStreams
 from mcp_reconciler.api.frontdoor.sessions import Binding
 from mcp_reconciler.api.standalone_stream import StandaloneStream
+from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority, Session
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import EntryKind
@@ -174,26 +176,28 @@ class Notifier:
             view = self._authority.view(binding.session, live.generation)
             binding.pending |= view.changed_kinds(binding.last_view)
             binding.last_view = view
-            if binding.pending:
-                await self._deliver(binding)
+            if binding.pending and await self._deliver(binding):
+                # From the publication to this session being told (its list_changed lag).
+                telemetry.list_changed_lag.record(max(time.time() - live.generation.published_at, 0.0))
 
-    async def _deliver(self, binding: Binding) -> None:
+    async def _deliver(self, binding: Binding) -> bool:
+        """Tell ``binding`` what changed; whether it was told (else it stays pending)."""
         kinds = binding.pending
         if binding.era == "legacy":
             if binding.conn is None or not self.can_push(binding):
-                return  # held until the client's GET stream is open; retried on the next tick
+                return False  # held until the client's GET stream is open; retried on the next tick
             try:
                 await sdk_compat.push_list_changed(binding.conn, kinds)
             except Exception:
                 log.info("session %s: list_changed push failed", binding.session.id)
-                return
+                return False
         else:
             bus = self._buses.get(binding.key)
             if bus is None:
                 # No listen stream yet: the next listen starts from a fresh list anyway. Drop the
                 # pending kinds, or the notifier would re-poll this binding every tick forever.
                 binding.pending = set()
-                return
+                return False
             if EntryKind.TOOL in kinds:
                 bus.publish(ToolsListChanged())
             if kinds & {EntryKind.RESOURCE, EntryKind.RESOURCE_TEMPLATE}:
@@ -202,3 +206,5 @@ class Notifier:
                 bus.publish(PromptsListChanged())
         binding.notifications += 1
         binding.pending = set()
+        telemetry.notifications_sent.add(1, {"era": binding.era})
+        return True

@@ -52,17 +52,13 @@ from mcp.shared.dispatcher import CallOptions
 
 from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.capabilities import missing_capability, missing_from
+from mcp_reconciler.api.frontdoor.observe import relayed
 from mcp_reconciler.api.frontdoor.sessions import Binding
-from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.peer import PeerAnswer, no_roots, request_kind
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
 _request_ids = itertools.count(1)
-
-_relayed = telemetry.meter.create_counter(
-    "frontdoor.relay.requests", description="Server→client requests from upstreams, by kind and outcome"
-)
 
 ELICITATIONS_REMEMBERED = 1024  # URL elicitations whose completion notice can still be routed
 
@@ -263,7 +259,7 @@ class Relay:
         outcome = "error" if isinstance(answer, types.ErrorData) else "ok"
         if isinstance(answer, types.ErrorData) and isinstance(answer.data, dict):
             outcome = str(answer.data.get("code", "error"))
-        _relayed.add(1, {"kind": kind, "outcome": outcome})
+        relayed(kind, outcome, conn.source, getattr(self.attribute(conn), "binding", None))  # metric + audit
         return answer
 
     async def _answer(

@@ -14,7 +14,13 @@ owner, ``local::<user>``) with the front door's local grant policy.
   removed when the connection ends — and one shared per principal for sessionless 2026-07-28
   requests.
 - A legacy connection stays bound to the principal that opened it: a request on it from another
-  principal is refused (-32018; on HTTP the SDK's session manager already answered 404).
+  principal is refused (-32018; on HTTP the SDK's session manager already answered 404). An OAuth
+  principal is (issuer, subject, client id), so another application's token is another principal.
+- What a request may use is evaluated from the token it presents (ADR 0011, issue 30): a
+  sessionless principal has one session per *entitlement* (grant set and roles,
+  :func:`entitlement`; at most :data:`MODERN_PER_PRINCIPAL`, oldest dropped), so a narrower token
+  gets exactly its narrower grants at once; a legacy connection is refused (-32018
+  ``grants_changed``) a request whose token entitles it to anything else than the opener's.
 
 - Named views (ADR 0026): a request to ``/mcp/<view>`` carries the view (``api/mcp_views.py``)
   and stdio may serve one (``stdio --view``). Sessions the front door creates are bound to the
@@ -29,7 +35,10 @@ ever part of a key or a log line."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import getpass
+import hashlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -72,6 +81,9 @@ class Binding:
     control_tools: bool = False
     operator: bool = False
     log_level: str | None = None  # legacy ``logging/setLevel``; ``None``: every record (see ``logs``)
+    #: What the opener's credential entitles it to (:func:`entitlement`): a request whose token
+    #: entitles it to something else is not served by this binding (ADR 0011, issue 30).
+    entitlement: str = ""
 
 
 def local_identity(grants: GrantSet) -> McpIdentity:
@@ -82,6 +94,24 @@ def local_identity(grants: GrantSet) -> McpIdentity:
     except Exception:  # no user name in this environment: still one local principal
         user = "local"
     return McpIdentity(principal=principal_id("local", user), grants=grants, control_tools=True, operator=True)
+
+
+#: Sessionless (2026-07-28) bindings one principal may have at once, one per distinct
+#: entitlement its tokens carried (per view); past it the oldest is dropped with its session.
+MODERN_PER_PRINCIPAL = 8
+
+
+@functools.lru_cache(maxsize=4096)
+def entitlement(identity: McpIdentity) -> str:
+    """A digest of what ``identity``'s credential entitles it to — its grant set and whether it
+    may use the control tools or see the operator's status — evaluated per request from the token
+    presented (ADR 0011): two tokens of one principal with the same scopes agree; a narrower or
+    wider one does not. Cached per identity (the OAuth edge hands back one object per token)."""
+    grants = identity.grants
+    parts = [str(identity.control_tools), str(identity.operator)]
+    if grants is not None:
+        parts += [grants.policy, *sorted(grants.names), "|", *sorted(grants.sources)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def _invalid(message: str, code: str) -> MCPError:
@@ -101,6 +131,28 @@ class Sessions:
         self._local = local_identity(local)
         self._local_view = local_view
         self.bindings: dict[str, Binding] = {}
+        self._modern: dict[str, list[str]] = {}  # "<principal>@<view>" -> its sessionless binding keys, oldest first
+
+    async def track_use(self, ctx: ServerRequestContext[Any], call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Server middleware: while a request of a session's token runs, the session is in use,
+        and its end is the session's newest activity (idle expiry, ADR 0032). O(1)."""
+        request = ctx.request
+        identity = request.scope.get(IDENTITY_KEY) if request is not None else None
+        session_id = identity.session_id if isinstance(identity, McpIdentity) else None
+        session = self._authority.get(session_id) if session_id is not None else None
+        if session is None:
+            return await call_next(ctx)
+        session.in_flight += 1
+        session.last_active_at = time.time()
+        try:
+            return await call_next(ctx)
+        finally:
+            session.in_flight -= 1
+            session.last_active_at = time.time()
+
+    def connected(self) -> set[str]:
+        """The ids of the sessions an open MCP connection (2025-11-25) is bound to: in use."""
+        return {b.session.id for b in self.bindings.values() if b.era == "legacy"}
 
     async def bind_at_handshake(
         self, ctx: ServerRequestContext[Any], call_next: Callable[[Any], Awaitable[Any]]
@@ -154,17 +206,46 @@ class Sessions:
             elif binding.principal != identity.principal:
                 # The SDK's session manager already answers 404 on HTTP; this holds on any transport.
                 raise _invalid("this MCP session was opened by another identity", "identity_mismatch")
+            elif binding.entitlement != entitlement(identity):
+                # A later token of the same principal with other scopes: its grants are not this
+                # session's, so it may not use them (narrower) nor silently gain (wider).
+                raise _invalid(
+                    "this MCP session was opened with a token granting other names or roles; "
+                    "open a new MCP session with this token",
+                    "grants_changed",
+                )
             elif view is not None and binding.session.view != view:
                 raise _invalid("this MCP session was opened on another view", "wrong_view")
             return binding
         if identity.session_id is not None:
             key = f"session:{identity.session_id}"
         else:
-            key = f"principal:{identity.principal}" if view is None else f"principal:{identity.principal}@{view}"
+            # One session per principal, view and entitlement: a token with other scopes gets the
+            # session of exactly its grants, at once (never the grants another token opened).
+            base = f"principal:{identity.principal}" if view is None else f"principal:{identity.principal}@{view}"
+            key = f"{base}#{entitlement(identity)}"
         binding = self.bindings.get(key)
         if binding is None:
+            if identity.session_id is None:
+                self._make_room(f"{identity.principal}@{view}")
             binding = self._bind("modern", key, identity, view)
+            if identity.session_id is None:
+                self._modern.setdefault(f"{identity.principal}@{view}", []).append(key)
         return binding
+
+    def _make_room(self, principal: str) -> None:
+        """Keep a principal's sessionless bindings under :data:`MODERN_PER_PRINCIPAL`: drop the
+        oldest (its session is removed; the removal listeners forget the binding)."""
+        keys = self._modern.get(principal)
+        if not keys:
+            return
+        keys[:] = [k for k in keys if k in self.bindings]
+        while len(keys) >= MODERN_PER_PRINCIPAL:
+            oldest = self.bindings.get(keys.pop(0))
+            if oldest is not None and oldest.owned:
+                self._authority.remove(oldest.session.id)
+        if not keys:
+            del self._modern[principal]
 
     def forget(self, session_id: str) -> list[str]:
         """Drop every binding of a session that was removed (its token no longer authenticates);
@@ -202,6 +283,7 @@ class Sessions:
             owned=owned,
             control_tools=identity.control_tools,
             operator=identity.operator,
+            entitlement=entitlement(identity),
         )
         binding.last_view = self._authority.view(session, gen) if gen is not None else None
         self.bindings[key] = binding

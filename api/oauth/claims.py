@@ -1,7 +1,9 @@
 """Validated token claims → :class:`Identity` (the claim mapping of ADR 0011).
 
-* **Principal**: ``oauth:<issuer>:<sub>``; a token without ``sub`` (some client-credentials
-  tokens) is its client: ``client_id`` (RFC 9068) or ``azp`` (OpenID). Neither → refused.
+* **Principal**: (issuer, ``sub``, client id) — ``oauth:<issuer>:<sub>#<client>``; the client id
+  is ``client_id`` (RFC 9068) or ``azp`` (OpenID), so two applications of one user are two
+  principals (ADR 0011). A token without ``sub`` (some client-credentials tokens) is its client.
+  Neither → refused.
 * **Scopes**: ``scope`` (RFC 9068: space-separated string) or ``scp`` (string or list: Entra ID,
   Okta). Unknown shapes count as no scopes.
 * **Roles**: ``operator`` when a scope is in ``roles.operator_scopes`` or a claim matches
@@ -88,7 +90,7 @@ def identity_from_claims(
 
     exp = claims.get("exp")
     return Identity(
-        principal=PrincipalId("oauth", issuer, subject),
+        principal=PrincipalId("oauth", issuer, subject, client_id or ""),
         scheme=scheme,
         roles=role_set,
         scopes=scopes,

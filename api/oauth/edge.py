@@ -19,13 +19,15 @@ beside the credentials that were there before (ADR 0011 "Wiring", ADR 0013).
 * the RFC 9728 metadata routes, and the ``resource_metadata`` URL and scopes for ``/mcp``'s
   challenges.
 
-Identity mapping (ADR 0011): the principal is ``oauth:<issuer>:<subject>`` (a token without
-``sub`` is its client); on ``/mcp`` its sessions get the grant set the claim rules give, and an
-operator (operator scope or claim) may use the control tools and sees the operator's status; on
-``/v1`` the operator is an operator, everyone else an owner of its own sessions. The same
-principal owns what it creates on either endpoint. A legacy MCP session is bound to the principal
-(the SDK's session manager and the front door compare it), so a refreshed token of the same
-subject keeps its session and another subject's token gets 404.
+Identity mapping (ADR 0011): the principal is (issuer, subject, client id),
+``oauth:<issuer>:<subject>#<client>`` (a token without ``sub`` is its client); on ``/mcp`` its
+sessions get the grant set the claim rules give *that token*, and an operator (operator scope or
+claim) may use the control tools and sees the operator's status; on ``/v1`` the operator is an
+operator, everyone else an owner of its own sessions. The same principal owns what it creates on
+either endpoint. A legacy MCP session is bound to the principal (the SDK's session manager and
+the front door compare it) and to the grants of the token that opened it: a refreshed token of
+the same subject and client with the same grants keeps its session; another subject's or another
+client's token gets 404, and one with other grants is refused (-32018 ``grants_changed``).
 
 The client's token stops here: nothing on the way to an upstream carries it (upstream credentials
 are per source, ``reconciler/upstream_auth.py``). Nothing of a token is logged; refusals are
@@ -46,7 +48,6 @@ from mcp_reconciler.api.oauth.identity import Identity
 from mcp_reconciler.api.oauth.metadata import metadata_routes
 from mcp_reconciler.api.oauth.resource_server import ResourceServer
 from mcp_reconciler.reconciler import telemetry
-from mcp_reconciler.reconciler.authority import principal_id
 
 __all__ = ["AccessTokens", "ControlBearer", "OAuthEdge", "control_principal", "mcp_identity"]
 
@@ -64,7 +65,7 @@ def mcp_identity(identity: Identity) -> McpIdentity:
     same :class:`Identity` object for every request with the same token)."""
     principal = identity.principal
     return McpIdentity(
-        principal=principal_id("oauth", principal.subject, principal.issuer),
+        principal=str(principal),  # oauth:<issuer>:<subject>[#<client>] (ADR 0011)
         grants=identity.grants,
         control_tools=identity.is_operator,
         operator=identity.is_operator,
@@ -76,8 +77,9 @@ def control_principal(identity: Identity) -> Principal:
     """The ``/v1`` principal of an accepted access token: operator or owner by its roles, with
     the same principal id (``oauth:<issuer>:<subject>``) as on ``/mcp`` (cached like
     :func:`mcp_identity`)."""
+    principal = identity.principal
     return Principal(
-        "operator" if identity.is_operator else "owner", identity.principal.subject, identity.principal.issuer
+        "operator" if identity.is_operator else "owner", principal.subject, principal.issuer, principal.client
     )
 
 

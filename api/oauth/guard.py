@@ -9,9 +9,10 @@ Session binding for free: the guard also sets ``scope["user"]`` to the MCP SDK's
 ``AuthenticatedUser`` for the identity (:func:`sdk_user`). The SDK's streamable-HTTP session
 manager (and the gateway's subclass of it) remembers the ``(client_id, issuer, subject)`` of the
 user that opened a stateful (2025-11-25) session and answers 404 to any request on that session
-from another one. We put the *principal* there — ``(namespace, issuer, subject)`` — not the
-token's client id, so a refreshed token of the same subject keeps its session while another
-subject, or a static owner of the same name, is refused."""
+from another one. We put the *principal* there — its namespace, and its whole id (issuer,
+subject and the token's client id, ADR 0011) as the subject — so a refreshed token of the same
+subject and client keeps its session while another subject, another client application of the
+same user, or a static owner of the same name, is refused."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def sdk_user(identity: Identity) -> AuthenticatedUser:
             client_id=principal.namespace,
             scopes=sorted(identity.scopes),
             expires_at=expires,
-            subject=principal.subject,
+            subject=str(principal),  # the whole principal id: issuer, subject and client (ADR 0011)
             claims={"iss": principal.issuer},
         )
     )

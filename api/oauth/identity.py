@@ -6,7 +6,8 @@ binding) look only at the identity, never at the credential, so "both schemes at
 code path, and a rotated token of the same subject is the same principal (a legacy MCP session
 bound to it survives the rotation; another subject's token is refused).
 
-Namespaces (issue 10, item 3): a principal is ``(namespace, issuer, subject)``. Static operators
+Namespaces (issue 10, item 3): a principal is ``(namespace, issuer, subject)``, and for OAuth
+tokens also the client id (issue 30): ``(oauth, issuer, subject, client)``. Static operators
 live in ``operator``, static owners in ``owner``, token subjects in ``oauth`` under their issuer.
 An owner named ``operator1`` is ``owner::operator1`` and can never equal the operator
 ``operator::operator1``; ``alice`` at one issuer is not ``alice`` at another, nor the static owner
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mcp_reconciler.api.auth import Principal
+from mcp_reconciler.reconciler.authority import oauth_principal_id
 
 __all__ = ["GrantSet", "Identity", "PrincipalId", "Role", "Scheme"]
 
@@ -27,13 +29,18 @@ Scheme = Literal["static", "jwt", "introspection"]
 
 @dataclass(frozen=True, slots=True)
 class PrincipalId:
-    """The stable key of a principal. Equality is all three parts; nothing else identifies."""
+    """The stable key of a principal. Equality is every part; nothing else identifies. An OAuth
+    principal is (issuer, subject, client id): another application's token of the same user is
+    another principal (ADR 0011)."""
 
     namespace: Literal["operator", "owner", "oauth"]
     issuer: str  # "" for static tokens
     subject: str
+    client: str = ""  # the token's client id (azp / client_id); "" for static tokens or none named
 
     def __str__(self) -> str:
+        if self.namespace == "oauth":
+            return oauth_principal_id(self.issuer, self.subject, self.client)
         return f"{self.namespace}:{self.issuer}:{self.subject}"
 
 

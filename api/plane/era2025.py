@@ -16,10 +16,8 @@ principal (I18).
   log records) ride it. The front door holds a push until it is open (``PushGate``).
 - DELETE, the idle timeout (no request and no open stream for ``idle_s``) and shutdown end a
   session exactly once: its connection's exit stack unwinds (the front door's bindings go).
-
 - The relay's server→client requests (sampling, elicitation, roots) ride the request's stream;
   the client's response, POSTed on the session, is handed to the session's ``Replies`` (202).
-
 - Pushes on the GET stream carry event ids; a GET with ``Last-Event-ID`` first replays the kept
   pushes after it (the last :data:`EVENT_HISTORY` per session), then continues live.
 

@@ -34,6 +34,7 @@ import anyio
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
+from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.cluster.store import (
     EVENT_LOG_MAX,
     Event,
@@ -215,16 +216,25 @@ class RedisStore:
         return self._redis
 
     async def _call(self, fn: Callable[[], Awaitable[T]], timeout_s: float | None = None) -> T:
+        # The store's latency and errors by operation (the method that built ``fn``: a fixed set).
+        parts = getattr(fn, "__qualname__", "call").split(".")
+        op = parts[-3] if len(parts) >= 3 and parts[-2] == "<locals>" else parts[-1]
+        started, outcome = anyio.current_time(), "ok"
         try:
             with anyio.fail_after(timeout_s if timeout_s is not None else self._timeout):
                 return await fn()
         except TimeoutError:
+            outcome = "timeout"
             raise StoreUnavailableError("the Redis store did not answer in time") from None
         except ResponseError as exc:
+            outcome = "refused"
             raise StoreUnavailableError(f"the Redis store refused a command: {type(exc).__name__}") from None
         except (RedisError, OSError) as exc:
+            outcome = "unreachable"
             await self._drop_idle_connections()
             raise StoreUnavailableError(f"the Redis store is unreachable: {type(exc).__name__}") from None
+        finally:
+            telemetry.cluster_store_duration.record(anyio.current_time() - started, {"op": op, "outcome": outcome})
 
     async def _drop_idle_connections(self) -> None:
         # One connection failed: the server may have restarted, and then every idle pooled
@@ -350,7 +360,11 @@ class RedisStore:
         if status == "conflict":
             raise ClusterConflictError(f"session {record.id}")
         if status == "limit":
-            raise SessionLimitError(f"at most {max_sessions} sessions may exist; delete unused sessions")
+            raise SessionLimitError(
+                f"at most {max_sessions} sessions may exist (gateway.limits.sessions); delete unused sessions",
+                bound="gateway.limits.sessions",
+                limit=max_sessions,
+            )
         if status == "token":
             raise GrantError("that token is already in use by another session")
         return int(value)
@@ -380,9 +394,18 @@ class RedisStore:
         status, value = await self._call(lambda: self._scripts["hold"](keys=keys, args=args))
         status = _s(status)
         if status == "limit":
-            raise HoldLimitError(f"at most {_s(value)} revision holds may exist; release one first")
+            raise HoldLimitError(
+                f"at most {_s(value)} revision holds may exist (gateway.limits.holds); release one first",
+                bound="gateway.limits.holds",
+                limit=int(_s(value)),
+            )
         if status == "owner":
-            raise HoldLimitError(f"an owner may keep at most {_s(value)} revision holds; release one first")
+            raise HoldLimitError(
+                f"a principal may hold at most {_s(value)} revision holds (gateway.limits.holds_per_principal); "
+                "release one first",
+                bound="gateway.limits.holds_per_principal",
+                limit=int(_s(value)),
+            )
         if status == "slots":
             raise HoldSlotsError(
                 f"holds may keep at most {_s(value)} revisions alive, so that they can never defer publication: "

@@ -134,7 +134,7 @@ class HoldLimits:
     """The limits a hold creation is checked against, atomically with the creation."""
 
     max_holds: int
-    max_per_owner: int | None  # None: no per-owner limit (operators)
+    max_per_owner: int | None  # None: no per-principal limit
     max_held_revisions: int
 
 
@@ -263,9 +263,18 @@ def new_hold_id() -> str:
 def check_hold_limits(record: HoldRecord, holds: Sequence[HoldRecord], limits: HoldLimits) -> None:
     """The hold-creation rule both stores apply (Redis in Lua, with the same messages)."""
     if len(holds) >= limits.max_holds:
-        raise HoldLimitError(f"at most {limits.max_holds} revision holds may exist; release one first")
+        raise HoldLimitError(
+            f"at most {limits.max_holds} revision holds may exist (gateway.limits.holds); release one first",
+            bound="gateway.limits.holds",
+            limit=limits.max_holds,
+        )
     if limits.max_per_owner is not None and sum(1 for h in holds if h.owner == record.owner) >= limits.max_per_owner:
-        raise HoldLimitError(f"an owner may keep at most {limits.max_per_owner} revision holds; release one first")
+        raise HoldLimitError(
+            f"a principal may hold at most {limits.max_per_owner} revision holds "
+            "(gateway.limits.holds_per_principal); release one first",
+            bound="gateway.limits.holds_per_principal",
+            limit=limits.max_per_owner,
+        )
     held = {h.revision for h in holds}
     if record.revision not in held and len(held) >= limits.max_held_revisions:
         raise HoldSlotsError(
@@ -350,7 +359,11 @@ class MemoryStore:
             raise ClusterConflictError(f"session {record.id}")
         if current is None:
             if len(self._sessions) >= max_sessions:
-                raise SessionLimitError(f"at most {max_sessions} sessions may exist; delete unused sessions")
+                raise SessionLimitError(
+                    f"at most {max_sessions} sessions may exist (gateway.limits.sessions); delete unused sessions",
+                    bound="gateway.limits.sessions",
+                    limit=max_sessions,
+                )
             if record.token_hash in self._tokens:
                 raise GrantError("that token is already in use by another session")
             self._tokens[record.token_hash] = record.id

@@ -418,7 +418,7 @@ class ClusterSync:
 
     # -- holds -------------------------------------------------------------------------------
 
-    async def create_hold(self, revision: int, ttl_s: float, *, owner: str, per_owner_limit: bool) -> HoldInfo:
+    async def create_hold(self, revision: int, ttl_s: float, *, owner: str, operator: bool) -> HoldInfo:
         """A hold every replica that has ``revision`` honours, limits checked cluster-wide
         (atomically in the store). Errors as :meth:`HoldRegistry.create`, plus
         ClusterUnavailableError."""
@@ -429,7 +429,9 @@ class ClusterSync:
         self._runtime.get(revision)  # RevisionUnavailableError if not live here
         now = time.time()
         record = HoldRecord(new_hold_id(), revision, owner, now, now + ttl_s)
-        limits = HoldLimits(holds.max_holds, holds.max_per_owner if per_owner_limit else None, holds.max_held_revisions)
+        # The quota as the store checks it: owners stop short of the operators' reserve (ADR 0032).
+        total = holds.max_holds if operator else holds.max_holds - holds.reserve
+        limits = HoldLimits(total, holds.max_per_owner, holds.max_held_revisions)
         try:
             await self.store.create_hold(record, limits=limits, origin=self.replica_id)
         except StoreUnavailableError as exc:

@@ -35,6 +35,7 @@ from mcp_reconciler.reconciler.config.schema import (
     MIN_TOKEN_CHARS,
     RESERVED_SOURCE_NAMES,
     AnonymousSettings,
+    AuditConfig,
     BudgetsConfig,
     ClusterConfig,
     GatewaySettings,
@@ -47,6 +48,7 @@ from mcp_reconciler.reconciler.config.schema import (
     SourceConfig,
     SseTransportConfig,
     StdioTransportConfig,
+    TelemetryConfig,
     TimeoutsConfig,
 )
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig, UpstreamOAuthConfig
@@ -55,6 +57,7 @@ __all__ = [
     "MIN_TOKEN_CHARS",
     "RESERVED_SOURCE_NAMES",
     "AnonymousSettings",
+    "AuditConfig",
     "BudgetsConfig",
     "ClusterConfig",
     "ConfigError",
@@ -72,6 +75,7 @@ __all__ = [
     "SourceConfig",
     "SseTransportConfig",
     "StdioTransportConfig",
+    "TelemetryConfig",
     "TimeoutsConfig",
     "UpstreamOAuthConfig",
     "check_config",

@@ -16,7 +16,13 @@ from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.config.includes import _display_for, _expand_includes, _raw_includes
 from mcp_reconciler.reconciler.config.interpolation import _TYPED_ENV, _TypedEnv
 from mcp_reconciler.reconciler.config.problems import ConfigError, ConfigProblem
-from mcp_reconciler.reconciler.config.schema import ClusterConfig, GatewaySettings, SourceConfig, _MainFile
+from mcp_reconciler.reconciler.config.schema import (
+    ClusterConfig,
+    GatewaySettings,
+    SourceConfig,
+    TelemetryConfig,
+    _MainFile,
+)
 from mcp_reconciler.reconciler.config.specs import (
     _build_curation,
     _build_sessions,
@@ -69,6 +75,8 @@ class LoadedConfig:
     approvals: ApprovalPolicy = NO_APPROVALS
     #: Rate and concurrency limits (ADR 0033).
     limits: LimitPolicy = NO_LIMITS
+    #: Metrics, OTLP export and the audit trail (ADR 0031).
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,6 +223,7 @@ def _load(
         discovery=main.discovery.policy({v.name: v.discovery for v in main.views}),
         approvals=main.approvals.policy(),
         limits=main.rate_limits.policy(),
+        telemetry=main.telemetry,
     )
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -520,6 +521,11 @@ class MetadataSettings(_Frozen):
         )
 
 
+def _count(default: int, description: str, *, least: int = 1) -> Any:
+    """A quota field: a count of at least ``least`` (ADR 0032)."""
+    return Field(default=default, ge=least, description=description)
+
+
 class LimitsConfig(_Frozen):
     """What one HTTP client can make the gateway hold (the ``gateway.limits:`` mapping, I18).
     Read when ``serve`` starts; a reload does not change them."""
@@ -577,6 +583,41 @@ class LimitsConfig(_Frozen):
         description="One message an upstream sends (a stdio line), in bytes: refused while it is read beyond this, "
         "and the call it answers fails naming this key (ADR 0025).",
     )
+    # The control API's quotas (ADR 0032): per principal, in total, and a reserve only operators may
+    # take, so no principal can take what another needs and an operator can always act.
+    sessions: int = _count(10_000, "Control-API and config sessions at once, all principals together (429).")
+    sessions_per_principal: int = _count(
+        1_000, "Sessions one principal (owner, OAuth subject and client, or operator) may own at once."
+    )
+    sessions_operator_reserve: int = _count(
+        100, "The last sessions of `sessions` only an operator may create (owners stop short of them).", least=0
+    )
+    api_session_idle_s: float = Field(
+        default=86_400.0,
+        ge=0,
+        description="A control-API session unused this long is removed (0: never). One in use never expires: a "
+        "call in flight, an open MCP connection or stream, a live hold of its owner, or activity within this time.",
+    )
+    grants_per_session: int = _count(
+        16_384, "Names one session may be granted (429 too_many_grants beyond; a follow session stops growing)."
+    )
+    holds: int = _count(64, "Revision holds at once, all principals together (429 too_many_holds).")
+    holds_per_principal: int = _count(8, "Revision holds one principal may keep at once (operators included).")
+    holds_operator_reserve: int = _count(8, "The last holds of `holds` only an operator may take.", least=0)
+    event_streams: int = _count(32, "GET /v1/events streams open at once, all principals together (429).")
+    event_streams_per_principal: int = _count(8, "Event streams one principal may keep open.")
+    event_streams_operator_reserve: int = _count(
+        4, "The last event streams of `event_streams` only an operator may open.", least=0
+    )
+
+    @model_validator(mode="after")
+    def _reserves_leave_room(self) -> LimitsConfig:
+        # A reserve as large as its total would lock every owner out: refused, not clamped.
+        for key in ("sessions", "holds", "event_streams"):
+            total, reserve = getattr(self, key), getattr(self, f"{key}_operator_reserve")
+            if reserve >= total:
+                raise ValueError(f"{key}_operator_reserve ({reserve}) must be less than {key} ({total})")
+        return self
 
 
 class GatewaySettings(_Frozen):
@@ -666,6 +707,17 @@ class GatewaySettings(_Frozen):
             retiring_max=self.retiring_max,
             operation_deadline_s=self.operation_deadline_s,
             upstream_message_bytes=self.limits.upstream_message_bytes,
+            sessions=self.limits.sessions,
+            sessions_per_principal=self.limits.sessions_per_principal,
+            sessions_operator_reserve=self.limits.sessions_operator_reserve,
+            api_session_idle_s=self.limits.api_session_idle_s,
+            names_per_session=self.limits.grants_per_session,
+            holds=self.limits.holds,
+            holds_per_owner=self.limits.holds_per_principal,
+            holds_operator_reserve=self.limits.holds_operator_reserve,
+            event_streams=self.limits.event_streams,
+            event_streams_per_principal=self.limits.event_streams_per_principal,
+            event_streams_operator_reserve=self.limits.event_streams_operator_reserve,
         )
 
 
@@ -712,6 +764,99 @@ class ClusterConfig(_Frozen):
         return value
 
 
+class AuditConfig(_Frozen):
+    """The audit trail (the ``telemetry.audit:`` mapping, ADR 0031, I23): one JSON line per
+    operation and decision. Read at startup."""
+
+    path: str = Field(
+        min_length=1,
+        description="Where records go: a file path (relative to the config file; rotated by size), or `stderr`.",
+    )
+    max_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=4096,
+        description="A file is rotated (`<path>.1`, `<path>.2`, …) when the next record would take it past this.",
+    )
+    keep: int = Field(
+        default=5, ge=0, le=1000, description="Rotated files kept besides the live one; older ones are deleted."
+    )
+    queue: int = Field(
+        default=10_000,
+        ge=16,
+        le=1_000_000,
+        description="Records waiting for the writer; beyond it records are dropped and counted, a call never "
+        "waits (I23).",
+    )
+    argument_digest: bool = Field(
+        default=False,
+        description="true: records carry a SHA-256 digest of the call's arguments (never the arguments themselves).",
+    )
+
+
+class TelemetryConfig(_Frozen):
+    """Metrics, OTLP export and the audit trail (the ``telemetry:`` mapping, ADR 0031). Read at
+    startup: changing it takes a restart."""
+
+    metrics: bool = Field(
+        default=True,
+        description="Serve `/metrics` (Prometheus text) on the main listener, for operator tokens.",
+    )
+    # Declared before metrics_listen: its validator reads this one.
+    metrics_listen_public: bool = Field(
+        default=False,
+        description="true: `metrics_listen` may be a non-loopback address (anyone who reaches it reads the metrics).",
+    )
+    metrics_listen: str | None = Field(
+        default=None,
+        min_length=3,
+        description="`host:port` of a second listener serving only `/metrics`, without auth (e.g. "
+        "`127.0.0.1:9464`). Loopback only unless `metrics_listen_public` is true.",
+    )
+    served_names_max: int = Field(
+        default=200,
+        ge=0,
+        le=10_000,
+        description="Served names that get their own `name` label on the per-name call metrics; later names are "
+        "counted under `other` (bounded cardinality).",
+    )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        min_length=1,
+        description="OTLP/HTTP base URL spans and metrics are exported to (needs the `[otel]` extra); "
+        "OTEL_EXPORTER_OTLP_ENDPOINT is used when this is absent.",
+    )
+    audit: AuditConfig | None = Field(
+        default=None, description="The audit trail: one JSON line per operation and decision. Absent: off."
+    )
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _host_port(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise PydanticCustomError("host_port", "metrics_listen must be host:port, e.g. 127.0.0.1:9464")
+        if not info.data.get("metrics_listen_public") and not is_loopback(host.strip("[]")):
+            raise PydanticCustomError(
+                "metrics_listen_public",
+                "{host} is not a loopback address and this listener serves /metrics without auth; "
+                "set metrics_listen_public: true to allow it",
+                {"host": host},
+            )
+        return value
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class _MainFile(_Frozen):
     """The main config file (``--config``, ``MCP_RECONCILER_CONFIG``). A drop-in file named by
     ``include`` holds one source mapping (the keys of ``sources`` entries)."""
@@ -730,6 +875,10 @@ class _MainFile(_Frozen):
     )
     cluster: ClusterConfig | None = Field(
         default=None, description="Many replicas sharing sessions, grants, holds and revisions (ADR 0020)."
+    )
+    telemetry: TelemetryConfig = Field(
+        default_factory=TelemetryConfig,
+        description="Metrics (/metrics), OTLP export and the audit trail (ADR 0031); read at startup.",
     )
     # Each is a table per publication.
     views: tuple[ViewConfig, ...] = Field(
@@ -758,7 +907,7 @@ class _MainFile(_Frozen):
         # reporting a type error the operator did not mean to make.
         return () if value is None else value
 
-    @field_validator("gateway", mode="before")
+    @field_validator("gateway", "telemetry", mode="before")
     @classmethod
     def _null_mapping_is_empty(cls, value: Any) -> Any:
         return {} if value is None else value

@@ -192,10 +192,12 @@ async def wait_until(predicate: Callable[[], bool], timeout_s: float = WAIT, wha
 
 
 def assert_error_shape(body: Any, *, forbidden: Sequence[str] = ALL_TOKENS) -> None:
-    """``{"error": {"code": str, "message": str}}`` and nothing else; no token text (I12)."""
+    """``{"error": {"code": str, "message": str}}`` and nothing else (a quota's 429 adds its
+    ``bound`` and ``limit``, ADR 0032); no token text (I12)."""
     assert isinstance(body, dict) and set(body) == {"error"}, body
     err = body["error"]
-    assert isinstance(err, dict) and set(err) == {"code", "message"}, body
+    quota = {"bound", "limit"} if err.get("bound") is not None else set()
+    assert isinstance(err, dict) and set(err) == {"code", "message", *quota}, body
     assert isinstance(err["code"], str) and err["code"], body
     assert isinstance(err["message"], str) and err["message"], body
     text = json.dumps(body)

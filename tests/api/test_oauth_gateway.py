@@ -38,6 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientMetadata
 
 from mcp_reconciler.api.server import Served, serve_http
+from mcp_reconciler.reconciler.authority import oauth_principal_id
 from tests.api.conftest import (
     OPERATOR_TOKEN,
     WAIT,
@@ -349,10 +350,14 @@ async def test_one_subject_cannot_use_another_subjects_legacy_session(tmp_path: 
         ):
             r = await legacy_request(http, served.url, sid, "tools/list", headers=headers)
             assert r.status_code == status and "up__a" not in r.text, (headers, r.text)
-        # A refreshed token of the same subject (another client application too) keeps the session.
-        again = bearer(az.mint("alice", scope="mcp", claims={"client_id": "other-app"}))
+        # A refreshed token of the same subject and client keeps the session; another client
+        # application's token of the same user is another principal (issue 30): 404.
+        again = bearer(az.mint("alice", scope="mcp"))
         listed = await legacy_request(http, served.url, sid, "tools/list", headers=again)
         assert raw_tool_names(listed) >= {"up__a", "up__b"}
+        other_app = bearer(az.mint("alice", scope="mcp", claims={"client_id": "other-app"}))
+        r = await legacy_request(http, served.url, sid, "tools/list", headers=other_app)
+        assert r.status_code == 404 and "up__a" not in r.text
         assert owners(served) == {f"oauth:{az.issuer}:alice", "owner::alice"}
         await http.delete(served.url, headers={**alice, "mcp-session-id": sid})
 
@@ -421,7 +426,8 @@ async def test_the_official_sdk_oauth_client_logs_in_through_the_401(
                 async with Client(streamable_http_client(served.url, http_client=http), mode=mode) as client:
                     assert await tool_names(client) >= {"up__a", "up__b"}
                     assert not (await client.call_tool("up__a", {})).is_error
-                    assert owners(served) == {f"oauth:{az.issuer}:alice"}
+                    assert storage.client is not None  # the principal is (issuer, subject, client id)
+                    assert owners(served) == {oauth_principal_id(az.issuer, "alice", storage.client.client_id or "")}
         # Discovered from the 401: registered itself, authorization code + PKCE for this resource
         # with the challenged scope; one login, one token.
         (visit,) = browser.visits

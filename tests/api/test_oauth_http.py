@@ -181,7 +181,8 @@ async def test_official_sdk_oauth_client_discovers_and_completes_the_flow(mode: 
 
 async def test_a_legacy_session_stays_with_the_subject_that_opened_it() -> None:
     """The guard hands the SDK's session manager the principal: a refreshed token of the same
-    subject keeps the session, another subject (or a static owner of the same name) gets 404."""
+    subject keeps the session, another subject, another client application of the same user
+    (issue 30, ADR 0011) or a static owner of the same name gets 404."""
     async with authz_server() as az, protected_mcp_server(az) as ps:
         az.audience = ps.url
         list_tools = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
@@ -202,9 +203,9 @@ async def test_a_legacy_session_stays_with_the_subject_that_opened_it() -> None:
             # A new token for alice (a refresh): same principal, same session.
             refreshed = await post(az.mint("alice", scope="mcp"), list_tools, session)
             assert refreshed.status_code == 200 and "echo" in refreshed.text
-            # Another subject is refused as if the session did not exist; alice through another
-            # client application is still alice.
+            # Another subject is refused as if the session did not exist; so is alice through
+            # another client application: the identity is (issuer, subject, client id).
             assert (await post(az.mint("bob", scope="mcp"), list_tools, session)).status_code == 404
             other_client = az.mint("alice", scope="mcp", claims={"client_id": "other-app"})
-            assert (await post(other_client, list_tools, session)).status_code == 200  # same principal
+            assert (await post(other_client, list_tools, session)).status_code == 404
         assert [i.subject for i in ps.identities].count("bob") == 1

@@ -87,7 +87,7 @@ async def test_valid_token_gives_a_namespaced_identity_and_is_cached() -> None:
         others = {alg: az.new_key(alg) for alg in ("ES256", "EdDSA", "PS256")}  # published up front
         token = az.mint("alice", scope="mcp tools:read", claims={"client_id": "agent-7"})
         identity = await rs.authenticate(bearer(token))
-        assert identity.principal == PrincipalId("oauth", az.issuer, "alice")
+        assert identity.principal == PrincipalId("oauth", az.issuer, "alice", "agent-7")  # (iss, sub, client)
         assert identity.scheme == "jwt" and identity.roles == {"owner"} and not identity.is_operator
         assert identity.scopes == {"mcp", "tools:read"} and identity.client_id == "agent-7"
         assert identity.expires_at is not None
@@ -170,7 +170,7 @@ async def test_token_types_and_malformed_tokens() -> None:
 async def test_client_credentials_token_without_sub_is_its_client() -> None:
     async with authz_server(audience=RESOURCE) as az, resource_server(az) as rs:
         identity = await rs.authenticate(bearer(az.mint(sub=None, scope="mcp", claims={"azp": "svc-1"})))
-        assert identity.principal == PrincipalId("oauth", az.issuer, "svc-1")
+        assert identity.principal == PrincipalId("oauth", az.issuer, "svc-1", "svc-1")
 
 
 # -- keys: rotation, outages, bounds ------------------------------------------------------------------
@@ -459,7 +459,9 @@ async def test_opaque_tokens_by_introspection() -> None:
         async with resource_server(az, issuer=intro) as rs:
             token = az.mint_opaque("ivan", scope="mcp mcp:admin")
             identity = await rs.require(bearer(token), "operator")
-            assert identity.scheme == "introspection" and identity.principal == PrincipalId("oauth", az.issuer, "ivan")
+            assert identity.scheme == "introspection" and identity.principal == PrincipalId(
+                "oauth", az.issuer, "ivan", "opaque-client"
+            )
             await rs.authenticate(bearer(token))
             assert az.introspections == 1  # cached
             assert (await refused(rs, az.mint_opaque(active=False))).reason == "inactive"

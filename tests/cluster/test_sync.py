@@ -78,7 +78,7 @@ async def test_holds_on_a_are_honoured_on_b_and_revisions_agree(store_factory: F
     async with replica("A", store_factory()) as a, replica("B", store_factory()) as b:
         r1a, r1b = await a.publish(c1), await b.publish(c1)
         assert r1a.revision == r1b.revision
-        info = await a.sync.create_hold(r1a.revision or 0, 60, owner=OWNER, per_owner_limit=True)
+        info = await a.sync.create_hold(r1a.revision or 0, 60, owner=OWNER, operator=False)
         await b.until(lambda: b.holds.get(info.id) is not None)
         r2a, r2b = await a.publish(c2), await b.publish(c2)
         assert r2a.revision == r2b.revision == (r1a.revision or 0) + 1

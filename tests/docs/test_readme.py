@@ -240,6 +240,26 @@ def test_limits_defaults() -> None:
     assert GatewaySettings.model_validate(shown) == defaults
 
 
+def test_quota_blocks() -> None:
+    """The quota refusal the README shows is the one the session quota raises at its default
+    per-principal bound (ADR 0032), and the session JSON fields it shows exist."""
+    from mcp_reconciler.api.wire import SessionOut, error
+    from mcp_reconciler.reconciler.authority import Authority
+    from mcp_reconciler.reconciler.bounds import Bounds
+    from mcp_reconciler.reconciler.errors import SessionLimitError
+
+    authority = Authority(Bounds())
+    for _ in range(Bounds().sessions_per_principal):
+        authority.create("owner::alice", None, operator=False)
+    with pytest.raises(SessionLimitError) as refused:
+        authority.create("owner::alice", None, operator=False)
+    exc = refused.value
+    assert json.loads(block("quota-refusal").text) == error(exc.code, str(exc), bound=exc.bound, limit=exc.limit)
+    shown = json.loads(block("session-expiry").text)
+    assert set(shown) <= set(SessionOut.model_fields)
+    assert shown["expires_at"] == shown["last_active_at"] + Bounds().api_session_idle_s
+
+
 def test_security_blocks(tmp_path: Path) -> None:
     """The Security section's config fragments are valid configs, and the warning it quotes is
     the one ``serve`` prints (``tests/api/test_cli.py::test_serve_warns_when_anonymous_access_is_on``

@@ -51,6 +51,8 @@ CHECKED = {
     "schema-line": "tests/docs/test_config_reference.py::test_readme_schema_line_points_at_the_schema",
     "env-settings": "tests/docs/test_readme_failures.py::test_env_settings_block",
     "source-timeouts": "tests/docs/test_readme_failures.py::test_source_timeouts_block",
+    "quota-refusal": "tests/docs/test_readme.py::test_quota_blocks",
+    "session-expiry": "tests/docs/test_readme.py::test_quota_blocks",
     "upstream-message-error": "tests/e2e/test_upstream_bounds.py::test_an_oversized_answer_is_refused",
     "cluster-config": "tests/cluster/test_readme_cluster.py::test_cluster_config_block",
     "cluster-recipe": "tests/cluster/test_readme_cluster.py::test_recipe_and_haproxy_stickiness (slow)",
@@ -60,6 +62,12 @@ CHECKED = {
     "deploy-layer": "tests/deploy/test_image.py::test_readme_layer_block",
     "deploy-kubernetes": "tests/deploy/test_kubernetes.py::test_readme_kubernetes_block",
     "deploy-systemd": "tests/deploy/test_systemd.py::test_readme_systemd_block",
+    "telemetry-listen-config": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
+    "prometheus-scrape": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
+    "otel-collector": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
+    "audit-config": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
+    "audit-record": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
+    "audit-tail": "tests/docs/test_readme_telemetry.py::test_observe_it_blocks",
 }
 
 

@@ -7,7 +7,8 @@ Run it with the repository root as the working directory (or on ``PYTHONPATH``).
 
 It is a *spawn-snapshot* server, like the staleness incident in docs/DESIGN.md: ``--tools-file`` (a
 JSON list of names) is read once, at spawn, and never again. Every catalog tool echoes its
-arguments plus ``{"pid": ..., "snapshot": <tools at spawn>}``. Control tools are always listed
+arguments plus ``{"pid": ..., "snapshot": <tools at spawn>}`` (and the request's ``_meta``
+``traceparent`` when it carried one). Control tools are always listed
 and callable beside the catalog:
 
 - ``block`` waits until the call is cancelled (to hold a call in flight); with argument
@@ -273,7 +274,11 @@ class UpstreamServer:
             return _text({"tool": name, "stderr": n})
         if name not in self.tools:
             return types.CallToolResult(content=[types.TextContent(type="text", text="unknown tool")], is_error=True)
-        return _text({"tool": name, "args": args, "pid": os.getpid(), "snapshot": self.snapshot})
+        payload = {"tool": name, "args": args, "pid": os.getpid(), "snapshot": self.snapshot}
+        traceparent = (params.meta or {}).get("traceparent")
+        if traceparent is not None:  # the W3C trace context the caller sent (ADR 0031's hop test)
+            payload["traceparent"] = traceparent
+        return _text(payload)
 
 
 async def _block(args: dict[str, Any]) -> types.CallToolResult:

@@ -15,15 +15,15 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_I5_holds_are_bounded_in_count_ttl_and_per_owner() -> None:
-    async with Runtime(Bounds(holds=3, holds_per_owner=2, hold_ttl_max_s=10)) as rt:
+    async with Runtime(Bounds(holds=3, holds_per_owner=2, holds_operator_reserve=0, hold_ttl_max_s=10)) as rt:
         rt.publish(catalog(state("a", ["x"], FakeConnection())))
         holds = HoldRegistry(rt)
         with pytest.raises(HoldError):
             holds.create(1, 11)  # TTL N + 1
-        holds.create(1, 10, owner="alice", per_owner_limit=True)  # TTL = N
-        holds.create(1, 1, owner="alice", per_owner_limit=True)
-        with pytest.raises(HoldLimitError, match="an owner may keep at most 2"):
-            holds.create(1, 1, owner="alice", per_owner_limit=True)
+        holds.create(1, 10, owner="alice", operator=False)  # TTL = N
+        holds.create(1, 1, owner="alice", operator=False)
+        with pytest.raises(HoldLimitError, match="a principal may hold at most 2"):
+            holds.create(1, 1, owner="alice", operator=False)
         holds.create(1, 1, owner="operator")
         with pytest.raises(HoldLimitError, match="at most 3"):
             holds.create(1, 1, owner="operator")
@@ -57,14 +57,14 @@ async def test_I5_holds_cannot_fill_the_retiring_set_so_they_never_defer_publica
         holds = HoldRegistry(rt)
         assert holds.max_held_revisions == 2
         rt.publish(catalog(state("a", ["v1"], FakeConnection())))
-        holds.create(1, 3600, owner="owner::alice", per_owner_limit=True)
+        holds.create(1, 3600, owner="owner::alice", operator=False)
         rt.publish(catalog(state("a", ["v2"], FakeConnection())))
-        holds.create(2, 3600, owner="owner::alice", per_owner_limit=True)  # N = 2 held revisions
+        holds.create(2, 3600, owner="owner::alice", operator=False)  # N = 2 held revisions
         rt.publish(catalog(state("a", ["v3"], FakeConnection())))
         with pytest.raises(HoldSlotsError, match=r"at most 2 revisions alive \(retiring_max 3 - 1\)") as refused:
-            holds.create(3, 3600, owner="owner::bob", per_owner_limit=True)  # N + 1: refused
+            holds.create(3, 3600, owner="owner::bob", operator=False)  # N + 1: refused
         assert refused.value.retryable and refused.value.code == "hold_slots_full"
-        holds.create(1, 60, owner="owner::bob", per_owner_limit=True)  # a held revision may be held again
+        holds.create(1, 60, owner="owner::bob", operator=False)  # a held revision may be held again
 
         # The current revision is busy (an operation) at every publication: the held revisions
         # never take the last retiring slot, so publications keep happening.
