@@ -1,8 +1,10 @@
-"""Every use of an MCP SDK private, in one place (written against ``mcp`` 2.3; pyproject pins <2.4).
+"""Every use of an MCP SDK server-side private, in one place (written against ``mcp`` 2.3; pyproject pins <2.4).
 
 The gateway needs a few things the SDK offers no public way to do. Each is reached here and
-nowhere else, and ``tests/unit/test_sdk_compat.py`` builds the SDK objects for real and fails
-naming the attribute if an SDK release moves it:
+nowhere else (the client-side ones, which the engine's upstream connections need, are in
+``reconciler/sdk_client.py``: the engine may not import this module), and
+``tests/unit/test_sdk_compat.py`` builds the SDK objects for real and fails naming the attribute
+if an SDK release moves it:
 
 1. **The connection behind a legacy request.** A handler's ``ctx.session`` is a new object per
    request; the per-connection ``Connection`` (its ``session_id``, scratch ``state``,
@@ -33,27 +35,11 @@ naming the attribute if an SDK release moves it:
    relay therefore sends the request with a ``request_id`` it minted (``CallOptions``) on the
    request's back-channel — ``ServerSession._request_outbound``, reached by
    :func:`request_channel` — and repeats the cancellation on the session's standalone channel.
-6. **Which call an upstream message belongs to** (behaviour, not an attribute). The
-   streamable-HTTP client transport delivers a message that arrived on a request's own response
-   stream in a copy of the context of the task that sent that request (``ContextSendStream``
-   snapshots, re-entered by the dispatcher's spawn), so a ``ContextVar`` set around the send is
-   visible in the sampling/elicitation/roots/logging callbacks. The relay
-   (``api/frontdoor/relay.py``) attributes messages with it; stdio and SSE carry no such context
-   (the relay falls back to "the only call in flight"). Nothing here reaches a private, but
-   ``tests/unit/test_sdk_compat.py`` checks the behaviour, because attribution depends on it.
-7. **A request whose result the SDK would reject.** A task-augmented ``tools/call`` is answered
-   with a ``CreateTaskResult``, but ``ClientSession.send_request`` validates every ``tools/call``
-   result as a ``CallToolResult`` and raises. :func:`send_raw_request` sends through the
-   session's stamp and dispatcher (``ClientSession._stamp``, ``._dispatcher``; the SDK's own
-   ``listen()`` does the same) and returns the raw result for the caller to validate.
-
-8. **A request sent on the fast lane** (issue 12, ADR 0019; 2025 era: ADR 0024). :func:`post_fast`
-   sends a request through the connection's :class:`~reconciler.fasthttp.JsonRpcPoster` (2026
-   era) or its :class:`~reconciler.legacy_lane.LegacyLane` (2025 era) instead of the
-   SDK's transport, stamped by the session exactly as ``send_request`` stamps it
-   (``ClientSession._stamp``, the same private as 7.) and its result checked exactly as
-   ``send_request`` checks it (``mcp.client.session._clamp_inbound_ttl`` and
-   ``_later_revision_fields``, then the result type).
+6, 7 and 8. (gone) The upstream side's privates — the session's stamp, a raw request, the result
+   check — moved to the engine with the one path of every upstream request
+   (``reconciler/sdk_client.py``, ADR 0030); the streamable-HTTP client's context behaviour
+   (old item 6) is no longer relied on: every request to an HTTP source, and what its stream
+   carries, is handled in the caller's task by the source's peer (``reconciler/http_peer.py``).
 
 9. **The SDK's OpenTelemetry server middleware** (``mcp.server._otel.OpenTelemetryMiddleware``,
    installed by every ``Server``): :func:`gate_otel_middleware` makes it run only while a tracer
@@ -103,23 +89,18 @@ request; instance attributes can only be checked on real objects (the unit tests
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import hashlib
-import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Any
 
-import anyio
 import httpx2
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
-from mcp import ClientSession, MCPError
-from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
 from mcp.server import ServerRequestContext
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
@@ -136,35 +117,25 @@ from mcp.server.streamable_http import (
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.dispatcher import CallOptions, Outbound
-from mcp.shared.inbound import MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import DEFAULT_NEGOTIATED_VERSION, JSONRPCRequest, jsonrpc_message_adapter
-from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from opentelemetry import trace as otel_trace
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mcp_reconciler.api.request_stream import PendingAnswers, RequestStream, encode_priming
 from mcp_reconciler.api.standalone_stream import StandaloneStream
-from mcp_reconciler.reconciler.fasthttp import ResponseError
 from mcp_reconciler.reconciler.model import EntryKind
+from mcp_reconciler.reconciler.sdk_client import TESTED_SDK, SDKChangedError
 
-#: The SDK minor version this module was written and tested against (pyproject pins it).
-TESTED_SDK = "2.3"
+__all__ = ["TESTED_SDK", "SDKChangedError"]  # re-exported: one error for every SDK private
+
 
 #: Key under which a connection without a transport session id (stdio, in-memory) keeps the
 #: front door's binding key in its per-connection scratch ``state``.
 _STATE_KEY = "gw.key"
-
-
-class SDKChangedError(RuntimeError):
-    """An SDK private this module relies on is gone or changed shape. The message names it."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(
-            f"mcp SDK changed: {what} is missing or changed (api/sdk_compat.py was written for mcp {TESTED_SDK}.x)"
-        )
 
 
 def _require_hook(cls: type[Any], name: str) -> None:
@@ -279,113 +250,8 @@ async def push_resource_updated(conn: Connection, uri: str) -> None:
 def resource_updated_message(uri: str) -> tuple[types.JSONRPCNotification, str]:
     """The ``notifications/resources/updated`` message for ``uri`` and its wire JSON, built as
     the SDK's dispatcher builds it — once per URI, however many sessions are told (item 11)."""
-    message = types.JSONRPCNotification(
-        jsonrpc="2.0", method="notifications/resources/updated", params={"uri": uri}
-    )
+    message = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/resources/updated", params={"uri": uri})
     return message, message.model_dump_json(by_alias=True, exclude_unset=True)
-
-
-# -- 7. a request whose result the SDK would reject -----------------------------------------------
-
-
-async def send_raw_request(session: ClientSession, request: Any, *, timeout_s: float | None = None) -> dict[str, Any]:
-    """Send ``request`` (an ``mcp_types`` request model) on ``session`` exactly as
-    ``send_request`` would — protocol stamp, ``Mcp-Name`` header, timeout (``timeout_s``, else
-    the session's read timeout) — and return the raw result dict, unvalidated. Raises
-    ``MCPError`` for an error response, a timeout or a closed connection, like ``send_request``."""
-    try:
-        stamp = session._stamp
-        dispatcher = session._dispatcher
-        default_timeout = session._session_read_timeout_seconds
-    except AttributeError as exc:
-        raise SDKChangedError(f"ClientSession.{exc.name}") from None
-    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-    opts: CallOptions = {}
-    stamp(data, opts)
-    key = type(request).name_param
-    name = (data.get("params") or {}).get(key) if key is not None else None
-    if isinstance(name, str):
-        opts.setdefault("headers", {}).setdefault(MCP_NAME_HEADER, encode_header_value(name))
-    timeout = timeout_s if timeout_s is not None else default_timeout
-    if timeout is not None:
-        opts["timeout"] = timeout
-    raw = await dispatcher.send_raw_request(data["method"], data.get("params"), opts)
-    return dict(raw)
-
-
-# -- 8. a request on the fast lane ---------------------------------------------------------------
-
-#: Request ids of the fast lane: a space of their own, far from the dispatcher's small integers
-#: (each POST is its own exchange in the 2026 era, but logs stay unambiguous).
-_fast_ids = itertools.count(1 << 40)
-
-
-async def post_fast(conn: Any, request: Any, result_type: Any, *, timeout_s: float | None = None) -> Any | None:
-    """Send ``request`` (an ``mcp_types`` request model) on ``conn``'s fast lane and return the
-    result validated as ``ClientSession.send_request`` would; ``None`` (nothing sent) when the
-    exchange must take the SDK's transport (see :func:`post_fast_raw`)."""
-    raw = await post_fast_raw(conn, request, timeout_s=timeout_s)
-    return None if raw is None else validate_result(conn, request.method, raw, result_type)
-
-
-async def post_fast_raw(conn: Any, request: Any, *, timeout_s: float | None = None) -> dict[str, Any] | None:
-    """Send ``request`` on ``conn``'s fast lane and return the raw result dict, unvalidated;
-    ``None`` (nothing sent) when the exchange must take the SDK's transport: no poster (not plain
-    HTTP), or a legacy-era connection without a lane (``reconciler/legacy_lane.py``: its
-    server's requests on the stream are answered by ``conn.serve_request``). Stamped as
-    ``send_request`` stamps it; notifications on the response
-    stream (log records the request opted into) reach ``conn.deliver`` in order, in the
-    caller's task and context (where the relay attributes them), before the result. Raises
-    ``MCPError`` for an error response or a timeout (as the SDK does),
-    ``UpstreamUnavailableError`` when the exchange breaks."""
-    lane = getattr(conn, "lane", None) if conn.legacy else None
-    poster = getattr(conn, "poster", None)
-    if lane is None and (poster is None or conn.legacy):
-        return None
-    session = conn.client.session
-    try:
-        stamp = session._stamp
-        default_timeout = session._session_read_timeout_seconds
-    except AttributeError as exc:
-        raise SDKChangedError(f"ClientSession.{exc.name}") from None
-    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-    opts: CallOptions = {}
-    stamp(data, opts)
-    params = data.get("params") or {}
-    method: str = data["method"]
-    message = {"jsonrpc": "2.0", "id": next(_fast_ids), "method": method, "params": params}
-    timeout = timeout_s if timeout_s is not None else default_timeout
-    try:
-        with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
-            headers = opts.get("headers", {})
-            if lane is not None:
-                raw: dict[str, Any] = await lane.call(message, headers, conn.serve_request, conn.deliver)
-            else:
-                assert poster is not None  # no lane, so the 2026 lane's poster (checked above)
-                raw = await poster.post(message, headers, conn.deliver)
-    except TimeoutError:
-        raise MCPError(code=types.REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
-    except ResponseError as exc:
-        raise MCPError.from_error_data(types.ErrorData.model_validate(exc.error)) from None
-    return raw
-
-
-def validate_result(conn: Any, method: str, raw: dict[str, Any], result_type: Any) -> Any:
-    """``raw`` (a result of ``method`` received on ``conn``) checked and typed exactly as the
-    tail of ``ClientSession.send_request`` does it; raises ``pydantic.ValidationError`` for a
-    result that does not conform to the negotiated version."""
-    try:
-        version = conn.client.session._negotiated_version or "2025-11-25"
-    except AttributeError as exc:
-        raise SDKChangedError(f"ClientSession.{exc.name}") from None
-    _clamp_inbound_ttl(raw)
-    with contextlib.suppress(KeyError):
-        _methods.validate_server_result(method, version, raw)
-    if not (foreign := _later_revision_fields(method, version)).isdisjoint(raw):
-        raw = {key: value for key, value in raw.items() if key not in foreign}
-    if isinstance(result_type, TypeAdapter):
-        return result_type.validate_python(raw, by_name=False)
-    return result_type.model_validate(raw, by_name=False)
 
 
 # -- 10. the wire form of a handler's result ---------------------------------------------------
@@ -588,7 +454,6 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         except AttributeError:
             raise SDKChangedError("StreamableHTTPServerTransport._request_streams") from None
         return GET_STREAM_KEY in streams
-
 
     def standalone_stream(self, http_session_id: str) -> StandaloneStream | None:
         """The session's open GET stream when it is written directly (item 11), for a push that

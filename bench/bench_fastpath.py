@@ -1,7 +1,8 @@
 """Fast-path benchmark (issue 12): what one gateway hop costs, against the same upstream called
 directly, in one run on one machine.
 
-Run from the repo root:  python bench/bench_fastpath.py [--quick] [--profile] [--json PATH]   (make bench-fastpath)
+Run from the repo root:  python bench/bench_fastpath.py [--quick] [--calls-only] [--profile] [--json PATH]
+(make bench-fastpath)
 
 Set-up: an echo upstream (``tests.support.upstream_server``) over streamable HTTP on 127.0.0.1,
 and the gateway as a real ``mcp-reconciler serve`` subprocess with two sources on that program:
@@ -13,8 +14,10 @@ so they see the same background load; ``loadavg`` is printed with every table, b
 is shared. Compare ratios within one run, not absolute figures across runs.
 
 Two gateways run side by side on the same config and upstreams: one with the fast lane (the
-default) and one with ``MCP_RECONCILER_FAST_LANE=0`` (the normal lane, i.e. the gateway before
-issue 12), so "before" and "after" are measured in the same run, interleaved.
+default) and one with ``MCP_RECONCILER_FAST_LANE=0`` (the front door's normal lane), so both are
+measured in the same run, interleaved. Since ADR 0030 the switch no longer touches the upstream
+side (every request to an HTTP source takes its peer either way); to compare upstream code
+before and after, run this file against each checkout in the same period.
 
 1. Sequential calls: p50/p99 per path, added p50 (gateway - direct HTTP, as in the issue), and
    the gateway's CPU ms per call.
@@ -400,6 +403,8 @@ async def amain() -> dict[str, Any]:
                 ("gw fast lane   -> stdio upstream", gw_url, "s__echo", gw_pid),
             ]
             calls = await bench_calls(paths)
+        if "--calls-only" in sys.argv:  # rows 1-2 only (e.g. the upstream side before/after)
+            return {"loadavg_end": loadavg(), "calls": calls}
         lists = {"normal": await bench_list(tmp, False), "fast": await bench_list(tmp, True)}
     return {"loadavg_end": loadavg(), "calls": calls, "list": lists}
 

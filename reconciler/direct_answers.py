@@ -28,8 +28,8 @@ by the server (its request is already settled), a lost one would hang the upstre
 non-2xx status is the server's word on a message it read; the SDK ignores it for answers and
 notifications, and so does this.
 
-Used only where the fast lane's poster can be: ``http://`` URLs without OAuth, and not when
-``MCP_RECONCILER_FAST_LANE=0`` (``reconciler/upstream.py``, :func:`~reconciler.upstream.fast_poster`)."""
+Used for every streamable-HTTP source (``reconciler/transports.py``); the poster is the source's
+peer's (``reconciler/http_peer.py``), with its OAuth token and TLS."""
 
 from __future__ import annotations
 
@@ -62,32 +62,45 @@ _direct = telemetry.meter.create_counter(
 
 class SessionHeaders:
     """The session id and protocol version the SDK's transport last sent (``observe`` is an
-    ``httpx2`` request hook on its client). Empty until the transport's first request that
-    carries a session id — ``notifications/initialized``, right after the handshake."""
+    ``httpx2`` request hook on its client). The session is *established* at the first POST
+    after a successful answer to a POST without a session id (``observe_response``, a response
+    hook: the initialize answer, which gives the id, or none from a stateless server) — the
+    SDK's ``notifications/initialized``, just after the handshake."""
 
     def __init__(self) -> None:
         self._headers: dict[str, str] = {}
-        self.established = anyio.Event()  # set once there are headers
+        self._opened = False  # the initialize answer was seen
+        self._known = False
+        self.established = anyio.Event()  # set once the session is known
+
+    async def observe_response(self, response: httpx2.Response) -> None:
+        """Note the session a successful POST without a session id opened (the initialize
+        answer's ``Mcp-Session-Id``; none from a stateless server)."""
+        request = response.request
+        if request.method != "POST" or _SESSION in request.headers or not 200 <= response.status_code < 300:
+            return
+        session = response.headers.get(_SESSION)
+        self._headers = {_SESSION: session} if session is not None else {}
+        self._opened = True
 
     async def observe(self, request: httpx2.Request) -> None:
-        """Remember the session headers of ``request`` (a POST that carries a session id)."""
-        if request.method != "POST":
+        """Remember the session headers of ``request`` (a POST after the session opened)."""
+        if request.method != "POST" or not self._opened:
             return
         session = request.headers.get(_SESSION)
-        if session is None:
-            return
         version = request.headers.get(_VERSION)
-        headers = {_SESSION: session}
+        headers = {_SESSION: session} if session is not None else {}
         if version is not None:
             headers[_VERSION] = version
-        if headers != self._headers:
+        if headers != self._headers or not self._known:
             self._headers = headers
+            self._known = True
             self.established.set()
 
     @property
     def current(self) -> Mapping[str, str] | None:
-        """The headers to send with a direct POST, or ``None`` before there is a session."""
-        return self._headers or None
+        """The headers to send with a direct POST, or ``None`` before the session is known."""
+        return self._headers if self._known else None
 
 
 def _goes_direct(item: SessionMessage) -> bool:

@@ -38,14 +38,15 @@ from __future__ import annotations
 import json
 import logging
 import select
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import anyio
 import httptools
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import ByteStream, SocketAttribute
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.errors import UpstreamUnavailableError
@@ -186,19 +187,42 @@ class _Response:
         return self.answer is None
 
 
+class BearerSource(Protocol):
+    """Where a poster gets its ``Authorization: Bearer`` token (an upstream OAuth source,
+    ``reconciler/upstream_auth.py``): ``token()`` a current one, ``renew(rejected)`` another one
+    after the upstream refused ``rejected`` with ``401``."""
+
+    async def token(self) -> str:
+        """A token that is not about to expire."""
+        ...
+
+    async def renew(self, rejected: str) -> str:
+        """A token other than ``rejected``, if the endpoint gives one."""
+        ...
+
+
 class JsonRpcPoster:
-    """POSTs JSON-RPC requests to ``url`` (``http://`` only) over pooled keep-alive connections.
-    ``headers`` go on every request (the source's configured headers). Close with :meth:`aclose`;
-    an exchange in flight then fails like a broken connection."""
+    """POSTs JSON-RPC requests to ``url`` (``http://`` or ``https://``) over pooled keep-alive
+    connections. ``headers`` go on every request (the source's configured headers); ``auth``
+    adds a bearer token to every request and renews it once on a ``401`` (the request was
+    refused, never run, so sending it again is safe); ``on_status`` sees each request's HTTP
+    status (the operator's evidence of a failure, ``reconciler/failure_cause.py``). Close with
+    :meth:`aclose`; an exchange in flight then fails like a broken connection."""
 
     def __init__(self, url: str, headers: Mapping[str, str] | None = None, *, max_idle: int = 64,
                  connect_timeout_s: float = 10.0, max_message_bytes: int = MAX_BODY_BYTES,
-                 source: str = "?") -> None:  # fmt: skip
+                 source: str = "?", auth: BearerSource | None = None,
+                 ssl_context: ssl.SSLContext | None = None,
+                 on_status: Callable[[int], None] | None = None) -> None:  # fmt: skip
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"JsonRpcPoster needs an http:// URL, not {url!r}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"JsonRpcPoster needs an http:// or https:// URL, not {url!r}")
+        self._tls = parts.scheme == "https"
+        self._ssl_context = ssl_context
+        self._auth = auth
+        self._on_status = on_status  # sees every exchange's HTTP status (a failure's evidence)
         self._host = parts.hostname
-        self._port = parts.port or 80
+        self._port = parts.port or (443 if self._tls else 80)
         path = parts.path or "/"
         self._target = (path + (f"?{parts.query}" if parts.query else "")).encode()
         host_header = parts.netloc.rsplit("@", 1)[-1]
@@ -206,13 +230,18 @@ class JsonRpcPoster:
                  "content-type": "application/json", "user-agent": "mcp-reconciler"}  # fmt: skip
         fixed.update({k.lower(): v for k, v in (headers or {}).items()})
         self._fixed = fixed
-        self._idle: list[tuple[SocketStream, float]] = []  # (connection, idle since)
+        self._idle: list[tuple[ByteStream, float]] = []  # (connection, idle since)
         self._max_idle = max_idle
         self._connect_timeout_s = connect_timeout_s
         self._max_message_bytes = max_message_bytes
         self._source = source
         self._closed = False
         self.exchanges = 0  # requests answered (for status and tests)
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The bound every message is held to (``limits.upstream_message_bytes``)."""
+        return self._max_message_bytes
 
     async def aclose(self) -> None:
         """Close every idle connection; later exchanges fail."""
@@ -229,6 +258,7 @@ class JsonRpcPoster:
         on_message: OnMessage | None = None,
         *,
         resume: bool = False,
+        bound: tuple[str, int] | None = None,
     ) -> dict[str, Any]:
         """Send ``message`` (a JSON-RPC request with an ``id``) with ``headers`` added and return
         its response's ``result``. Every other message on an SSE response stream (a log record
@@ -236,19 +266,42 @@ class JsonRpcPoster:
         ``on_message`` as it arrives, in order, before this returns (skipped without one).
         ``resume``: an SSE stream that ends before the response, after an event with an id, is
         resumed as the 2025-11-25 era does it (:meth:`_resume`). Raises :class:`ResponseError`
-        for a JSON-RPC error, :class:`UpstreamUnavailableError` when the exchange breaks."""
-        for _ in range(MAX_REDIRECTS + 1):
-            response = await self._post_once(self._encode(message, headers), message.get("id"), on_message)
+        for a JSON-RPC error, :class:`UpstreamUnavailableError` when the exchange breaks.
+        ``bound``: (config key, bytes) a message of this exchange is held to instead of
+        ``limits.upstream_message_bytes`` (a list page: ``bytes_per_candidate``)."""
+        bound = bound or (MESSAGE_BOUND_KEY, self._max_message_bytes)
+        headers = await self._authorized(headers)
+        for _ in range(MAX_REDIRECTS + 2):
+            response = await self._post_once(self._encode(message, headers), message.get("id"), on_message, bound)
+            if self._on_status is not None:
+                self._on_status(response.status)
+            if response.status == 401 and self._auth is not None and (renewed := await self._renewed(headers)):
+                headers = renewed
+                continue  # refused before it ran: safe to send again, with a new token
             location = response.headers.get(b"location") if response.status in (307, 308) else None
             if location is None or not self._follow(location.decode("latin-1")):
                 self.exchanges += 1
                 if resume and response.unanswered() and response.last_event_id is not None:
-                    response = await self._resume(response, headers, on_message)
+                    response = await self._resume(response, headers, on_message, bound)
                 return _result_of(response)
         raise ResponseError({"code": -32600, "message": "too many redirects"})
 
+    async def _authorized(self, headers: Mapping[str, str]) -> Mapping[str, str]:
+        """``headers`` with the bearer token, when the source authenticates."""
+        if self._auth is None:
+            return headers
+        return {**headers, "authorization": f"Bearer {await self._auth.token()}"}
+
+    async def _renewed(self, headers: Mapping[str, str]) -> Mapping[str, str] | None:
+        """``headers`` with a renewed token after a ``401``; ``None`` when the token endpoint
+        gave the same one again (the upstream's refusal stands)."""
+        assert self._auth is not None
+        rejected = str(headers.get("authorization", ""))[len("Bearer ") :]
+        renewed = await self._auth.renew(rejected)
+        return None if renewed == rejected else {**headers, "authorization": f"Bearer {renewed}"}
+
     async def _resume(
-        self, broken: _Response, headers: Mapping[str, str], on_message: OnMessage | None
+        self, broken: _Response, headers: Mapping[str, str], on_message: OnMessage | None, bound: tuple[str, int]
     ) -> _Response:
         """Follow a request stream the server ended before the response (servers do it on
         purpose, to make clients poll): after the server's ``retry`` delay (else
@@ -261,7 +314,7 @@ class JsonRpcPoster:
             head = {**headers, "accept": "text/event-stream", "last-event-id": str(last_id)}
             try:
                 get = self._encode_get(head)
-                response = await self._post_once(get, broken.request_id, on_message, until_answer=True)
+                response = await self._post_once(get, broken.request_id, on_message, bound, until_answer=True)
             except UpstreamUnavailableError:
                 response = None
             if response is None or not response.sse:
@@ -280,8 +333,13 @@ class JsonRpcPoster:
         ``headers`` added, and return the HTTP status (a server accepts it with ``202`` and an
         empty body, which is read so the connection is reused). No JSON-RPC answer is expected,
         so none is looked for; raises :class:`UpstreamUnavailableError` when the exchange breaks."""
+        bound = (MESSAGE_BOUND_KEY, self._max_message_bytes)
+        headers = await self._authorized(headers)
         for _ in range(MAX_REDIRECTS + 1):
-            response = await self._post_once(self._encode(message, headers), None, None)
+            response = await self._post_once(self._encode(message, headers), None, None, bound)
+            if response.status == 401 and self._auth is not None and (renewed := await self._renewed(headers)):
+                headers = renewed
+                continue
             location = response.headers.get(b"location") if response.status in (307, 308) else None
             if location is None or not self._follow(location.decode("latin-1")):
                 self.exchanges += 1
@@ -298,13 +356,19 @@ class JsonRpcPoster:
         return True
 
     async def _post_once(
-        self, request: bytes, request_id: Any, on_message: OnMessage | None, *, until_answer: bool = False
+        self,
+        request: bytes,
+        request_id: Any,
+        on_message: OnMessage | None,
+        bound: tuple[str, int],
+        *,
+        until_answer: bool = False,
     ) -> _Response:
         for attempt in (0, 1):
             stream, reused = await self._checkout()
             done = False
             try:
-                response, keep = await self._exchange(stream, request, request_id, on_message, until_answer)
+                response, keep = await self._exchange(stream, request, request_id, on_message, bound, until_answer)
                 done = True
             except _StaleConnection:
                 if not reused or attempt:
@@ -337,7 +401,7 @@ class JsonRpcPoster:
         head += "".join(f"{k}: {v}\r\n" for k, v in merged.items()).encode("latin-1") + b"\r\n"
         return head + body
 
-    async def _checkout(self) -> tuple[SocketStream, bool]:
+    async def _checkout(self) -> tuple[ByteStream, bool]:
         if self._closed:
             raise UpstreamUnavailableError("connection pool closed")
         while self._idle:
@@ -348,27 +412,35 @@ class JsonRpcPoster:
                 await stream.aclose()
         try:
             with anyio.fail_after(self._connect_timeout_s):
+                if self._tls:
+                    context = self._ssl_context or ssl.create_default_context()
+                    tls = await anyio.connect_tcp(
+                        self._host, self._port, tls=True, ssl_context=context, tls_standard_compatible=False
+                    )
+                    return tls, False
                 return await anyio.connect_tcp(self._host, self._port), False
         except (OSError, TimeoutError) as exc:
             raise UpstreamUnavailableError(type(exc).__name__) from None
 
-    def _refused(self, size: int) -> MessageBoundError:
-        """A message passed the bound: the call's error. The connection is then dropped (the rest
-        is never read), which on the 2026 wire is also the request's cancellation."""
-        log.warning(
-            "upstream %s: message over %s (%d bytes) refused after %d bytes",
-            self._source,
-            MESSAGE_BOUND_KEY,
-            self._max_message_bytes,
-            size,
-        )
-        telemetry.upstream_messages_refused.add(1, {"source": self._source, "bound": MESSAGE_BOUND_KEY})
-        return MessageBoundError(MESSAGE_BOUND_KEY, self._max_message_bytes, size)
+    def refused(self, bound: tuple[str, int], size: int) -> MessageBoundError:
+        """A message passed ``bound`` (config key, limit) at ``size``: the call's error, logged for
+        the operator. Raised while reading, the connection is then dropped (the rest is never
+        read), which on the 2026 wire is also the request's cancellation."""
+        key, limit = bound
+        log.warning("upstream %s: message over %s (%d bytes) refused after %d bytes", self._source, key, limit, size)
+        telemetry.upstream_messages_refused.add(1, {"source": self._source, "bound": key})
+        return MessageBoundError(key, limit, size)
 
     async def _exchange(
-        self, stream: SocketStream, request: bytes, request_id: Any, on_message: OnMessage | None, until_answer: bool
+        self,
+        stream: ByteStream,
+        request: bytes,
+        request_id: Any,
+        on_message: OnMessage | None,
+        bound: tuple[str, int],
+        until_answer: bool,
     ) -> tuple[_Response, bool]:
-        response = _Response(request_id=request_id, max_bytes=self._max_message_bytes)
+        response = _Response(request_id=request_id, max_bytes=bound[1])
         parser = httptools.HttpResponseParser(response)
         response.parser = parser
         try:
@@ -389,7 +461,7 @@ class JsonRpcPoster:
                 parser.feed_data(data)
             except httptools.HttpParserCallbackError:
                 if response.refused:
-                    raise self._refused(response.refused) from None
+                    raise self.refused(bound, response.refused) from None
                 raise
             if response.is_sse(parser):
                 for other in response.take_messages():
@@ -418,7 +490,7 @@ class _StaleConnection(Exception):
     """The request could not be written: the server had closed the connection."""
 
 
-def _readable(stream: SocketStream) -> bool:
+def _readable(stream: ByteStream) -> bool:
     """Whether an idle connection has something to read: the server's FIN or reset, or bytes
     no request asked for. Either way it must not carry another request."""
     sock = stream.extra(SocketAttribute.raw_socket)

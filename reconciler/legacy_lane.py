@@ -1,4 +1,4 @@
-"""Calls to a 2025-era HTTP upstream without the SDK's transport: the legacy fast lane (issue 11).
+"""Requests to a 2025-era HTTP upstream without the SDK's transport: the HTTP peer's 2025 era (issues 11, 25).
 
 The 2026 era's fast lane (``reconciler/fasthttp.py``, ADR 0019) POSTs a call and reads its one
 response. A 2025-11-25 call's response stream can carry more: the server's own requests
@@ -27,9 +27,8 @@ request arriving and the relay seeing it, on the path the relay's target is meas
   and tells the server with ``notifications/cancelled``, as the SDK does; requests still being
   answered for the call are cancelled when it ends, whatever ends it.
 
-Used only where the connection has a lane (``reconciler/transports.py``: plain ``http://``
-without OAuth, lane not switched off) and the session is known; the caller falls back to the
-SDK's transport otherwise (``api/sdk_compat.py``, item 8)."""
+The 2025 era of every streamable-HTTP source's peer (``reconciler/http_peer.py``, ADR 0030):
+every request to such a source takes it, once its session is known; there is no other path."""
 
 from __future__ import annotations
 
@@ -69,23 +68,28 @@ class LegacyLane:
         self._answers = answers
 
     async def established(self) -> None:
-        """Wait until the lane is :attr:`ready` (the SDK's transport sends the session's first
-        request that carries its id, ``notifications/initialized``, just after the handshake;
-        calls before then take the SDK's transport)."""
+        """Wait until the lane is :attr:`ready` (the session's id, or its absence, is known from
+        the initialize response, ``direct_answers.SessionHeaders``)."""
         await self._answers.headers.established.wait()
 
     @property
     def ready(self) -> bool:
-        """Whether the session is established (it has an id the lane can send)."""
+        """Whether the session is established (its headers are known)."""
         return self._answers.headers.current is not None
 
     async def call(
-        self, message: Mapping[str, Any], headers: Mapping[str, str], serve: ServeRequest, deliver: Deliver
+        self,
+        message: Mapping[str, Any],
+        headers: Mapping[str, str],
+        serve: ServeRequest,
+        deliver: Deliver,
+        *,
+        bound: tuple[str, int] | None = None,
     ) -> dict[str, Any]:
         """Send the request ``message`` (its ``id`` unique in the session) with ``headers`` and
         return its result. Raises :class:`~reconciler.fasthttp.ResponseError` for a JSON-RPC
         error, :class:`~reconciler.errors.UpstreamUnavailableError` when the exchange breaks or
-        the session is not established."""
+        the session is not established. ``bound``: as :meth:`JsonRpcPoster.post`'s."""
         session = self._answers.headers.current
         if session is None:
             raise UpstreamUnavailableError("the upstream session is not established")
@@ -109,7 +113,7 @@ class LegacyLane:
 
             failure: Exception | None = None
             try:
-                result = await poster.post(message, {**headers, **session}, on_message, resume=True)
+                result = await poster.post(message, {**headers, **session}, on_message, resume=True, bound=bound)
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_NOTICE_S):
                     await self._cancelled(message.get("id"), session)

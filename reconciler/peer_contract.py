@@ -3,8 +3,10 @@
 An upstream *channel* is what one connected source speaks JSON-RPC through: the pair of
 streams the MCP client session reads :class:`~mcp.shared.message.SessionMessage` items (or
 transport ``Exception`` values) from and writes them to. The stdio channel is ours
-(``reconciler/stdio_peer.py``); see ADR 0025 for which HTTP paths are ours today and which
-still ride the SDK's transports.
+(``reconciler/stdio_peer.py``); every request to a streamable-HTTP source goes through that
+source's peer (``reconciler/http_peer.py``, ADR 0030), which keeps guarantees 1, 2 and 4 per
+request (a refused message drops its connection: 3 is "recycled"); see ADR 0030 for the streams
+the SDK's client still reads.
 
 Guarantees of a channel that keeps :class:`UpstreamChannel` (the stdio one does; the tests in
 ``tests/integration/test_stdio_peer.py`` check each):
@@ -129,7 +131,8 @@ LIST_FIELDS = ("tools", "resources", "resourceTemplates", "prompts")
 def is_list_method(message: Any) -> bool:
     """Whether an outgoing JSON-RPC message asks for a list page (its answer is bounded by the
     listing's bounds as well as the message bound)."""
-    return getattr(message, "method", None) in _LIST_METHODS
+    return getattr(message, "method", None) in LIST_METHODS
 
 
-_LIST_METHODS = frozenset({"tools/list", "resources/list", "resources/templates/list", "prompts/list"})
+#: The methods whose answers are list pages.
+LIST_METHODS = frozenset({"tools/list", "resources/list", "resources/templates/list", "prompts/list"})

@@ -31,13 +31,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_reconciler.reconciler.direct_answers import DirectAnswers, SessionHeaders
 from mcp_reconciler.reconciler.failure_cause import Evidence
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
+from mcp_reconciler.reconciler.http_peer import HttpPeer
 from mcp_reconciler.reconciler.keepalive import KeepAliveTransport
-from mcp_reconciler.reconciler.legacy_lane import LegacyLane
 from mcp_reconciler.reconciler.logsource import StderrSink, pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.peer_contract import DEFAULT_UPSTREAM_MESSAGE_BYTES
 from mcp_reconciler.reconciler.stdio_peer import stdio_channel
-from mcp_reconciler.reconciler.upstream_auth import client_credentials_auth
+from mcp_reconciler.reconciler.upstream_auth import ClientCredentialsAuth, client_credentials_auth
 
 STREAM_TYPES = ("stdio", "http", "sse")
 
@@ -151,26 +151,27 @@ def _headers(transport: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (transport.get("headers") or {}).items()}
 
 
-def poster_for(spec: SourceSpec, message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES) -> JsonRpcPoster | None:
-    """A keep-alive poster for ``spec``'s endpoint (``reconciler/fasthttp.py``), or ``None`` when
-    only the SDK's transport may talk to it: not streamable HTTP, not ``http://``, OAuth (the
-    SDK's auth flow adds the token), or the fast lane switched off (``MCP_RECONCILER_FAST_LANE=0``)."""
+def http_peer_for(
+    spec: SourceSpec,
+    auth: ClientCredentialsAuth | None,
+    *,
+    message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES,
+    evidence: Evidence | None = None,
+) -> JsonRpcPoster:
+    """The keep-alive pool of ``spec``'s streamable-HTTP peer (``reconciler/http_peer.py``):
+    its URL (``http://`` or ``https://``), headers, connect timeout, message bound and OAuth
+    token (``auth``, the same one the SDK's transport uses for the handshake, so one token
+    serves both); each request's HTTP status goes to ``evidence``."""
     t = spec.transport
-    url = str(t.get("url", ""))
-    if (
-        os.environ.get("MCP_RECONCILER_FAST_LANE", "1").strip() == "0"
-        or t.get("kind") != "http"
-        or not url.startswith("http://")
-        or t.get("oauth")
-    ):
-        return None
     timeouts = t.get("timeouts") or {}
     return JsonRpcPoster(
-        url,
+        str(t["url"]),
         _headers(t),
         connect_timeout_s=float(timeouts.get("connect_s", 10.0)),
         max_message_bytes=message_bytes,
         source=spec.name,
+        auth=auth,
+        on_status=evidence.observe_status if evidence is not None else None,
     )
 
 
@@ -189,8 +190,8 @@ def transport_for(
     or ``sse`` (url, headers, oauth). Anything else is a configuration error. ``oauth`` makes
     the connection authenticate with its own client-credentials token
     (:mod:`reconciler.upstream_auth`); a downstream client's token is never sent upstream.
-    ``message_bytes`` bounds each message a stdio upstream sends, ``list_bytes`` and
-    ``list_entries`` its list pages (ADR 0025)."""
+    ``message_bytes`` bounds each message a stdio or streamable-HTTP upstream sends,
+    ``list_bytes`` and ``list_entries`` its list pages (ADR 0025, ADR 0030)."""
     t = spec.transport
     kind = t.get("kind")
     if kind not in STREAM_TYPES:
@@ -233,24 +234,27 @@ def transport_for(
             transport = KeepAliveTransport(limits=limits)
             # Answers to the server's requests go up without the SDK's writer (direct_answers.py).
             session = SessionHeaders()
-            hooks: dict[str, list[Any]] = {"request": [session.observe], "response": [target.observe_response]}
-            poster = poster_for(spec, message_bytes)
+            hooks: dict[str, list[Any]] = {
+                "request": [session.observe],
+                "response": [target.observe_response, session.observe_response],
+            }
+            poster = http_peer_for(spec, auth, message_bytes=message_bytes, evidence=target.evidence)
             try:
                 async with httpx2.AsyncClient(
                     headers=_headers(t), timeout=timeout, transport=transport, auth=auth, event_hooks=hooks
                 ) as http:
                     # The SDK's own bound on one SSE event is 1 MiB; the gateway's is the config's.
+                    # (This client carries the handshake, the 2025 GET stream and 2026 listen
+                    # streams only: every request goes through the peer, ADR 0030.)
                     async with streamable_http_client(
                         str(t["url"]), http_client=http, max_sse_event_size=message_bytes
                     ) as (read, write):
-                        out = DirectAnswers(write, poster, session) if poster is not None else write
-                        if isinstance(out, DirectAnswers):
-                            target.lane = LegacyLane(out)  # used only if the session is 2025-era
+                        out = DirectAnswers(write, poster, session)
+                        target.peer = HttpPeer(out, source=spec.name, list_bytes=list_bytes, list_entries=list_entries)
                         yield ObservedReadStream(read, on_end), out
             finally:
-                target.lane = None
-                if poster is not None:
-                    await poster.aclose()
+                target.peer = None
+                await poster.aclose()
         else:
             timeouts = t.get("timeouts") or {}
             async with sse_client(
@@ -267,12 +271,14 @@ def transport_for(
 
 
 class Target:
-    """What ``mcp.Client`` connects to (a ``Transport``: entered once), and the lane the HTTP
-    transport offers while it is open (``reconciler/legacy_lane.py``; ``None`` otherwise)."""
+    """What ``mcp.Client`` connects to (a ``Transport``: entered once), and the peer every
+    request to a streamable-HTTP source goes through while its transport is open
+    (``reconciler/http_peer.py``; ``None`` for stdio and SSE, whose requests go through the SDK's
+    session over the transport)."""
 
     def __init__(self) -> None:
         self.connect: AbstractAsyncContextManager[tuple[ObservedReadStream, Any]] | None = None
-        self.lane: LegacyLane | None = None
+        self.peer: HttpPeer | None = None
         #: What the transport saw of its upstream, for a failure's cause (``failure_cause.py``).
         self.evidence = Evidence()
 

@@ -20,6 +20,7 @@ connection whose spec and watched inputs are unchanged and opens a new one other
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -38,21 +39,21 @@ from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler import sdk_client, telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.errors import ReconnectThrottledError, SourceReadError, UpstreamUnavailableError
 from mcp_reconciler.reconciler.failure_cause import ConnectTimeoutError, Evidence, startup_allowance
-from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
-from mcp_reconciler.reconciler.legacy_lane import LegacyLane
+from mcp_reconciler.reconciler.fasthttp import ResponseError
+from mcp_reconciler.reconciler.http_peer import HttpPeer
 from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
 from mcp_reconciler.reconciler.peer import PeerSwitch
-from mcp_reconciler.reconciler.peer_contract import DEFAULT_UPSTREAM_MESSAGE_BYTES, MessageBoundError, bound_unit
+from mcp_reconciler.reconciler.peer_contract import MessageBoundError, bound_unit
 from mcp_reconciler.reconciler.task_support import honest_listing, runs_tool_tasks
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
-from mcp_reconciler.reconciler.transports import poster_for, transport_for
+from mcp_reconciler.reconciler.transports import Target, transport_for
 
 log = logging.getLogger("mcp_reconciler.upstream")
 
@@ -92,19 +93,6 @@ def _mismatch(kind: str) -> types.ErrorData:
     return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the gateway could not answer the {kind} request")
 
 
-def fast_poster(
-    spec: SourceSpec, protocol_version: str | None, message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES
-) -> JsonRpcPoster | None:
-    """The fast lane's pool for a connection to ``spec`` speaking ``protocol_version``, or
-    ``None`` when its calls must use the SDK's transport: no plain-HTTP poster for the source
-    (:func:`~reconciler.transports.poster_for`), or the 2025-11-25 era (server→client requests
-    ride response streams: its calls take :attr:`UpstreamConnection.lane`, over the poster its
-    answers go up on, ``reconciler/legacy_lane.py`` and ``direct_answers.py``)."""
-    if (protocol_version or "2025").startswith("2025"):
-        return None
-    return poster_for(spec, message_bytes)
-
-
 class UpstreamConnection:
     """One client session to one source. Closed exactly once via :meth:`aclose`."""
 
@@ -118,11 +106,9 @@ class UpstreamConnection:
         connect_timeout_s: float = 10.0,
         health_interval_s: float | None = None,
         peer: PeerSwitch | None = None,
-        message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES,
         connect_setting: str = "timeouts.connect_s",
     ) -> None:
         self.spec = spec
-        self._message_bytes = message_bytes  # the fast lane's bound (limits.upstream_message_bytes)
         self._connect_setting = connect_setting
         self._peer = peer or PeerSwitch()  # unattached: requests refused, logs dropped
         self.source = spec.name
@@ -142,9 +128,6 @@ class UpstreamConnection:
         self.protocol_version: str | None = None
         self.capabilities: types.ServerCapabilities | None = None
         self.listens = 0  # listen streams the upstream acknowledged on this connection (2026 era)
-        # The fast lane's keep-alive pool (plain-HTTP 2026-era upstreams without OAuth; see
-        # ``reconciler/fasthttp.py``): open while the session is, closed when it ends.
-        self.poster: JsonRpcPoster | None = None
         self._update_listeners: dict[object, Callable[[UpstreamConnection, str], None]] = {}
 
     @property
@@ -201,7 +184,6 @@ class UpstreamConnection:
                     self.protocol_version = client.protocol_version
                     self.capabilities = client.server_capabilities
                     started = True
-                    self.poster = fast_poster(self.spec, self.protocol_version, self._message_bytes)
                     self.connected_at = anyio.current_time()
                     task_status.started()
                     async with anyio.create_task_group() as tg:
@@ -219,9 +201,6 @@ class UpstreamConnection:
             log.info("upstream connection %s ended: %s", self._id, type(exc).__name__)
         finally:
             self._client = None
-            poster, self.poster = self.poster, None
-            if poster is not None:
-                await poster.aclose()
             was_closing = self._closing
             self.dead = True
             self._done.set()
@@ -241,15 +220,15 @@ class UpstreamConnection:
         return (self.protocol_version or "").startswith("2025")
 
     @property
-    def lane(self) -> LegacyLane | None:
-        """The legacy fast lane (``reconciler/legacy_lane.py``) for a 2025-era plain-HTTP
-        connection whose session is established, else ``None`` (the SDK's transport)."""
-        lane: LegacyLane | None = getattr(self._target, "lane", None)
-        return lane if lane is not None and self.legacy and lane.ready else None
+    def http_peer(self) -> HttpPeer | None:
+        """The peer every request goes through when the source speaks streamable HTTP
+        (``reconciler/http_peer.py``), else ``None`` (stdio, SSE, in-process: the SDK's session
+        over the transport)."""
+        return self._target.peer if isinstance(self._target, Target) else None
 
     async def serve_request(self, message: dict[str, Any]) -> types.JSONRPCResponse | types.JSONRPCError:
-        """Answer a server→client request that arrived outside the SDK's transport (the legacy
-        lane's streams) as the SDK's session answers one: ``ping`` at once, the rest through the
+        """Answer a server→client request that arrived on a request's stream (the HTTP peer's,
+        2025 era) as the SDK's session answers one: ``ping`` at once, the rest through the
         session's callbacks (:meth:`_on_sampling` and its siblings)."""
         request_id = message["id"]
         try:
@@ -306,14 +285,55 @@ class UpstreamConnection:
         timeout_s: float | None = None,
         progress_callback: ProgressFnT | None = None,
     ) -> Any:
-        """Send a raw request on this connection (no client-side caching or output-schema
-        validation: a gateway passes results through). ``result_type`` is a pydantic model or
-        ``TypeAdapter``. Cancelling the caller cancels upstream."""
-        client = self.client
+        """Send a request on this connection and type its result as ``send_request`` would (no
+        client-side caching or output-schema validation: a gateway passes results through).
+        ``result_type`` is a pydantic model or ``TypeAdapter``. :meth:`send_raw`, then
+        :meth:`check`."""
+        raw = await self.send_raw(request, timeout_s=timeout_s, progress_callback=progress_callback)
+        return self.check(request.method, raw, result_type)
+
+    def check(self, method: str, raw: dict[str, Any], result_type: Any) -> Any:
+        """``raw``, a result of ``method`` on this connection, typed as ``send_request`` types it
+        (``pydantic.ValidationError`` for one that does not conform to the negotiated version)."""
+        return sdk_client.check_result(self.client.session, method, raw, result_type)
+
+    async def send_raw(
+        self, request: Any, *, timeout_s: float | None = None, progress_callback: ProgressFnT | None = None
+    ) -> dict[str, Any]:
+        """Send ``request`` (an ``mcp_types`` request model) and return its raw result: the one
+        path of every request to an upstream (ADR 0030). A streamable-HTTP source's go through its
+        :attr:`http_peer`; the others through the SDK's session over the transport (stdio: our
+        channel, ADR 0025; SSE: the SDK's). Stamped as ``send_request`` stamps it; ``timeout_s``
+        (else the session's read timeout) raises ``MCPError`` ``REQUEST_TIMEOUT``; an error answer
+        raises ``MCPError``, a bound :class:`MessageBoundError`, a broken exchange
+        :class:`UpstreamUnavailableError`. Cancelling the caller cancels upstream."""
+        session = self.client.session
+        peer = self.http_peer
         try:
-            return await client.session.send_request(
-                request, result_type, request_read_timeout_seconds=timeout_s, progress_callback=progress_callback
-            )
+            if peer is None:
+                return await sdk_client.send_raw_request(
+                    session, request, timeout_s=timeout_s, progress_callback=progress_callback
+                )
+            data, headers = sdk_client.stamp(session, request)
+            method, params = data["method"], data.get("params") or {}
+            message = {"jsonrpc": "2.0", "id": peer.new_id(), "method": method, "params": params}
+            timeout = timeout_s if timeout_s is not None else sdk_client.read_timeout(session)
+            try:
+                with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+                    return await peer.request(
+                        message,
+                        headers,
+                        legacy=self.legacy,
+                        serve=self.serve_request,
+                        deliver=self.deliver,
+                        on_progress=progress_callback,
+                    )
+            except TimeoutError:
+                raise MCPError(code=types.REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
+            except ResponseError as exc:
+                raise MCPError.from_error_data(types.ErrorData.model_validate(exc.error)) from None
+        except MessageBoundError:
+            raise
         except MCPError as exc:
             # A bound the channel enforced while reading: its own type, with the bound's name and size.
             bound = MessageBoundError.from_mcp_error(exc)
@@ -385,7 +405,7 @@ class UpstreamConnection:
         return _mismatch("roots")
 
     async def deliver(self, message: dict[str, Any]) -> None:
-        """Handle a notification that arrived outside the SDK's transport (the fast lane's
+        """Handle a notification that arrived outside the SDK's transport (the HTTP peer's
         response streams) exactly as one that came through it: typed, then :meth:`_on_message`.
         One that is not a valid server notification is logged at DEBUG and dropped, as the SDK
         drops a malformed message."""
@@ -462,9 +482,11 @@ class UpstreamConnection:
         try:
             with anyio.fail_after(timeout_s):
                 if (self.protocol_version or "").startswith("2025"):
-                    await client.session.send_request(types.PingRequest(), types.EmptyResult)
+                    await self.send(types.PingRequest(), types.EmptyResult)
                 else:
-                    await client.session.send_request(types.ListToolsRequest(params=None), _Probe)
+                    await self.send(types.ListToolsRequest(params=None), _Probe)
+        except MessageBoundError:
+            return True  # it answered (a page over a list bound is the listing's problem, not death)
         except Exception:
             return False
         return True
@@ -673,7 +695,6 @@ class UpstreamReader:
             connect_setting=setting,
             health_interval_s=self._health_interval_s if spec.transport.get("kind") in ("http", "sse") else None,
             peer=self._peer,
-            message_bytes=self.bounds.upstream_message_bytes,
         )
         telemetry.reconnects.add(1, {"source": spec.name})
         self.opened += 1

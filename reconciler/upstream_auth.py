@@ -157,7 +157,7 @@ class ClientCredentialsAuth(httpx2.Auth):
         async with self._lock:
             return self._fresh() or await self._fetch_token()
 
-    async def _renew(self, rejected: str) -> str:
+    async def renew(self, rejected: str) -> str:
         """A token other than ``rejected`` (which the upstream refused), fetched unless another
         request already renewed it."""
         async with self._lock:
@@ -176,7 +176,7 @@ class ClientCredentialsAuth(httpx2.Auth):
         if response.status_code != 401:
             return
         # Revoked or rotated early: renew once and replay.
-        renewed = await self._renew(token)
+        renewed = await self.renew(token)
         if renewed == token:
             return
         request.headers["Authorization"] = f"Bearer {renewed}"

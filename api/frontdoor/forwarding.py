@@ -36,7 +36,6 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
 
-from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.errors import UpstreamUnavailable, to_mcp_error
 from mcp_reconciler.api.frontdoor.approvals import ApprovalGate
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
@@ -115,8 +114,14 @@ class Forwarder:
         )
 
     async def call_tool_fast(
-        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None, meta: Any, *,
-        input_responses: Any = None, request_state: str | None = None,
+        self,
+        ctx: ServerRequestContext[Any],
+        name: str,
+        arguments: dict[str, Any] | None,
+        meta: Any,
+        *,
+        input_responses: Any = None,
+        request_state: str | None = None,
     ) -> Any:
         """:meth:`call_tool` for ``fastlane.CallLane``; the result stays the upstream's JSON (a
         ``RawResult``) when it is a ``simple_call_result`` from the fast upstream lane.
@@ -305,12 +310,10 @@ class Forwarder:
         raw: bool = False,
     ) -> Any:
         if progress_token(meta) is None:
-            answer = await sdk_compat.post_fast_raw(conn, request, timeout_s=call_s)
-            if answer is None:
-                return await conn.send(request, result_type, timeout_s=call_s)
+            answer = await conn.send_raw(request, timeout_s=call_s)
             if raw and simple_call_result(answer):
                 return RawResult(answer)
-            return sdk_compat.validate_result(conn, request.method, answer, result_type)
+            return conn.check(request.method, answer, result_type)
         return await send_with_progress(conn, request, result_type, ctx, call_s)
 
     def _retrier(

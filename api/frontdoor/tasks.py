@@ -38,7 +38,6 @@ from mcp import MCPError
 from mcp.server import ServerRequestContext
 from pydantic import ValidationError
 
-from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.errors import to_mcp_error
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.forwarding import call_timeout, connection_lost, forwardable
@@ -205,10 +204,7 @@ class Tasks:
                 _meta=forwardable(params.meta),
             )
         )
-        try:
-            raw = await sdk_compat.send_raw_request(conn.client.session, request, timeout_s=call_timeout(conn))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
-            raise UpstreamUnavailableError(type(exc).__name__) from exc
+        raw = await conn.send_raw(request, timeout_s=call_timeout(conn))
         try:
             if "task" in raw:
                 return types.CreateTaskResult.model_validate(raw, by_name=False)

@@ -21,8 +21,8 @@ import pytest
 from mcp import Client, MCPError
 
 from mcp_reconciler.api.frontdoor import REVISION_META
-from mcp_reconciler.api.sdk_compat import send_raw_request
 from mcp_reconciler.api.server import Served, serve_http
+from mcp_reconciler.reconciler.sdk_client import send_raw_request
 from tests.e2e.conftest import REPO_ROOT, WAIT, write_config
 from tests.e2e.support_resources import session_client, until
 

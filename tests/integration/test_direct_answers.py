@@ -122,10 +122,3 @@ async def test_an_answer_the_poster_cannot_send_goes_through_the_sdk(monkeypatch
     answers = await run_calls(3)
     assert len(answers) == 3, "no answer was lost"
     assert all(agent.startswith("python-httpx") for agent, _ in answers), answers
-
-
-async def test_with_the_fast_lane_off_answers_take_the_sdks_transport(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MCP_RECONCILER_FAST_LANE", "0")
-    answers = await run_calls(2)
-    assert len(answers) == 2
-    assert all(agent.startswith("python-httpx") for agent, _ in answers), answers

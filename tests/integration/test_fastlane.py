@@ -22,7 +22,6 @@ import pytest
 
 from mcp_reconciler.api.frontdoor.passthrough import simple_call_result
 from mcp_reconciler.api.server import Served, serve_http
-from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from tests.e2e.conftest import ANONYMOUS_CURRENT, upstream_source
 from tests.integration.conftest import HttpUpstreams
 
@@ -82,21 +81,11 @@ class RawClient:
 
 
 def set_lanes(served: Served, on: bool) -> None:
-    """Every fast part of the gateway on or off, at runtime (same gateway, same upstreams)."""
+    """The front door's fast lanes on or off, at runtime (same gateway, same upstreams). The
+    upstream side has one path whatever this says: the source's peer (ADR 0030)."""
     front = served.front
     front.list_cache.enabled = on
     front.call_lane.enabled = on
-    for source, saved in _posters(served).items():
-        conn = _conn(served, source)
-        conn.poster = saved if on else None
-        if conn.legacy:
-            conn._target.lane = _LANES[id(conn)] if on else None
-
-
-_LANES: dict[int, Any] = {}  # a 2025-era connection's legacy lane, while a test switches it off
-
-
-_SAVED: dict[int, dict[str, JsonRpcPoster | None]] = {}
 
 
 def _conn(served: Served, source: str) -> Any:
@@ -105,16 +94,6 @@ def _conn(served: Served, source: str) -> Any:
     state = live.generation.source_state(source)
     assert state is not None
     return state.connection
-
-
-def _posters(served: Served) -> dict[str, JsonRpcPoster | None]:
-    saved = _SAVED.setdefault(id(served), {})
-    if not saved:
-        for source in ("h", "s"):
-            conn = _conn(served, source)
-            saved[source] = conn.poster
-            _LANES[id(conn)] = getattr(conn._target, "lane", None)
-    return saved
 
 
 @asynccontextmanager
@@ -136,15 +115,7 @@ async def gateway(tmp_path: Path, http_upstreams: HttpUpstreams, upstream_era: s
                 if live is not None and {"h__a", "s__a"} <= set(live.generation.tools):
                     break
                 await anyio.sleep(0.05)
-        _posters(served)
-        if upstream_era == "legacy":  # the lane opens once notifications/initialized has gone up
-            with anyio.fail_after(WAIT):
-                await _conn(served, "h")._target.lane.established()
-        try:
-            yield served
-        finally:
-            _SAVED.pop(id(served), None)
-            _LANES.clear()
+        yield served
 
 
 REQUESTS: list[tuple[str, dict[str, Any]]] = [
@@ -178,9 +149,8 @@ async def test_both_lanes_answer_the_same_json(
         await client.open()
         h = _conn(served, "h")
         assert h.legacy == (upstream_era == "legacy")
-        poster = _posters(served)["h"] if not h.legacy else h._target.lane._answers.poster
-        assert poster is not None  # the HTTP upstream's fast lane is open, in its era
-        assert _posters(served)["s"] is None  # stdio: the SDK's transport
+        poster = h.http_peer.poster  # every request to the HTTP upstream goes through its peer
+        assert _conn(served, "s").http_peer is None  # stdio: the SDK's session over our channel
         for method, params in REQUESTS:
             set_lanes(served, False)
             served_before = served.front.call_lane.served
@@ -196,9 +166,8 @@ async def test_both_lanes_answer_the_same_json(
         ok = await client.request("tools/call", {"name": "h__a", "arguments": {"x": 1}})
         assert ok["result"]["_meta"]["io.mcp-reconciler/revision"] >= 1
         # A 2026 client's call to a 2025-era upstream runs as a held exchange (the upstream may ask
-        # mid-call; api/frontdoor/exchanges.py): the SDK's transport, not the upstream lane.
-        upstream_lane = not (era == "modern" and h.legacy)
-        assert (served.front.call_lane.served, poster.exchanges) == (before[0] + 1, before[1] + upstream_lane)
+        # mid-call; api/frontdoor/exchanges.py): through the same peer.
+        assert (served.front.call_lane.served, poster.exchanges) == (before[0] + 1, before[1] + 1)
 
 
 async def test_a_result_the_lane_cannot_pass_through_is_validated() -> None:

@@ -1,7 +1,10 @@
-"""``limits.upstream_message_bytes`` on the HTTP fast lane (ADR 0025), against a real streamable
-HTTP upstream in both eras: a 2026-07-28 JSON body and a 2025-11-25 SSE event over the bound
-fail the call with the bound's error while read (the connection is dropped, never pooled);
-within the bound, the answer arrives whole and the pool keeps serving."""
+"""Bounds on an HTTP source's peer (ADR 0025, ADR 0030), against a real streamable HTTP upstream
+in both eras: a 2026-07-28 JSON body and a 2025-11-25 SSE event over
+``limits.upstream_message_bytes`` fail the call with the bound's error while read (the
+connection is dropped, never pooled); within the bound, the answer arrives whole and the pool
+keeps serving. List pages are held to ``bytes_per_candidate`` while read and to
+``entries_per_generation`` before any entry is validated; the source keeps its last-known-good
+entries. Progress of a call reaches its callback through the same peer."""
 
 from __future__ import annotations
 
@@ -11,10 +14,10 @@ import resource
 import mcp_types as types
 import pytest
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.reconciler.model import SourceStatus
 from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, MessageBoundError
 from tests.integration.conftest import HttpUpstreams, http_spec
-from tests.integration.test_upstream_transports import FAST, WAIT, connection, engine, status
+from tests.integration.test_upstream_transports import FAST, WAIT, call, connection, engine, status
 
 pytestmark = pytest.mark.anyio
 
@@ -31,9 +34,7 @@ async def big(rec: object, size: int) -> dict[str, object]:
     conn = connection(live.generation)
     request = types.CallToolRequest(params=types.CallToolRequestParams(name="big", arguments={"bytes": size}))
     async with live.operation():
-        raw = await sdk_compat.post_fast_raw(conn, request, timeout_s=WAIT)
-    assert raw is not None, "the call did not take the fast lane"
-    return raw
+        return await conn.send_raw(request, timeout_s=WAIT)
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -78,3 +79,83 @@ async def test_a_30_MB_http_answer_is_delivered_at_linear_cost(mode: str, http_u
         spent = cpu_s() - before
         assert len(raw["content"][0]["text"]) == 30_000_000  # type: ignore[index]
         assert spent < 4.0, f"{spent:.2f} s of gateway CPU for a 30 MB answer"
+
+
+# -- list pages over HTTP, bounded while read (ADR 0030) ---------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_an_http_list_past_entries_per_generation_stops_being_read_and_keeps_its_entries(
+    mode: str, http_upstreams: HttpUpstreams
+) -> None:
+    """200 tools in pages of 40 against a bound of 50: the bound is passed on the second page,
+    the third is never asked for; the source keeps its last-known-good entries."""
+    _proc, port = await http_upstreams.start("--tools", "a,b", "--page-size", "40")
+    bounds = dataclasses.replace(FAST, entries_per_generation=50)
+    async with engine(http_spec("up", port), bounds=bounds, mode=mode) as (_reader, rec, pubs):
+        good = await pubs.wait_for(lambda g: status(g).value == "ready")
+        conn = connection(good)
+        await call(rec, "set_tools", {"names": [f"t{i}" for i in range(200)]})
+        bad = await pubs.wait_for(lambda g: g.revision > good.revision and status(g) is SourceStatus.STALE)
+        assert "up__a" in bad.tools and "up__t0" not in bad.tools  # last-known-good entries kept
+        state = bad.source_state("up")
+        assert state is not None and state.error is not None
+        assert "entries_per_generation" in state.error and "50" in state.error
+        assert conn.http_peer is not None  # the pages went through the source's peer
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_single_http_page_past_entries_per_generation_is_refused_before_validation(
+    mode: str, http_upstreams: HttpUpstreams
+) -> None:
+    _proc, port = await http_upstreams.start("--tools", "a,b", "--page-size", "1000")
+    bounds = dataclasses.replace(FAST, entries_per_generation=50)
+    async with engine(http_spec("up", port), bounds=bounds, mode=mode) as (_reader, rec, pubs):
+        good = await pubs.wait_for(lambda g: status(g).value == "ready")
+        await call(rec, "set_tools", {"names": [f"t{i}" for i in range(200)]})
+        bad = await pubs.wait_for(lambda g: g.revision > good.revision and status(g) is SourceStatus.STALE)
+        state = bad.source_state("up")
+        assert state is not None
+        assert state.error == "listing refused while reading: a page passed entries_per_generation (50 entries)"
+        assert (await call(rec, "progress", {"n": 0}))["steps"] == 0  # the connection still serves
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_an_http_list_page_past_bytes_per_candidate_is_refused_while_read(
+    mode: str, http_upstreams: HttpUpstreams
+) -> None:
+    _proc, port = await http_upstreams.start("--tools", "a,b", "--page-size", "5000")
+    bounds = dataclasses.replace(FAST, bytes_per_candidate=64 * 1024)
+    async with engine(http_spec("up", port), bounds=bounds, mode=mode) as (_reader, rec, pubs):
+        good = await pubs.wait_for(lambda g: status(g).value == "ready")
+        await call(rec, "set_tools", {"names": [f"tool_with_a_longer_name_{i}" for i in range(5000)]})
+        bad = await pubs.wait_for(lambda g: g.revision > good.revision and status(g) is SourceStatus.STALE)
+        assert "up__a" in bad.tools
+        state = bad.source_state("up")
+        assert state is not None and state.error is not None
+        assert state.error == "listing refused while reading: a page passed bytes_per_candidate (65536 bytes)"
+        assert (await call(rec, "progress", {"n": 0}))["steps"] == 0  # a fresh pooled connection serves
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_progress_of_an_http_call_reaches_its_callback_in_order_before_the_result(
+    mode: str, http_upstreams: HttpUpstreams
+) -> None:
+    _proc, port = await http_upstreams.start("--tools", "a")
+    async with engine(http_spec("up", port), mode=mode) as (_reader, rec, pubs):
+        await pubs.wait_for(lambda g: status(g).value == "ready")
+        live = rec.runtime.current
+        assert live is not None
+        conn = connection(live.generation)
+        seen: list[tuple[float, float | None, str | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total, message))
+
+        before = conn.http_peer.poster.exchanges if conn.http_peer is not None else -1
+        request = types.CallToolRequest(params=types.CallToolRequestParams(name="progress", arguments={"n": 3}))
+        async with live.operation():
+            result = await conn.send(request, types.CallToolResult, timeout_s=WAIT, progress_callback=on_progress)
+        assert not result.is_error
+        assert seen == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
+        assert conn.http_peer is not None and conn.http_peer.poster.exchanges == before + 1

@@ -21,7 +21,6 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import ServerMessageMetadata
 
-from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.event_store import BoundedEventStore
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.model import SourceSpec
@@ -120,11 +119,12 @@ class Peer:
 
 
 @asynccontextmanager
-async def connection(upstream: Upstream, peer: Peer) -> AsyncIterator[UpstreamConnection]:
+async def connection(upstream: Upstream, peer: Peer, *, stateless: bool = False) -> AsyncIterator[UpstreamConnection]:
     manager = StreamableHTTPSessionManager(
         upstream.server(),
-        event_store=BoundedEventStore(),
-        retry_interval=10,
+        event_store=None if stateless else BoundedEventStore(),
+        retry_interval=None if stateless else 10,
+        stateless=stateless,
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     switch = PeerSwitch()
@@ -139,9 +139,6 @@ async def connection(upstream: Upstream, peer: Peer) -> AsyncIterator[UpstreamCo
         async with anyio.create_task_group() as tg:
             await tg.start(conn.run)
             try:
-                if conn._target.lane is not None:
-                    with anyio.fail_after(WAIT):  # notifications/initialized has gone up
-                        await conn._target.lane.established()
                 yield conn
             finally:
                 await conn.aclose()
@@ -150,8 +147,7 @@ async def connection(upstream: Upstream, peer: Peer) -> AsyncIterator[UpstreamCo
 async def call(conn: UpstreamConnection, name: str, caller: str = "c1") -> str:
     CALLER.set(caller)
     request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments={}))
-    raw = await sdk_compat.post_fast_raw(conn, request)
-    assert raw is not None, "the lane was not taken"
+    raw = await conn.send_raw(request)
     result = types.CallToolResult.model_validate(raw)
     assert isinstance(result.content[0], types.TextContent)
     return result.content[0].text
@@ -160,7 +156,7 @@ async def call(conn: UpstreamConnection, name: str, caller: str = "c1") -> str:
 async def test_a_call_takes_the_lane_and_the_servers_request_is_answered_in_the_callers_context() -> None:
     upstream, peer = Upstream(), Peer()
     async with connection(upstream, peer) as conn:
-        assert conn.lane is not None
+        assert conn.http_peer is not None
         with anyio.fail_after(WAIT):
             async with anyio.create_task_group() as tg:
                 for caller in ("alice", "bob", "carol"):
@@ -170,6 +166,21 @@ async def test_a_call_takes_the_lane_and_the_servers_request_is_answered_in_the_
 
 async def check(conn: UpstreamConnection, caller: str) -> None:
     assert await call(conn, "ask", caller) == f"for {caller}"
+
+
+async def test_a_stateless_server_is_served_by_the_peer_without_a_session_id() -> None:
+    """A 2025-era server that gives no ``Mcp-Session-Id``: the session is known from the
+    initialize answer (none) and every request still takes the peer (ADR 0030)."""
+    upstream, peer = Upstream(), Peer()
+    async with connection(upstream, peer, stateless=True) as conn:
+        assert conn.http_peer is not None and conn.legacy
+        before = conn.http_peer.poster.exchanges
+        with anyio.fail_after(WAIT):
+            assert await call(conn, "log", "fay") == "logged"
+            listed = await conn.send(types.ListToolsRequest(params=None), types.ListToolsResult)
+        assert [t.name for t in listed.tools][:2] == ["ask", "log"]
+        assert conn.http_peer.poster.exchanges >= before + 2
+        assert peer.logs == [("fay", "working")]
 
 
 async def test_log_records_on_the_calls_stream_are_delivered_before_the_result() -> None:
@@ -225,13 +236,17 @@ async def test_a_request_the_client_does_not_know_is_answered_method_not_found()
         assert isinstance(answer, types.JSONRPCError) and answer.error.code == types.INVALID_PARAMS
 
 
-async def test_with_the_fast_lane_off_calls_take_the_sdks_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_every_request_takes_the_peer_whatever_the_fast_lane_switch_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One path (ADR 0030): ``MCP_RECONCILER_FAST_LANE=0`` switches only the front door's lanes."""
     monkeypatch.setenv("MCP_RECONCILER_FAST_LANE", "0")
     upstream, peer = Upstream(), Peer()
     async with connection(upstream, peer) as conn:
-        assert conn.lane is None
-        request = types.CallToolRequest(params=types.CallToolRequestParams(name="ask", arguments={}))
-        assert await sdk_compat.post_fast_raw(conn, request) is None
+        assert conn.http_peer is not None
+        before = conn.http_peer.poster.exchanges
+        with anyio.fail_after(WAIT):
+            assert await call(conn, "log") == "logged"
+            await conn.send(types.PingRequest(), types.EmptyResult)
+        assert conn.http_peer.poster.exchanges == before + 2
 
 
 async def test_the_lane_posts_on_one_kept_alive_connection(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,10 +60,6 @@ RELAY = "tests.support.relay_server"
 ERAS = {"2025": ("legacy", "2025-11-25"), "2026": ("auto", "2026-07-28")}
 TRANSPORTS = ("stdio", "http", "sse")
 COMBOS = [pytest.param(t, e, id=f"{t}-{e}") for t in TRANSPORTS for e in ERAS]
-OPEN_BOUND_ON_SDK_HTTP = (
-    "the HTTP paths behind UpstreamConnection.send still ride the SDK's client transports (issue 25a "
-    "replaces them with our peers): their over-bound event or body fails as the SDK's own error, not -32020"
-)
 SSE_ON_SDK = "legacy SSE stays on the SDK's sse_client (the documented exception, ADR 0025): no message bound"
 
 
@@ -392,8 +388,6 @@ async def test_an_upstream_that_gives_up_on_its_request_cancels_the_answer(
 async def test_an_answer_over_the_message_bound_fails_with_the_bounds_error(
     transport: str, era: str, upstreams: Upstreams, request: pytest.FixtureRequest
 ) -> None:
-    if transport == "http":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=OPEN_BOUND_ON_SDK_HTTP))
     if transport == "sse":
         request.applymarker(pytest.mark.xfail(strict=True, reason=SSE_ON_SDK))
     spec = await upstreams.spec(transport, UPSTREAM, "--tools", "a", "--noisy")
@@ -420,12 +414,12 @@ async def test_a_list_past_the_entry_bound_fails_with_the_bounds_diagnostic(
     names.write_text(json.dumps([f"tool_{i}" for i in range(3_000)]))
     spec = await upstreams.spec(transport, UPSTREAM, "--tools-file", str(names), "--page-size", "3000")
     bounds = dataclasses.replace(Bounds(), entries_per_generation=1_000)
-    if transport != "stdio":
+    if transport == "sse":
         request.applymarker(
             pytest.mark.xfail(
                 strict=True,
-                reason="over HTTP and SSE a page is read whole and the listing counts it afterwards "
-                "('listing stopped at entries_per_generation'); only stdio refuses it while reading (issue 25a)",
+                reason="over SSE (the SDK's client, ADR 0025) a page is read whole and the listing counts it "
+                "afterwards ('listing stopped at entries_per_generation'); stdio and HTTP refuse it while read",
             )
         )
     switch = PeerSwitch()

@@ -5,14 +5,19 @@ redirect — is exact and reproducible)."""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from anyio.abc import SocketStream
+from anyio.streams.tls import TLSListener
 
 from mcp_reconciler.reconciler.errors import UpstreamUnavailableError
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster, ResponseError
@@ -242,9 +247,108 @@ async def test_cancelling_an_exchange_closes_its_connection() -> None:
     assert poster.exchanges == 0
 
 
-def test_only_plain_http_urls() -> None:
+def test_only_http_and_https_urls() -> None:
     with pytest.raises(ValueError):
-        JsonRpcPoster("https://127.0.0.1/mcp")
+        JsonRpcPoster("ftp://127.0.0.1/mcp")
+    JsonRpcPoster("https://127.0.0.1/mcp")  # an https source takes the same path (ADR 0030)
+
+
+def _self_signed(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server context, client context trusting it) for 127.0.0.1, made here with ``cryptography``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_pem, key_pem = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_pem.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert_pem, key_pem)
+    client = ssl.create_default_context(cafile=str(cert_pem))
+    return server, client
+
+
+async def test_an_https_source_is_posted_to_over_tls(tmp_path: Path) -> None:
+    server_ctx, client_ctx = _self_signed(tmp_path)
+    server = Server([ok_json])
+    listener = TLSListener(
+        await anyio.create_tcp_listener(local_host="127.0.0.1"), server_ctx, standard_compatible=False
+    )
+    port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, server.handle)
+        poster = JsonRpcPoster(f"https://127.0.0.1:{port}/mcp", ssl_context=client_ctx)
+        with anyio.fail_after(WAIT):
+            assert await poster.post(REQUEST, {}) == {"ok": True}
+            assert await poster.post({**REQUEST, "id": 8}, {}) == {"ok": True}
+            with pytest.raises(UpstreamUnavailableError):  # a certificate the default context does not trust
+                await JsonRpcPoster(f"https://127.0.0.1:{port}/mcp").post(REQUEST, {})
+        await poster.aclose()
+        tg.cancel_scope.cancel()
+    assert [m["id"] for _, m in server.requests] == [7, 8]
+
+
+class Tokens:
+    """A bearer source that hands out ``t1``, ``t2``, ... (``renew`` gives the next one unless
+    ``stuck``)."""
+
+    def __init__(self, stuck: bool = False) -> None:
+        self.n = 1
+        self.stuck = stuck
+
+    async def token(self) -> str:
+        return f"t{self.n}"
+
+    async def renew(self, rejected: str) -> str:
+        if not self.stuck:
+            self.n += 1
+        return f"t{self.n}"
+
+
+def unauthorized(message: dict[str, Any], head: bytes) -> tuple[bytes, bool]:
+    return http("401 Unauthorized", b"", extra="www-authenticate: Bearer\r\n"), False
+
+
+async def test_a_401_renews_the_token_once_and_sends_the_refused_request_again() -> None:
+    statuses: list[int] = []
+    async with serving([unauthorized, ok_json]) as (server, url):
+        poster = JsonRpcPoster(url, auth=Tokens(), on_status=statuses.append)
+        with anyio.fail_after(WAIT):
+            assert await poster.post(REQUEST, {}) == {"ok": True}
+            assert await poster.post({**REQUEST, "id": 8}, {}) == {"ok": True}
+        await poster.aclose()
+    auth = [
+        next(ln for ln in head.decode().lower().split("\r\n") if ln.startswith("authorization"))
+        for head, _ in server.requests
+    ]
+    assert auth == ["authorization: bearer t1", "authorization: bearer t2", "authorization: bearer t2"]
+    assert statuses == [401, 200, 200]  # each exchange's status reaches the failure's evidence
+
+
+async def test_a_401_with_no_new_token_is_the_answer() -> None:
+    async with serving([unauthorized]) as (server, url):
+        poster = JsonRpcPoster(url, auth=Tokens(stuck=True))
+        with anyio.fail_after(WAIT), pytest.raises(ResponseError):
+            await poster.post(REQUEST, {})
+        await poster.aclose()
+    assert len(server.requests) == 1  # never resent with the token the upstream refused
 
 
 async def test_an_sse_event_that_never_ends_is_refused_at_the_message_bound() -> None:

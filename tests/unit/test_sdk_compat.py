@@ -8,7 +8,6 @@ function the gateway calls. When an SDK release moves one of them, this file say
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -22,7 +21,6 @@ from mcp.server.connection import Connection
 from mcp.server.streamable_http import GET_STREAM_KEY, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.message import ServerMessageMetadata
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -347,54 +345,6 @@ def test_request_channel_names_the_private_when_it_is_gone() -> None:
         sdk_compat.request_channel(ctx)
 
 
-# -- 6. the streamable-HTTP client delivers a request's messages in the sender's context -------
-
-CALL: contextvars.ContextVar[str | None] = contextvars.ContextVar("compat_call", default=None)
-
-
-async def test_http_client_callbacks_run_in_the_context_of_the_call_whose_stream_carried_them() -> None:
-    """The relay attributes an upstream's request and log record to the call whose response
-    stream carried it by a ContextVar set around the send: the streamable-HTTP client must run
-    the sampling and logging callbacks in a copy of the sending task's context. Messages on the
-    standalone stream carry no call."""
-
-    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
-        related = ctx.request_id if params.name == "related" else None
-        await ctx.session.send_notification(
-            types.LoggingMessageNotification(params=types.LoggingMessageNotificationParams(level="info", data="x")),
-            related_request_id=related,
-        )
-        message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="q"))
-        request = types.CreateMessageRequest(params=types.CreateMessageRequestParams(messages=[message], max_tokens=5))
-        await ctx.session.send_request(
-            request, types.CreateMessageResult, metadata=ServerMessageMetadata(related_request_id=related)
-        )
-        return types.CallToolResult(content=[])
-
-    seen: list[tuple[str, str | None]] = []
-
-    async def sampling(context: Any, params: Any) -> Any:
-        seen.append(("sampling", CALL.get()))
-        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="a"), model="m")
-
-    async def logging_callback(params: Any) -> None:
-        seen.append(("log", CALL.get()))
-
-    server: Server[Any] = Server("ctx", version="1", on_call_tool=call_tool, on_list_tools=_no_tools)
-    manager = sdk_compat.GatewaySessionManager(
-        server, security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    )
-    async with served(manager) as url:
-        async with Client(url, mode="legacy", sampling_callback=sampling, logging_callback=logging_callback) as c:
-            for name in ("related", "standalone"):
-                token = CALL.set(name)
-                try:
-                    await c.call_tool(name, {})
-                finally:
-                    CALL.reset(token)
-    related = [who for kind, who in seen[:2]]
-    assert related == ["related", "related"], "a message on the call's own stream runs in the call's context"
-    assert [who for kind, who in seen[2:]] == [None, None], "standalone-stream messages carry no call"
 # -- 1 (pushes). Connection.send_resource_updated through push_resource_updated ------------------
 
 
@@ -414,45 +364,3 @@ async def test_push_resource_updated_reaches_the_client() -> None:
         with anyio.fail_after(WAIT):
             await got.wait()
     assert updated == ["note://x"]
-
-
-# -- 5. ClientSession._stamp / _dispatcher: a result the SDK would reject ------------------------
-
-
-def _task_server() -> Server[Any]:
-    """A server that answers a task-augmented tools/call with a CreateTaskResult (from a
-    middleware: the SDK sieves handler results of tools/call as CallToolResult)."""
-
-    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        return types.CallToolResult(content=[types.TextContent(text="plain")])
-
-    async def tasks(ctx: ServerRequestContext[Any], call_next: Any) -> Any:
-        if ctx.method == "tools/call" and isinstance(ctx.params, dict) and ctx.params.get("task"):
-            now = "2026-01-01T00:00:00Z"
-            return {"task": {"taskId": "t1", "status": "working", "createdAt": now, "lastUpdatedAt": now, "ttl": 5}}
-        return await call_next(ctx)
-
-    server: Server[Any] = Server("tasks", version="1", on_call_tool=call_tool)
-    server.middleware.append(tasks)
-    return server
-
-
-async def test_send_raw_request_returns_what_send_request_rejects() -> None:
-    request = types.CallToolRequest(
-        params=types.CallToolRequestParams(name="t", arguments={}, task=types.TaskMetadata(ttl=5))
-    )
-    async with Client(_task_server(), mode="legacy") as client:
-        for attr in ("_stamp", "_dispatcher", "_session_read_timeout_seconds"):
-            require(client.session, attr, "mcp.client.session.ClientSession")
-        with pytest.raises(Exception, match="content"):  # why the raw path exists
-            await client.session.send_request(request, types.CallToolResult)
-        raw = await sdk_compat.send_raw_request(client.session, request, timeout_s=WAIT)
-        assert types.CreateTaskResult.model_validate(raw, by_name=False).task.task_id == "t1"
-        plain = types.CallToolRequest(params=types.CallToolRequestParams(name="t", arguments={}))
-        assert (await sdk_compat.send_raw_request(client.session, plain))["content"][0]["text"] == "plain"
-
-
-async def test_send_raw_request_names_the_private_when_it_is_gone() -> None:
-    session: Any = SimpleNamespace(_dispatcher=None, _session_read_timeout_seconds=None)
-    with pytest.raises(sdk_compat.SDKChangedError, match=r"ClientSession\._stamp"):
-        await sdk_compat.send_raw_request(session, types.PingRequest())
