@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler import audit, telemetry
 from mcp_reconciler.reconciler.digest import digest_json
 from mcp_reconciler.reconciler.errors import (
     ApprovalDeniedError,
@@ -198,6 +198,26 @@ class ApprovalRequest:
     decided_by: str | None = None
     uses: int = 1
     window_s: float = 0.0
+
+
+def _audit(request: ApprovalRequest) -> None:
+    """One audit record per approval request (``approval.requested``) and per settlement
+    (``approval.approved`` / ``denied`` / ``expired`` / ``changed`` / ``withdrawn``), written here
+    where every channel that answers (``/v1/approvals``, the CLI, the console, an elicitation,
+    shutdown) passes; ``detail`` says who decided."""
+    state = "requested" if request.state == "pending" else request.state
+    audit.record(
+        f"approval.{state}",
+        principal=request.principal,
+        session=request.session,
+        name=request.tool,
+        revision=request.revision,
+        digest=request.definition_digest,
+        args_sha256=request.arguments_digest,
+        target=request.id,
+        outcome=state,
+        detail=request.decided_by,
+    )
 
 
 class Parked:
@@ -352,6 +372,7 @@ class ApprovalRegistry:
         self._per_principal[session_owner] = self._per_principal.get(session_owner, 0) + 1
         telemetry.approvals.add(1, {"outcome": "requested"})
         telemetry.approvals_parked.add(1)
+        _audit(request)
         self._tell(request)
         return parked
 
@@ -438,6 +459,7 @@ class ApprovalRegistry:
         while len(self._recent) > RECENT_MAX:
             self._recent.popitem(last=False)
         telemetry.approvals.add(1, {"outcome": state})
+        _audit(request)
         parked._event.set()
         self._tell(request)
         return request

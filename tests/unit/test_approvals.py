@@ -193,3 +193,38 @@ async def test_I22_definition_kept_only_while_the_connection_serves_the_approved
         assert v1.is_closed and not definition_kept(v1, entry, rt.current)
         with pytest.raises(RevisionUnavailableError):
             v1.pin()
+
+
+async def test_every_request_and_answer_is_one_audit_record_naming_who_decided() -> None:
+    """The registry writes ``approval.requested`` when a call parks and one record per answer
+    (approved, denied, withdrawn), with the tool, revision, definition and argument digests and
+    who decided — the one place every channel (HTTP, CLI, console, elicitation, shutdown) passes."""
+    import io
+    import json
+
+    from mcp_reconciler.reconciler import audit
+
+    out = io.StringIO()
+    async with Runtime() as rt:
+        rt.publish(catalog(state("s", ["x"], FakeConnection())))
+        live = rt.current
+        assert live is not None
+        registry = ApprovalRegistry(ApprovalPolicy(parked_max=4, parked_per_principal=4))
+        with audit.installed(audit.AuditLog(audit.StreamSink(out))) as log:
+            a, b, c = (park(registry, live, "owner::a", {"n": i}) for i in range(3))
+            registry.decide(a.request.id, approve=True, by="operator::op")
+            registry.decide(b.request.id, approve=False, by="owner::a")
+            registry.withdraw_all("the gateway is stopping")
+            assert log.drained(10.0)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    kinds = [r["kind"] for r in records]
+    assert kinds[:3] == ["approval.requested"] * 3
+    assert sorted(kinds[3:]) == ["approval.approved", "approval.denied", "approval.withdrawn"]
+    by_id = {r["target"]: r for r in records[3:]}
+    assert by_id[a.request.id]["detail"] == "operator::op" and by_id[b.request.id]["detail"] == "owner::a"
+    assert by_id[c.request.id]["outcome"] == "withdrawn"
+    asked = {p.request.id: p.request for p in (a, b, c)}
+    for r in records:
+        assert r["name"] == "s__x" and r["revision"] == live.revision and r["session"] == "s1"
+        assert r["digest"] == a.entry.digest
+        assert r["args_sha256"] == asked[r["target"]].arguments_digest
