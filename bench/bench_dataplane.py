@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -38,26 +37,13 @@ import anyio  # noqa: E402
 import anyio.abc  # noqa: E402
 from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, json_out_path, pct  # noqa: E402
+from bench_fastpath import cpu_s, loadavg, open_client, run_calls  # noqa: E402
 from mcp import Client  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 CALLS, BLOCKS, WARMUP = (300, 3, 30) if QUICK else (1200, 6, 100)
 DURATION_S = 1.0 if QUICK else 3.0
-ARGS = {"x": "1"}
-CLK = os.sysconf("SC_CLK_TCK")
 STARTUP_S = 60.0
-
-
-def loadavg() -> str:
-    with open("/proc/loadavg", encoding="ascii") as f:
-        return " ".join(f.read().split()[:3])
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as fh:
-        stat = fh.read()
-    f = stat[stat.rfind(b")") + 2 :].split()
-    return (int(f[11]) + int(f[12])) / CLK
 
 
 async def stop(proc: anyio.abc.Process) -> None:
@@ -83,35 +69,6 @@ async def child(argv: list[str]) -> AsyncIterator[anyio.abc.Process]:
         yield proc
     finally:
         await stop(proc)
-
-
-async def run_calls(
-    clients: list[Any], tool: str, calls: int | None, duration_s: float | None
-) -> tuple[list[float], float]:
-    lat: list[float] = []
-    deadline = time.perf_counter() + (duration_s or 0)
-    t0 = time.perf_counter()
-
-    async def loop(c: Any) -> None:
-        n = 0
-        while (n < calls) if calls is not None else (time.perf_counter() < deadline):
-            n += 1
-            s = time.perf_counter()
-            r = await c.call_tool(tool, ARGS)
-            lat.append((time.perf_counter() - s) * 1000)
-            if r.is_error:
-                raise RuntimeError(f"{tool}: error result {r}")
-
-    async with anyio.create_task_group() as tg:
-        for c in clients:
-            tg.start_soon(loop, c)
-    return lat, time.perf_counter() - t0
-
-
-async def open_client(stack: contextlib.AsyncExitStack, url: str, era: str) -> Any:
-    c = await stack.enter_async_context(Client(url, mode=era))
-    await c.list_tools()  # call_tool would otherwise list for output schemas
-    return c
 
 
 # label, url, tool, pid of the process in the middle (None: direct)
