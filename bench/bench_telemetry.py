@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO_ROOT))
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
 from _stats import dump_json, json_out_path, pct  # noqa: E402
-from bench_fastpath import cpu_s, free_port, gateway_argv, loadavg, open_client, process  # noqa: E402
+from bench_fastpath import cpu_s, gateway_argv, loadavg, open_client, process  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 CALLS, BLOCKS, WARMUP = (150, 4, 20) if QUICK else (500, 8, 50)
@@ -75,10 +75,11 @@ async def bench_calls() -> dict[str, Any]:
         async with contextlib.AsyncExitStack() as stack:
             pids, clients, ports = {}, {}, {}
             for name, cfg in variants.items():
-                port = ports[name] = free_port()
-                pids[name] = await stack.enter_async_context(
-                    process(gateway_argv(cfg, port), f"http://127.0.0.1:{port}/readyz")
+                port_file = tmp / f"{name}.port"
+                pids[name], port = await stack.enter_async_context(
+                    process(gateway_argv(cfg, port_file), "/readyz", port_file)
                 )
+                ports[name] = port
                 clients[name] = await open_client(stack, f"http://127.0.0.1:{port}/mcp", "legacy")
                 for _ in range(WARMUP):
                     await clients[name].call_tool("up__a", {"x": "1"})

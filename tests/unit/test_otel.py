@@ -221,6 +221,9 @@ def test_missing_sdk_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, capsys: p
     ]:
         monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
     monkeypatch.setattr("mcp_reconciler.api.logs.configure", lambda *args: None)  # leave the root logger alone
+    # ``install`` runs once per process; an earlier test in this process may have run it, and then
+    # it would answer from that without importing the SDK at all.
+    monkeypatch.setattr("mcp_reconciler.api.otel._installed", None)
     before = trace.get_tracer_provider()
     with pytest.raises(OtelUnavailableError, match=r"pip install 'mcp-reconciler\[otel\]'"):
         configure_console()
