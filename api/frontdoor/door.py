@@ -162,7 +162,7 @@ class FrontDoor:
             )
         self.server.middleware.append(self.sessions.track_use)  # outermost: the whole request is "in use"
         self.server.middleware.append(self.sessions.bind_at_handshake)
-        self.server.middleware.append(self._task_middleware)  # task-augmented tools/call (2025-11-25)
+        self.server.middleware.append(self.task_guard)  # task-augmented tools/call (2025-11-25)
         # The fast lane (issue 12, ADR 0019): list pages served from cached wire dicts, calls
         # forwarded without rebuilding models, the heap frozen after each publication.
         self.fast_lane = fast_lane_enabled()
@@ -263,8 +263,9 @@ class FrontDoor:
             return await self.tasks.call_required(ctx, params, lambda c: self.forwarder.call_tool(c, params))
         return await self.forwarder.call_tool(ctx, params)
 
-    async def _task_middleware(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
-        """``Tasks.middleware``, after refusing a task-augmented call of a tool that needs an approval."""
+    async def task_guard(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
+        """``Tasks.middleware``, after refusing a task-augmented call of a tool that needs an
+        approval (the data plane's dispatcher runs every request through it)."""
         raw = ctx.params
         # ``task`` makes a task only in the 2025-11-25 era (as in ``Tasks.middleware``).
         is_task = isinstance(raw, Mapping) and raw.get("task") is not None

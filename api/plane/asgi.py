@@ -84,6 +84,6 @@ def build_plane(
     layer per front door."""
     plane = Plane(
         front,
-        SessionTable(max_sessions=max_sessions, max_per_principal=max_sessions_per_client, idle_s=session_idle_s),
+        SessionTable(max_sessions=max_sessions, max_per_client=max_sessions_per_client, idle_s=session_idle_s),
     )
     return pipeline.build(plane, policy), plane

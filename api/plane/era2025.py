@@ -18,13 +18,21 @@ principal (I18).
   session exactly once: its connection's exit stack unwinds (the front door's bindings go).
 - The relay's server→client requests (sampling, elicitation, roots) ride the request's stream;
   the client's response, POSTed on the session, is handed to the session's ``Replies`` (202).
-- Pushes on the GET stream carry event ids; a GET with ``Last-Event-ID`` first replays the kept
-  pushes after it (the last :data:`EVENT_HISTORY` per session), then continues live.
-
-Not yet: resuming a request's own stream (the SDK server primes each with an event id)."""
+- Every frame a session sends (GET-stream pushes and each request stream's events) carries an
+  event id naming its stream, kept in one bounded history per session (the last
+  :data:`EVENT_HISTORY`, I18). A request stream opens with a priming event (2025-11-25). A client
+  that drops a request's stream does not cancel the request (``notifications/cancelled`` does):
+  the call runs on, its events are kept, and a GET with ``Last-Event-ID`` of one of them replays
+  the stream's later events, primes, and follows it live to the response. A GET with the id of a
+  GET-stream event replays the pushes after it, primes, then continues live.
+- The bounds: :attr:`SessionTable.max_sessions` in total (503) and
+  :attr:`SessionTable.max_per_client` per client — its bearer credential, else its peer address
+  (429 ``too_many_sessions``, retryable)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import uuid
 from collections import deque
@@ -34,7 +42,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from anyio.streams.memory import MemoryObjectReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import MCPError
 from mcp.server.connection import Connection
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
@@ -53,23 +61,63 @@ from mcp_reconciler.reconciler import telemetry
 log = logging.getLogger("mcp_reconciler.plane")
 
 SESSION_HEADER = "mcp-session-id"
-#: Frames a GET stream may hold unsent before pushes are dropped (a stalled client costs bounded memory).
+#: Frames a stream may hold unsent before they are dropped (a stalled client costs bounded memory).
 PUSH_BACKLOG = 256
-#: GET-stream frames kept per session for ``Last-Event-ID`` resumption (I18: bounded per session).
-EVENT_HISTORY = 128
+#: Frames kept per session for ``Last-Event-ID`` resumption, every stream together (I18: bounded
+#: per session; the SDK-based plane's per-session event store kept as many).
+EVENT_HISTORY = 256
+#: The stream key of a session's GET stream (request streams count up from 1).
+GET_STREAM = 0
+#: The body of a priming event (an id, no data): after a replay, and first on a request stream.
+_PRIMING = b"data: \r\n\r\n"
 
 _sessions_gauge = telemetry.meter.create_up_down_counter(
     "plane.legacy_sessions", description="Open 2025-era sessions on the data plane"
 )
 
 
+def client_key(scope: Scope) -> str:
+    """Who a request comes from, for the per-client session bound: its bearer credential (hashed;
+    the token is never kept), else its peer address. Behind a reverse proxy every peer is the proxy."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization" and value[:7].lower() == b"bearer ":
+            return "credential:" + hashlib.sha256(value[7:].strip()).hexdigest()[:32]
+    client = scope.get("client")
+    return f"peer:{client[0]}" if client else "peer:?"
+
+
+@dataclass(eq=False)
+class RequestStream:
+    """A request's SSE stream while its request runs: the resumed GET that follows it, if any."""
+
+    key: int
+    follower: MemoryObjectSendStream[bytes] | None = None
+    done: bool = False
+
+    def relay(self, frame: bytes) -> None:
+        """Hand ``frame`` to the follower (dropped when it is gone or full: it can resume again)."""
+        if self.follower is not None:
+            try:
+                self.follower.send_nowait(frame)
+            except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self.follower = None
+
+    def finish(self) -> None:
+        """The response was written: the follower's stream ends."""
+        self.done = True
+        if self.follower is not None:
+            self.follower.close()
+            self.follower = None
+
+
 @dataclass(eq=False)
 class LegacySession:
-    """One 2025-era session: who opened it, its connection (what the front door binds) and its
-    GET stream's channel."""
+    """One 2025-era session: who opened it (and the client key it counts against), its
+    connection (what the front door binds), its GET stream's channel and its kept events."""
 
     id: str
     principal: str
+    client: str
     connection: Connection
     standalone: FrameChannel
     replies: Replies
@@ -78,56 +126,91 @@ class LegacySession:
     get_open: bool = False
     closed: bool = False
     events: int = 0
+    history: deque[tuple[int, int, bytes]] = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
+    live: dict[int, RequestStream] = field(default_factory=dict)  # request streams still running
+    running: dict[types.RequestId, anyio.CancelScope] = field(default_factory=dict)
+    _stream_keys: int = 0
 
-    history: deque[tuple[int, bytes]] = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
-
-    def next_event_id(self) -> str:
-        """The next SSE event id of this session (unique within it, in order)."""
+    def next_event_id(self, stream: int = GET_STREAM) -> str:
+        """The next SSE event id of this session: ``<session>.<stream>:<n>`` (``n`` in order)."""
         self.events += 1
-        return f"{self.id}/{self.events}"
+        return f"{self.id}.{stream}:{self.events}"
 
-    def remember(self, frame: bytes) -> bytes:
-        """``frame`` (a GET-stream push) with the next event id, kept for ``Last-Event-ID``."""
-        event_id = self.next_event_id()
-        framed = f"id: {event_id}\r\n".encode() + frame
-        self.history.append((self.events, framed))
+    def remember(self, frame: bytes, stream: int = GET_STREAM) -> bytes:
+        """``frame`` with the next event id of ``stream``, kept for ``Last-Event-ID``."""
+        framed = f"id: {self.next_event_id(stream)}\r\n".encode() + frame
+        self.history.append((self.events, stream, framed))
         return framed
 
-    def replay_after(self, last_event_id: str) -> list[bytes]:
-        """The kept GET-stream frames after ``last_event_id`` (none for an id of another session
-        or one not of this form); at most :data:`EVENT_HISTORY` of them."""
-        sid, _, seq = last_event_id.partition("/")
-        if sid != self.id or not seq.isdigit():
-            return []
-        return [frame for n, frame in self.history if n > int(seq)]
+    def priming(self, stream: int) -> bytes:
+        """A priming event of ``stream``: an id and no data (2025-11-25: the client can resume)."""
+        return f"id: {self.next_event_id(stream)}\r\n".encode() + _PRIMING
+
+    def open_stream(self) -> RequestStream:
+        """A new request stream of this session."""
+        self._stream_keys += 1
+        stream = RequestStream(self._stream_keys)
+        self.live[stream.key] = stream
+        return stream
+
+    def close_stream(self, stream: RequestStream) -> None:
+        """``stream``'s request is answered (or cancelled): its follower ends."""
+        stream.finish()
+        self.live.pop(stream.key, None)
+
+    def replay_after(self, last_event_id: str) -> tuple[int, list[bytes]]:
+        """The stream ``last_event_id`` names and its kept frames after it (the GET stream and
+        nothing for an id of another session, one not of this form, or one evicted)."""
+        head, _, seq = last_event_id.rpartition(":")
+        sid, _, key = head.rpartition(".")
+        if sid != self.id or not seq.isdigit() or not key.isdigit():
+            return GET_STREAM, []
+        stream, after = int(key), int(seq)
+        return stream, [frame for n, s, frame in self.history if s == stream and n > after]
 
 
 class SessionTable:
-    """The open 2025-era sessions, bounded in total and per principal (I18); the front door's
-    ``PushGate`` (is a session's GET stream open?)."""
+    """The open 2025-era sessions, bounded in total and per client (I18); the front door's
+    ``PushGate`` (is a session's GET stream open?). Its counts are the transport-session figures
+    of ``/v1/status``, the limit gauges and the tests."""
 
-    def __init__(self, *, max_sessions: int, max_per_principal: int, idle_s: float) -> None:
+    def __init__(self, *, max_sessions: int, max_per_client: int, idle_s: float) -> None:
         self.max_sessions = max_sessions
-        self.max_per_principal = max_per_principal
+        self.max_per_client = max_per_client
         self.idle_s = idle_s
         self.sessions: dict[str, LegacySession] = {}
-        self._per_principal: dict[str, int] = {}
+        self._per_client: dict[str, int] = {}
+        self.refused_per_client = 0  # initializes refused at the per-client bound (gateway.limits.hits)
 
-    def admits(self, principal: str) -> bool:
-        """Whether one more session may open for ``principal``."""
-        return len(self.sessions) < self.max_sessions and self._per_principal.get(principal, 0) < self.max_per_principal
+    def room(self, client: str) -> int | None:
+        """``None`` when one more session may open for ``client``; else the HTTP status of the
+        refusal (503 at the total bound, 429 at the client's)."""
+        if len(self.sessions) >= self.max_sessions:
+            return 503
+        if self._per_client.get(client, 0) >= self.max_per_client:
+            self.refused_per_client += 1
+            return 429
+        return None
 
-    def open(self, principal: str) -> LegacySession:
-        """A new session for ``principal`` (the caller checked :meth:`admits`)."""
+    def open(self, principal: str, client: str) -> LegacySession:
+        """A new session for ``principal``, counted against ``client`` (the caller checked :meth:`room`)."""
         sid = uuid.uuid4().hex
         replies = Replies()
         standalone = FrameChannel(None, None, PUSH_BACKLOG, wait=False, replies=replies)
         connection = Connection.for_loop(standalone, session_id=sid, protocol_version_hint=LATEST_HANDSHAKE_VERSION)
-        session = LegacySession(sid, principal, connection, standalone, replies, anyio.current_time())
+        session = LegacySession(sid, principal, client, connection, standalone, replies, anyio.current_time())
         self.sessions[sid] = session
-        self._per_principal[principal] = self._per_principal.get(principal, 0) + 1
+        self._per_client[client] = self._per_client.get(client, 0) + 1
         _sessions_gauge.add(1)
         return session
+
+    def open_sessions(self) -> int:
+        """Sessions open now."""
+        return len(self.sessions)
+
+    def sessions_of(self, client: str) -> int:
+        """Sessions open now for ``client`` (a :func:`client_key`)."""
+        return self._per_client.get(client, 0)
 
     def find(self, sid: str | None, principal: str) -> LegacySession | None:
         """The open session ``sid`` if ``principal`` opened it (else ``None``: 404 either way)."""
@@ -138,19 +221,21 @@ class SessionTable:
         return session
 
     async def close(self, session: LegacySession) -> None:
-        """End ``session`` exactly once: out of the table, its streams ended, its connection's
-        exit stack unwound (the front door drops its binding)."""
+        """End ``session`` exactly once: out of the table, its streams ended, its requests
+        cancelled, its connection's exit stack unwound (the front door drops its binding)."""
         if session.closed:
             return
         session.closed = True
         self.sessions.pop(session.id, None)
-        left = self._per_principal.get(session.principal, 1) - 1
+        left = self._per_client.get(session.client, 1) - 1
         if left:
-            self._per_principal[session.principal] = left
+            self._per_client[session.client] = left
         else:
-            self._per_principal.pop(session.principal, None)
+            self._per_client.pop(session.client, None)
         _sessions_gauge.add(-1)
         session.standalone.sink.close()
+        for scope in list(session.running.values()):
+            scope.cancel()
         with anyio.CancelScope(shield=True):
             await session.connection.exit_stack.aclose()
 
@@ -163,7 +248,7 @@ class SessionTable:
         return len(idle)
 
     async def close_all(self) -> None:
-        """Shutdown: end every session."""
+        """Shutdown: end every session (their GET streams end, so HTTP can stop at once)."""
         for session in list(self.sessions.values()):
             await self.close(session)
 
@@ -289,10 +374,15 @@ class Era2025:
         except Exception as exc:
             await _json(send, 400, jsonrpc.error_message(call.id, error_data(exc)))
             return
-        if not self.table.admits(identity.principal):
+        client = client_key(request.scope)
+        refused = self.table.room(client)
+        if refused == 503:
             await _json(send, 503, _error(-32016, "too many open sessions; close one or retry later"))
             return
-        session = self.table.open(identity.principal)
+        if refused is not None:
+            await _too_many_for_client(send, self.table.max_per_client)
+            return
+        session = self.table.open(identity.principal, client)
         wire = self._dispatcher.initialize(session.connection, params)
         await self._stream_head(send, session)
         await send(
@@ -311,6 +401,11 @@ class Era2025:
                 self._front.sessions.binding(ctx)  # bound now, so pushes reach it before its first request
             except Exception:
                 log.info("2025-era session: binding refused at the handshake (answered on its first request)")
+        elif notice.method == "notifications/cancelled" and notice.params is not None:
+            target = notice.params.get("requestId")
+            scope = session.running.get(target) if isinstance(target, str | int) else None
+            if scope is not None:
+                scope.cancel()  # the request ends without a response (JSON-RPC cancellation)
 
     async def _stream_head(self, send: Send, session: LegacySession) -> None:
         headers = [*sse.HEADERS, (b"mcp-session-id", session.id.encode())]
@@ -323,40 +418,55 @@ class Era2025:
         channel.progress_token = progress_token_from_params(call.params)
         ctx = context(channel, session.connection, call.method, call.params, call.id, request)
         answer: list[dict[str, Any]] = []
+        stream = session.open_stream()
+        writer = _Writer(send)
 
         async def run() -> None:
             async with channel.sink:
-                try:
-                    if not session.connection.initialize_accepted:
-                        raise MCPError(code=types.INVALID_PARAMS, message="Invalid request parameters", data="")
-                    answer.append(jsonrpc.result_message(call.id, await self._dispatcher.request(ctx)))
-                except Exception as exc:
-                    answer.append(jsonrpc.error_message(call.id, error_data(exc)))
+                with anyio.CancelScope() as scope:
+                    if call.id in session.running:  # a duplicate id in flight: the first one keeps it
+                        answer.append(jsonrpc.error_message(call.id, _duplicate_id()))
+                        return
+                    session.running[call.id] = scope
+                    try:
+                        if not session.connection.initialize_accepted:
+                            raise MCPError(code=types.INVALID_PARAMS, message="Invalid request parameters", data="")
+                        answer.append(jsonrpc.result_message(call.id, await self._dispatcher.request(ctx)))
+                    except Exception as exc:
+                        answer.append(jsonrpc.error_message(call.id, error_data(exc)))
+                    finally:
+                        session.running.pop(call.id, None)
 
-        async def watch_disconnect(scope_: anyio.CancelScope) -> None:
+        async def watch_disconnect() -> None:
+            # A dropped stream is not a cancellation (2025-11-25): the request runs on and its
+            # events are kept for a client that resumes with Last-Event-ID.
             while (await receive()).get("type") != "http.disconnect":
                 pass
-            scope_.cancel()
+            writer.detached = True
 
         session.streams += 1
         try:
             await self._stream_head(send, session)
+            if _primes(session):
+                await writer.write(session.priming(stream.key))
             async with channel.frames, anyio.create_task_group() as tg:
                 tg.start_soon(run)
-                tg.start_soon(watch_disconnect, tg.cancel_scope)
-                await self._pump(send, channel.frames)
-                final = sse.frame(answer[0], session.next_event_id())
-                await send({"type": "http.response.body", "body": final, "more_body": False})
+                tg.start_soon(watch_disconnect)
+                while (frame := await next_frame(channel.frames)) is not None:
+                    if frame is not sse.PING:
+                        frame = session.remember(frame, stream.key)
+                        stream.relay(frame)
+                    await writer.write(frame)
+                if answer:  # none when the client cancelled the request
+                    final = session.remember(sse.frame(answer[0]), stream.key)
+                    stream.relay(final)
+                    await writer.write(final)
+                await writer.end()
                 tg.cancel_scope.cancel()
         finally:
+            session.close_stream(stream)
             session.streams -= 1
             session.last_seen = anyio.current_time()
-
-    @staticmethod
-    async def _pump(send: Send, frames: MemoryObjectReceiveStream[bytes]) -> None:
-        """Write ``frames`` until their channel closes, pinging while idle."""
-        while (frame := await next_frame(frames)) is not None:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
 
     async def _get(self, scope: Scope, receive: Receive, send: Send, request: Request, identity: McpIdentity) -> None:
         if not accepts(request.headers)[1]:
@@ -366,6 +476,11 @@ class Era2025:
             return
         session = await self._session(send, request, identity)
         if session is None:
+            return
+        resume = request.headers.get("last-event-id")
+        stream, replay = session.replay_after(resume) if resume is not None else (GET_STREAM, [])
+        if stream != GET_STREAM:
+            await self._resume(receive, send, session, stream, replay)
             return
         if session.get_open:
             await _json(
@@ -385,9 +500,10 @@ class Era2025:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch_disconnect)
-                resume = request.headers.get("last-event-id")
-                for kept in session.replay_after(resume) if resume is not None else ():
-                    await send({"type": "http.response.body", "body": kept, "more_body": True})
+                if resume is not None:  # the kept pushes after it, then a priming event
+                    for kept in replay:
+                        await send({"type": "http.response.body", "body": kept, "more_body": True})
+                    await send({"type": "http.response.body", "body": session.priming(GET_STREAM), "more_body": True})
                 while (frame := await next_frame(session.standalone.frames)) is not None:
                     # a push gets an id the client can resume from; a keepalive ping does not
                     body = frame if frame is sse.PING else session.remember(frame)
@@ -398,3 +514,85 @@ class Era2025:
             session.get_open = False
             session.streams -= 1
             session.last_seen = anyio.current_time()
+
+    async def _resume(
+        self, receive: Receive, send: Send, session: LegacySession, key: int, replay: list[bytes]
+    ) -> None:
+        """A GET resuming request stream ``key``: its kept events after the client's last one, a
+        priming event, then its live events up to the response (none once it was answered)."""
+        live = session.live.get(key)
+        follow: MemoryObjectReceiveStream[bytes] | None = None
+        if live is not None and live.follower is None:  # one follower per stream (a second replays only)
+            sink, follow = anyio.create_memory_object_stream[bytes](PUSH_BACKLOG)
+            live.follower = sink  # attached before any await: no frame falls between replay and live
+        session.streams += 1
+        try:
+            await self._stream_head(send, session)
+            writer = _Writer(send)
+            for kept in replay:
+                await writer.write(kept)
+            await writer.write(session.priming(key))
+            if follow is not None:
+                async with follow, anyio.create_task_group() as tg:
+
+                    async def watch_disconnect() -> None:
+                        while (await receive()).get("type") != "http.disconnect":
+                            pass
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(watch_disconnect)
+                    while (frame := await next_frame(follow)) is not None:
+                        await writer.write(frame)
+                    tg.cancel_scope.cancel()
+            await writer.end()
+        finally:
+            if live is not None and follow is not None and live.follower is not None:
+                live.follower.close()
+                live.follower = None
+            session.streams -= 1
+            session.last_seen = anyio.current_time()
+
+
+class _Writer:
+    """A response body's writer that stops writing once its client is gone (the request behind
+    it runs on: its events are kept for a resuming client)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.detached = False
+
+    async def write(self, frame: bytes) -> None:
+        """One frame, unless the client is gone."""
+        if self.detached:
+            return
+        try:
+            await self._send({"type": "http.response.body", "body": frame, "more_body": True})
+        except OSError:
+            self.detached = True
+
+    async def end(self) -> None:
+        """End the body (nothing once the client is gone)."""
+        if not self.detached:
+            with contextlib.suppress(OSError):
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _primes(session: LegacySession) -> bool:
+    """Whether a request stream opens with a priming event: the 2025-11-25 revision and later (the
+    SDK server's rule; older clients would show an empty event)."""
+    return str(session.connection.protocol_version) >= "2025-11-25"
+
+
+def _duplicate_id() -> types.ErrorData:
+    return types.ErrorData(code=types.INVALID_REQUEST, message="a request with this id is already running")
+
+
+async def _too_many_for_client(send: Send, limit: int) -> None:
+    """429 at the per-client bound (I18), retryable."""
+    error = {
+        "code": types.INVALID_REQUEST,
+        "message": f"too many open sessions for this client (at most {limit}); close one and retry",
+        "data": {"code": "too_many_sessions", "retryable": True},
+    }
+    body = jsonrpc.encode({"jsonrpc": "2.0", "id": None, "error": error})
+    await _plain(send, 429, body, (b"content-type", b"application/json"), (b"retry-after", b"1"))
