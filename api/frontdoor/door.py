@@ -21,18 +21,17 @@ import mcp_types as types
 from mcp import MCPDeprecationWarning
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 
-from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.approvals import task_refused
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.completion import Completer
 from mcp_reconciler.api.frontdoor.control_tools import ControlTools, RefreshFn, StatusFn
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
-from mcp_reconciler.api.frontdoor.fastlane import CallLane, ListCache, fast_lane_enabled, freeze_after_publication
 from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.observe import OperationObserver
+from mcp_reconciler.api.frontdoor.pages import ListCache, freeze_after_publication
 from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.search import FindTools
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
@@ -163,22 +162,14 @@ class FrontDoor:
         self.server.middleware.append(self.sessions.track_use)  # outermost: the whole request is "in use"
         self.server.middleware.append(self.sessions.bind_at_handshake)
         self.server.middleware.append(self.task_guard)  # task-augmented tools/call (2025-11-25)
-        # The fast lane (issue 12, ADR 0019): list pages served from cached wire dicts, calls
-        # forwarded without rebuilding models, the heap frozen after each publication.
-        self.fast_lane = fast_lane_enabled()
+        # List pages served from cached wire dicts, the heap frozen after each publication (ADR 0019).
         self.list_cache = ListCache(
             self.catalog,
             authority,
             self.sessions,
             show_extra=(lambda b: self.control is not None and self.may_use_control_tools(b)),
         )
-        self.list_cache.enabled = self.fast_lane
-        if self.fast_lane:  # the SDK's per-request span middleware, only while spans go somewhere
-            sdk_compat.gate_otel_middleware(self.server.middleware)
-        self.server.middleware.append(self.list_cache)
-        self.call_lane = CallLane(self.forwarder, self.server, takes=self._fast_lane_takes)
-        self.call_lane.enabled = self.fast_lane
-        self.server.middleware.append(self.call_lane)  # innermost: after binding and task handling
+        self.server.middleware.append(self.list_cache)  # innermost: after binding and task handling
         self.server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.tasks.get_task)
         self.server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self.tasks.task_result)
         self.server.add_request_handler("tasks/list", types.PaginatedRequestParams, self.tasks.list_tasks)
@@ -194,15 +185,6 @@ class FrontDoor:
         user, or a session an operator (or the config) gave the ``control_tools`` flag."""
         return binding.control_tools or binding.session.control_tools
 
-    def _fast_lane_takes(self, name: str) -> bool:
-        """Whether ``tools/call`` of ``name`` may take the fast lane: not a built-in control tool
-        or ``find_tools`` (answered by the gateway itself), not a tool that runs only as a task."""
-        if self.control is not None and name in self.control.names:
-            return False
-        if name == self.find_tools.name:
-            return False  # answered by the gateway in search mode (the normal lane decides)
-        return not self.tasks.runs_as_task(name)
-
     @property
     def bindings(self) -> Mapping[str, Binding]:
         """Every downstream identity currently bound, by binding key (read-only view)."""
@@ -214,7 +196,7 @@ class FrontDoor:
         lifetime. While it runs, the front door answers what upstream servers start (the relay
         is attached to the engine)."""
         detach = self.catalog.attach_peer(self.relay)
-        unsubscribe = self.catalog.on_publish(freeze_after_publication) if self.fast_lane else (lambda: None)
+        unsubscribe = self.catalog.on_publish(freeze_after_publication)
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.exchanges.run)

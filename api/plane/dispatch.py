@@ -36,7 +36,7 @@ from mcp_types import methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
-from mcp_reconciler.api.frontdoor.fastlane import LIST_METHODS
+from mcp_reconciler.api.frontdoor.pages import LIST_METHODS
 
 if TYPE_CHECKING:
     from mcp_reconciler.api.frontdoor import FrontDoor

@@ -257,10 +257,6 @@ class SessionTable:
         session = self.sessions.get(http_session_id)
         return None if session is None else session.get_open
 
-    def standalone_stream(self, http_session_id: str) -> None:
-        """``PushGate``: pushes go through the session's connection (its channel), never direct."""
-        return None
-
 
 async def _plain(send: Send, status: int, body: bytes = b"", *headers: tuple[bytes, bytes]) -> None:
     head = [(b"content-length", str(len(body)).encode()), *headers]

@@ -18,14 +18,12 @@ import pytest
 from mcp import Client
 from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
-from mcp.server.streamable_http import GET_STREAM_KEY, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.routing import Route
 
 from mcp_reconciler.api import sdk_compat
-from mcp_reconciler.api.event_store import BoundedEventStore
 from mcp_reconciler.reconciler.model import EntryKind
 from tests.support.asgi_server import served_asgi
 
@@ -132,40 +130,9 @@ def test_connection_of_names_the_private_when_it_is_gone() -> None:
         sdk_compat.connection_of(ctx)
 
 
-# -- 2 and 3. the streamable-HTTP session manager ----------------------------------------------
-
-
-def test_session_manager_admission_hook_exists() -> None:
-    """``StreamableHTTPSessionManager._admit_session`` (builds each session's transport) and
-    ``_discard_session`` (every way a session ends): sdk_compat checks both at import time and
-    names them when missing."""
-    hook = require(StreamableHTTPSessionManager, "_admit_session", "StreamableHTTPSessionManager")
-    assert callable(hook)
-    assert callable(require(StreamableHTTPSessionManager, "_discard_session", "StreamableHTTPSessionManager"))
-    with pytest.raises(sdk_compat.SDKChangedError, match=r"Empty\._admit_session"):
-
-        class Empty:
-            pass
-
-        sdk_compat._require_hook(Empty, "_admit_session")
-
-
-class CountingStore(BoundedEventStore):
-    created: list[CountingStore] = []
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stored = 0
-        CountingStore.created.append(self)
-
-    async def store_event(self, stream_id: Any, message: Any) -> Any:
-        self.stored += 1
-        return await super().store_event(stream_id, message)
-
-
 @contextlib.asynccontextmanager
 async def served(manager: StreamableHTTPSessionManager) -> AsyncIterator[str]:
-    """``manager`` behind uvicorn on an ephemeral 127.0.0.1 port; yields the MCP URL."""
+    """``manager`` (the SDK's own server) behind uvicorn on an ephemeral 127.0.0.1 port; yields the MCP URL."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -175,95 +142,6 @@ async def served(manager: StreamableHTTPSessionManager) -> AsyncIterator[str]:
     app = Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(manager))], lifespan=lifespan)
     async with served_asgi(app, lifespan="on") as base:
         yield f"{base}/mcp"
-
-
-async def test_session_manager_privates_on_a_served_session() -> None:
-    """``_server_instances``, ``StreamableHTTPServerTransport._request_streams`` with
-    ``GET_STREAM_KEY``, and ``_event_store``: a legacy HTTP session gets its own store from the
-    factory (the store the transport actually writes to), its GET stream is seen opening, a push
-    rides it, and once the client ends the session the probe answers ``None``."""
-    CountingStore.created.clear()
-    rec = Recorder()
-    manager = sdk_compat.GatewaySessionManager(
-        rec.server,
-        event_store_factory=CountingStore,
-        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-    )
-    require(manager, "_server_instances", "StreamableHTTPSessionManager")
-    async with served(manager) as url:
-        async with Client(url, mode="legacy", message_handler=rec.on_message) as client:
-            await client.list_tools(cache_mode="bypass")
-            conn = sdk_compat.connection_of(rec.contexts[0])
-            session_id = sdk_compat.http_session_id(conn)
-            assert session_id is not None, "a stateful HTTP connection carries its mcp-session-id"
-            assert sdk_compat.connection_key(conn) == session_id
-
-            transport = manager.transport(session_id)
-            assert isinstance(transport, StreamableHTTPServerTransport)
-            require(transport, "_request_streams", "StreamableHTTPServerTransport")
-            store = require(transport, "_event_store", "StreamableHTTPServerTransport")
-            assert len(CountingStore.created) == 1 and store is CountingStore.created[0]
-
-            with anyio.fail_after(WAIT):  # the client opens its GET stream after the handshake
-                while not manager.standalone_stream_open(session_id):
-                    await anyio.sleep(0.01)
-            # Item 11: the GET stream is the direct one, in the slot the SDK's router sends to.
-            direct = manager.standalone_stream(session_id)
-            assert direct is not None and transport._request_streams[GET_STREAM_KEY][0] is direct
-            before = store.stored
-            await sdk_compat.push_list_changed(conn, {EntryKind.TOOL})
-            await rec.wait_received(1)
-            assert store.stored > before, "the push went through this session's own event store"
-            message, data = sdk_compat.resource_updated_message("note://x")
-            assert await direct.push(message, data)
-            await rec.wait_received(2)
-            assert store.stored == before + 2
-
-            async with Client(url, mode="legacy") as other:
-                await other.list_tools(cache_mode="bypass")
-                other_id = sdk_compat.http_session_id(sdk_compat.connection_of(rec.contexts[-1]))
-                assert other_id not in (None, session_id)
-                other_transport = manager.transport(other_id)  # type: ignore[arg-type]
-                assert other_transport is not None
-                assert other_transport._event_store is CountingStore.created[1] is not store
-                assert manager.sessions_of("peer:127.0.0.1") == 2  # admitted, counted per client
-        with anyio.fail_after(WAIT):  # the client's DELETE ended the session
-            while manager.standalone_stream_open(session_id) is not None:
-                await anyio.sleep(0.01)
-        assert manager.transport(session_id) is None
-        # Admission and discard were seen per client (the peer address: no credential here):
-        # two sessions admitted, both discarded, so the count is back to zero.
-        assert manager.sessions_of("peer:127.0.0.1") == 0 and manager.open_sessions() == 0
-
-
-def test_session_manager_probe_names_the_private_when_it_is_gone() -> None:
-    manager = sdk_compat.GatewaySessionManager(Server("x"))
-    del manager._server_instances
-    with pytest.raises(sdk_compat.SDKChangedError, match=r"StreamableHTTPSessionManager\._server_instances"):
-        manager.standalone_stream_open("s")
-
-
-def test_serve_standalone_names_the_private_when_it_is_gone() -> None:
-    transport: Any = SimpleNamespace(_handle_get_request=None, _validate_request_headers=None)
-    with pytest.raises(sdk_compat.SDKChangedError, match=r"StreamableHTTPServerTransport\._clean_up_memory_streams"):
-        sdk_compat.serve_standalone(transport)
-
-
-def test_serve_requests_names_the_private_when_it_is_gone() -> None:
-    from mcp.server.streamable_http import StreamableHTTPServerTransport
-
-    real = StreamableHTTPServerTransport("s")
-    sdk_compat.serve_requests(real)  # every private it needs is on the SDK's real transport
-    transport: Any = SimpleNamespace(_handle_post_request=None, _validate_request_headers=None)
-    with pytest.raises(sdk_compat.SDKChangedError, match=r"StreamableHTTPServerTransport\._mint_priming_event"):
-        sdk_compat.serve_requests(transport)
-
-
-def test_event_store_and_factory_are_exclusive() -> None:
-    with pytest.raises(ValueError, match="not both"):
-        sdk_compat.GatewaySessionManager(
-            Server("x"), event_store=BoundedEventStore(), event_store_factory=BoundedEventStore
-        )
 
 
 # -- 4. mcp.shared._httpx_utils.create_mcp_http_client -----------------------------------------
@@ -324,7 +202,7 @@ async def test_request_channel_sends_our_request_id_and_a_withdrawal_reaches_the
         return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="ok"), model="m")
 
     asker = Asker()
-    manager = sdk_compat.GatewaySessionManager(
+    manager = StreamableHTTPSessionManager(
         asker.server, security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
     async with served(manager) as url, Client(url, mode="legacy", sampling_callback=sampling) as client:
