@@ -132,15 +132,6 @@ async def bench_era(era: str, rows: list[Row], up_pid: int) -> dict[str, Any]:
             "gw_tput32_over_direct": tput["gateway"] / tput[direct],
             "relay_tput32_over_direct": tput["byte relay"] / tput[direct],
         }
-        if "gateway new plane" in out:
-            plane = out["gateway new plane"]
-            ratios |= {
-                "plane_cpu_over_relay": plane["own_cpu_ms"] / relay["own_cpu_ms"],
-                "plane_cpu_over_upstream": plane["own_cpu_ms"] / up_direct,
-                "plane_cpu_over_sdk_plane": plane["own_cpu_ms"] / gw["own_cpu_ms"],
-                "plane_added_p50_ms": plane["added_p50_ms"],
-                "plane_tput32_over_direct": tput["gateway new plane"] / tput[direct],
-            }
         out["ratios"] = ratios
 
         print("  throughput at 32 sessions, calls/s: " + ", ".join(f"{k} {v:.0f}" for k, v in tput.items()))
@@ -151,14 +142,6 @@ async def bench_era(era: str, rows: list[Row], up_pid: int) -> dict[str, Any]:
             ("gateway added p50 ms", "gw_added_p50_ms", "<=", 0.5),
             ("gateway tput@32 / direct", "gw_tput32_over_direct", ">=", 0.9),
         ]
-        if "plane_cpu_over_relay" in ratios:
-            goals += [
-                ("new plane CPU / byte relay CPU", "plane_cpu_over_relay", "<=", 1.3),
-                ("new plane CPU / upstream SDK CPU", "plane_cpu_over_upstream", "<=", 0.5),
-                ("new plane CPU / SDK-based plane CPU", "plane_cpu_over_sdk_plane", "", 0.0),
-                ("new plane added p50 ms", "plane_added_p50_ms", "<=", 0.5),
-                ("new plane tput@32 / direct", "plane_tput32_over_direct", ">=", 0.9),
-            ]
         for text, key, op, target in goals:
             v = ratios[key]
             if not op:
@@ -174,7 +157,6 @@ async def amain() -> dict[str, Any]:
         tmp = Path(d)
         print(f"bench_dataplane: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
         up_file, relay_file, gw_file = tmp / "up.port", tmp / "relay.port", tmp / "gw.port"
-        plane_file = tmp / "plane.port"
         up_argv = [sys.executable, "-m", "tests.support.upstream_server", "--transport", "http"]
         async with child([*up_argv, *port_args(up_file), "--tools", "echo"]) as up:
             up_url = f"http://127.0.0.1:{await reported_port(up_file, lambda: up.returncode)}/mcp"
@@ -185,26 +167,20 @@ async def amain() -> dict[str, Any]:
             )
             relay_argv = [sys.executable, str(REPO_ROOT / "bench" / "byte_relay.py"), "--upstream", up_url]
             gw_argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg)]
-            # The new data plane (issue 26) in a gateway process of its own on the same config.
-            plane_argv = [sys.executable, str(REPO_ROOT / "bench" / "plane_gateway.py"), "--config", str(cfg)]
             async with (
                 child([*relay_argv, "--port-file", str(relay_file)]) as relay,
                 child([*gw_argv, *port_args(gw_file)]) as gw,
-                child([*plane_argv, "--port-file", str(plane_file)]) as pg,
             ):
                 relay_url = f"http://127.0.0.1:{await reported_port(relay_file, lambda: relay.returncode)}/mcp"
                 gw_url = f"http://127.0.0.1:{await reported_port(gw_file, lambda: gw.returncode)}/mcp"
-                plane_url = f"http://127.0.0.1:{await reported_port(plane_file, lambda: pg.returncode)}/mcp"
-                for url in (gw_url, plane_url):
-                    async with Client(url, mode="legacy") as c:  # the source is published
-                        with anyio.fail_after(STARTUP_S):
-                            while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
-                                await anyio.sleep(0.1)
+                async with Client(gw_url, mode="legacy") as c:  # the source is published
+                    with anyio.fail_after(STARTUP_S):
+                        while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
+                            await anyio.sleep(0.1)
                 rows: list[Row] = [
                     ("direct", up_url, "echo", None),
                     ("byte relay", relay_url, "echo", relay.pid),
-                    ("gateway", gw_url, "h__echo", gw.pid),
-                    ("gateway new plane", plane_url, "h__echo", pg.pid),  # its own gateway process
+                    ("gateway", gw_url, "h__echo", gw.pid),  # `serve`: the gateway's own data plane (issue 26)
                 ]
                 result: dict[str, Any] = {}
                 for era in ("legacy", "2026-07-28"):
