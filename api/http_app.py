@@ -36,8 +36,8 @@ from mcp_reconciler.api.mcp_auth import CredentialSource, SessionTokens
 from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.plane.asgi import Plane, build_plane
-from mcp_reconciler.api.plane.era2025 import SessionTable
 from mcp_reconciler.api.plane.pipeline import EdgePolicy, Pipeline
+from mcp_reconciler.api.plane.sessions import SessionTable
 
 __all__ = ["LOOPBACK_HOSTS", "LOOPBACK_ORIGINS", "HttpSurface", "build_app"]
 

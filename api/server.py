@@ -42,7 +42,7 @@ from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.oauth.resource_server import ResourceServer
 from mcp_reconciler.api.observability import LimitGauges, Observability, observed
-from mcp_reconciler.api.plane.era2025 import SessionTable
+from mcp_reconciler.api.plane.sessions import SessionTable
 from mcp_reconciler.api.routes import routes as control_routes
 from mcp_reconciler.api.stdio_input import stdin_lines
 from mcp_reconciler.api.views import owner_view, status_out

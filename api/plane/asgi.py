@@ -16,8 +16,9 @@ from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.mcp_views import ViewGate
 from mcp_reconciler.api.plane import pipeline
 from mcp_reconciler.api.plane.dispatch import Dispatcher
-from mcp_reconciler.api.plane.era2025 import Era2025, SessionTable
+from mcp_reconciler.api.plane.era2025 import Era2025
 from mcp_reconciler.api.plane.era2026 import Era2026, is_modern
+from mcp_reconciler.api.plane.sessions import SessionTable
 
 
 class Plane:

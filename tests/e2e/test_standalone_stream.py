@@ -20,7 +20,7 @@ import httpx2
 import pytest
 
 from mcp_reconciler.api.plane.channel import FrameChannel
-from mcp_reconciler.api.plane.era2025 import PUSH_BACKLOG
+from mcp_reconciler.api.plane.sessions import PUSH_BACKLOG
 from mcp_reconciler.api.server import Served, serve_http
 from tests.e2e.conftest import WAIT, write_config
 from tests.e2e.support_resources import UPSTREAM_ARGS, new_token, resource_source, until

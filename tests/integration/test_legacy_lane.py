@@ -17,11 +17,11 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp.server import Server
+from mcp.server.streamable_http import EventMessage, EventStore
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import ServerMessageMetadata
 
-from mcp_reconciler.api.event_store import BoundedEventStore
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.peer import PeerSwitch
@@ -118,11 +118,33 @@ class Peer:
         pass
 
 
+class MemoryEventStore(EventStore):
+    """The upstream SDK server's event store (resumption of its streams): every event kept."""
+
+    def __init__(self) -> None:
+        self._events: list[tuple[str, str, Any]] = []
+
+    async def store_event(self, stream_id: str, message: Any) -> str:
+        event_id = f"{stream_id}:{len(self._events) + 1}"
+        self._events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
+        index = next((i for i, (eid, _, _) in enumerate(self._events) if eid == last_event_id), None)
+        if index is None:
+            return None
+        stream_id = self._events[index][1]
+        for event_id, sid, message in self._events[index + 1 :]:
+            if sid == stream_id and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
+
+
 @asynccontextmanager
 async def connection(upstream: Upstream, peer: Peer, *, stateless: bool = False) -> AsyncIterator[UpstreamConnection]:
     manager = StreamableHTTPSessionManager(
         upstream.server(),
-        event_store=None if stateless else BoundedEventStore(),
+        event_store=None if stateless else MemoryEventStore(),
         retry_interval=None if stateless else 10,
         stateless=stateless,
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
@@ -236,9 +258,8 @@ async def test_a_request_the_client_does_not_know_is_answered_method_not_found()
         assert isinstance(answer, types.JSONRPCError) and answer.error.code == types.INVALID_PARAMS
 
 
-async def test_every_request_takes_the_peer_whatever_the_fast_lane_switch_says(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One path (ADR 0030): ``MCP_RECONCILER_FAST_LANE=0`` switches only the front door's lanes."""
-    monkeypatch.setenv("MCP_RECONCILER_FAST_LANE", "0")
+async def test_every_request_takes_the_peer() -> None:
+    """One path (ADR 0030): every request to an HTTP source goes through its peer."""
     upstream, peer = Upstream(), Peer()
     async with connection(upstream, peer) as conn:
         assert conn.http_peer is not None
