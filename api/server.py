@@ -13,14 +13,13 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import uvicorn
-from mcp.server.stdio import stdio_server
 
 from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator
@@ -43,8 +42,9 @@ from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.oauth.resource_server import ResourceServer
 from mcp_reconciler.api.observability import LimitGauges, Observability, observed
 from mcp_reconciler.api.plane.sessions import SessionTable
+from mcp_reconciler.api.plane.stdio import StdioPlane
 from mcp_reconciler.api.routes import routes as control_routes
-from mcp_reconciler.api.stdio_input import stdin_lines
+from mcp_reconciler.api.stdio_input import StdinLines, stdin_lines
 from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.config import GatewaySettings, TelemetryConfig
 from mcp_reconciler.reconciler.gateway import Gateway
@@ -503,7 +503,28 @@ async def _stdio(config_path: Path, view: str | None = None) -> int:
                 tg.start_soon(on_signals)
                 # stdin read on the event loop, so a signal can stop an idle session (stdio_input.py)
                 with stdin_lines() as lines:
-                    async with stdio_server(stdin=cast(Any, lines)) as (read, write):
-                        await front.server.run(read, write, front.server.create_initialization_options())
+                    await StdioPlane(front).serve(_stdin_bytes(lines), _stdout_writer())
                 tg.cancel_scope.cancel()
     return 0
+
+
+async def _stdin_bytes(lines: StdinLines | None) -> AsyncIterator[bytes]:
+    """stdin's lines for the plane: read on the event loop when stdin is a pipe or a socket, else
+    (a file, a terminal) through a worker thread."""
+    if lines is not None:
+        async for line in lines:
+            yield line.encode()
+        return
+    async for raw in anyio.wrap_file(sys.stdin.buffer):
+        yield raw
+
+
+def _stdout_writer() -> Callable[[bytes], Awaitable[None]]:
+    """Whole lines to stdout, flushed each (the stdio wire)."""
+    out = anyio.wrap_file(sys.stdout.buffer)
+
+    async def write(data: bytes) -> None:
+        await out.write(data)
+        await out.flush()
+
+    return write

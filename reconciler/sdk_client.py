@@ -3,8 +3,8 @@
 The gateway's upstream connections keep the SDK's ``ClientSession`` for the handshake and, on
 stdio and SSE, as their session layer; their requests go through one path,
 :meth:`~reconciler.upstream.UpstreamConnection.send_raw` (ADR 0030). That path needs three
-things the SDK offers no public way to do, reached here and nowhere else (the front door's
-server-side privates are in ``api/sdk_compat.py``, which the engine may not import);
+things the SDK offers no public way to do, reached here and nowhere else (the front door and
+the data plane reach none: ``api/sdk_compat.py`` is gone, issue 26);
 ``tests/unit/test_sdk_client.py`` builds the SDK objects for real and fails naming the attribute
 if an SDK release moves one:
 
@@ -33,7 +33,7 @@ from mcp.shared.inbound import MCP_NAME_HEADER, encode_header_value
 from mcp_types import methods as _methods
 from pydantic import TypeAdapter
 
-#: The SDK minor version this module (and ``api/sdk_compat.py``) was written and tested against.
+#: The SDK minor version this module was written and tested against.
 TESTED_SDK = "2.3"
 
 

@@ -34,7 +34,8 @@ One concept per module; :class:`FrontDoor` (``door``) assembles them:
 - ``tasks``, ``task_records``: task-augmented calls and ``tasks/*`` (2025-11-25), gateway task ids.
 - ``control_tools``: the optional built-in ``gateway_status`` / ``gateway_refresh`` tools.
 
-SDK privates are used only through ``mcp_reconciler.api.sdk_compat``."""
+- ``link``: the connection and back-channel behind a request, named by the data plane's context
+  (no SDK privates anywhere in the front door)."""
 
 from mcp_reconciler.api.frontdoor.door import FrontDoor, GatewayServer
 from mcp_reconciler.api.frontdoor.listing import PAGE_SIZE

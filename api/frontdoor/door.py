@@ -1,4 +1,6 @@
-"""The front door assembled: its parts, wired once, and the SDK ``Server`` that serves them.
+"""The front door assembled: its parts, wired once, and the SDK ``Server`` that describes them
+(its registered handlers give the capabilities, its options the handshake; the data plane,
+``api/plane``, serves every request — the SDK server's own pipeline is never run).
 
 Wiring flows one way. Every part gets what it reads at construction — the engine through one
 :class:`~mcp_reconciler.api.frontdoor.catalog.CatalogAccess`, the authority, the session table —
@@ -159,9 +161,6 @@ class FrontDoor:
                 get_tool_input_schema=self.listing.tool_input_schema,
                 capabilities=self._capabilities,
             )
-        self.server.middleware.append(self.sessions.track_use)  # outermost: the whole request is "in use"
-        self.server.middleware.append(self.sessions.bind_at_handshake)
-        self.server.middleware.append(self.task_guard)  # task-augmented tools/call (2025-11-25)
         # List pages served from cached wire dicts, the heap frozen after each publication (ADR 0019).
         self.list_cache = ListCache(
             self.catalog,
@@ -169,7 +168,6 @@ class FrontDoor:
             self.sessions,
             show_extra=(lambda b: self.control is not None and self.may_use_control_tools(b)),
         )
-        self.server.middleware.append(self.list_cache)  # innermost: after binding and task handling
         self.server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.tasks.get_task)
         self.server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self.tasks.task_result)
         self.server.add_request_handler("tasks/list", types.PaginatedRequestParams, self.tasks.list_tasks)

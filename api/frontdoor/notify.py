@@ -37,7 +37,7 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor import link
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.listen import ListenStreams
 from mcp_reconciler.api.frontdoor.sessions import Binding
@@ -175,7 +175,7 @@ class Notifier:
             if binding.conn is None or not self.can_push(binding):
                 return False  # held until the client's GET stream is open; retried on the next tick
             try:
-                await sdk_compat.push_list_changed(binding.conn, kinds)
+                await link.push_list_changed(binding.conn, kinds)
             except Exception:
                 log.info("session %s: list_changed push failed", binding.session.id)
                 return False

@@ -25,7 +25,7 @@ import anyio
 from anyio.abc import TaskStatus
 from mcp.server.subscriptions import ResourceUpdated
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor import link
 from mcp_reconciler.api.frontdoor.notify import RETRY_S, Notifier
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
 from mcp_reconciler.reconciler import telemetry
@@ -118,7 +118,7 @@ class UpdateDelivery:
                 if binding.era == "legacy":
                     if binding.conn is None:
                         continue
-                    await sdk_compat.push_resource_updated(binding.conn, uri)
+                    await link.push_resource_updated(binding.conn, uri)
                 elif not await self._notifier.publish(binding.key, ResourceUpdated(uri=uri)):
                     continue
             except Exception:

@@ -36,6 +36,7 @@ from mcp_types import methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
+from mcp_reconciler.api.frontdoor.link import LinkedContext
 from mcp_reconciler.api.frontdoor.pages import LIST_METHODS
 
 if TYPE_CHECKING:
@@ -195,12 +196,13 @@ def context(
     request_id: types.RequestId | None,
     request: Any,
 ) -> ServerRequestContext[Any]:
-    """The context the front door's operations take, built from public SDK constructors:
+    """The context the front door's operations take, built from public SDK constructors and
+    naming its connection and back-channel (``LinkedContext``, ``api/frontdoor/link.py``):
     ``outbound`` is this request's channel back to its client, ``request`` the HTTP request
     (``None`` on stdio: the caller is the local user)."""
     meta = request_meta(params)
     session = ServerSession(outbound, connection, request_meta=meta if request_id is not None else None)
-    return ServerRequestContext(
+    return LinkedContext(
         session=session,
         lifespan_context=None,
         protocol_version=connection.protocol_version,
@@ -209,6 +211,8 @@ def context(
         request_id=request_id,
         meta=meta,
         request=request,
+        connection=connection,
+        channel=outbound,
     )
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FRONTDOOR = ROOT / "api" / "frontdoor"
-#: The two places SDK privates may be named: the server side (front door) and the client side
-#: (the engine's upstream connections, which may not import the front door; ADR 0030).
-COMPAT = {ROOT / "api" / "sdk_compat.py", ROOT / "reconciler" / "sdk_client.py"}
+#: The one place SDK privates may be named: the client side (the engine's upstream connections;
+#: ADR 0030). The server side reaches none since the data plane serves /mcp (ADR 0035).
+COMPAT = {ROOT / "reconciler" / "sdk_client.py"}
 MAX_LINES = 400
 
 #: SDK private attributes the gateway is known to need; only the compat modules may name them.
