@@ -513,9 +513,10 @@ async def test_get_stream_resumes_from_last_event_id(tmp_path: Path, http_upstre
                     assert (await http.post(new, json=call, headers=headers)).status_code == 200
                     event_id, pushed = await read_event(stream.aiter_lines())
             assert pushed["method"] == "notifications/tools/list_changed"
-            assert event_id is not None and event_id.startswith(headers["mcp-session-id"] + "/")
-            sid, _, seq = event_id.partition("/")
-            for last, replayed in ((f"{sid}/{int(seq) - 1}", True), (event_id, False), (f"other/{seq}", False)):
+            # <session>.<stream>:<n>, stream 0 being the GET stream (api/plane/sessions.py)
+            assert event_id is not None and event_id.startswith(headers["mcp-session-id"] + ".0:")
+            head, _, seq = event_id.rpartition(":")
+            for last, replayed in ((f"{head}:{int(seq) - 1}", True), (event_id, False), (f"other.0:{seq}", False)):
                 with anyio.move_on_after(1.0 if not replayed else WAIT) as waited:  # no replay: nothing comes
                     while True:  # the previous GET is closed once the server has seen it go (409 until then)
                         async with http.stream("GET", new, headers={**sse_headers, "last-event-id": last}) as stream:
