@@ -203,6 +203,8 @@ class Era2025:
                 self._front.sessions.binding(ctx)  # bound now, so pushes reach it before its first request
             except Exception:
                 log.info("2025-era session: binding refused at the handshake (answered on its first request)")
+        elif notice.method == "notifications/progress":
+            await session.replies.progress(notice.params)  # on a request the gateway asked (relay)
         elif notice.method == "notifications/cancelled" and notice.params is not None:
             target = notice.params.get("requestId")
             scope = session.running.get(target) if isinstance(target, str | int) else None
@@ -227,7 +229,8 @@ class Era2025:
             async with channel.sink:
                 with anyio.CancelScope() as scope:
                     if call.id in session.running:  # a duplicate id in flight: the first one keeps it
-                        answer.append(jsonrpc.error_message(call.id, _duplicate_id()))
+                        busy = types.ErrorData(code=types.INVALID_REQUEST, message="this request id is already running")
+                        answer.append(jsonrpc.error_message(call.id, busy))
                         return
                     session.running[call.id] = scope
                     try:
@@ -383,10 +386,6 @@ def _primes(session: LegacySession) -> bool:
     """Whether a request stream opens with a priming event: the 2025-11-25 revision and later (the
     SDK server's rule; older clients would show an empty event)."""
     return str(session.connection.protocol_version) >= "2025-11-25"
-
-
-def _duplicate_id() -> types.ErrorData:
-    return types.ErrorData(code=types.INVALID_REQUEST, message="a request with this id is already running")
 
 
 async def _too_many_for_client(send: Send, limit: int) -> None:
