@@ -88,7 +88,7 @@ async def ask_client(
 def listen_sink(ctx: ServerRequestContext[Any]) -> MemoryObjectSendStream[bytes] | None:
     """The SSE frame stream of ``ctx``'s response (a listen stream writes there), or ``None`` when
     the request's channel has none (stdio)."""
-    sink = getattr(ctx.channel, "sink", None) if isinstance(ctx, LinkedContext) else None
+    sink = getattr(getattr(ctx, "channel", None), "sink", None)
     return sink if isinstance(sink, MemoryObjectSendStream) else None
 
 
