@@ -4,8 +4,9 @@ gateway process, gets equal answers apart from what the gateway adds.
 
 The upstream is ``tests/support/relay_server`` over streamable HTTP on 127.0.0.1 (tools with a
 success, an ``isError`` result and an unknown name; resources, templates, prompts, completion,
-logging). The gateway is ``mcp-reconciler serve --port 0`` in its own process, whichever data
-plane serves its ``/mcp``. ``tests/ts_oracle/oracle.mjs`` runs the sequence with three clients —
+logging). The gateway is ``mcp-reconciler serve --port 0`` in its own process
+(``test_plane_wire.served``), whichever data plane serves its ``/mcp``.
+``tests/ts_oracle/oracle.mjs`` runs the sequence with three clients —
 the v1 SDK (``@modelcontextprotocol/sdk``, 2025-11-25), the v2 client
 (``@modelcontextprotocol/client``) pinned to 2025-11-25 and pinned to 2026-07-28 — one node
 process per direction, and prints what each client's API returned or threw.
@@ -20,25 +21,20 @@ design and are asserted exactly instead: an unknown tool or prompt name is refus
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from tests.e2e.conftest import ANONYMOUS_CURRENT
-from tests.integration.conftest import REPO_ROOT
 from tests.integration.test_plane_oracle import strip_gateway
+from tests.integration.test_plane_wire import PREFIX, served
 from tests.relay.conftest import RelayUpstreams
 from tests.relay.conftest import relay_upstreams as relay_upstreams  # the fixture
 from tests.support import ts_oracle
-from tests.support.gateway_process import gateway_process
 
 pytestmark = pytest.mark.anyio
 
-PREFIX = "up__"
 #: The oracle's clients (as ``oracle.mjs`` tags them) and the version each one negotiates.
 CLIENTS = {
     "sdk-v1 2025-11-25": "2025-11-25",
@@ -70,20 +66,15 @@ def normal(step: str, outcome: dict[str, Any]) -> Any:
 async def test_ts_clients_get_the_sdk_servers_answers_through_the_gateway(
     oracle_script: Path, relay_upstreams: RelayUpstreams, tmp_path: Path
 ) -> None:
-    source = await relay_upstreams.source("up")
-    cfg = tmp_path / "gateway.yaml"
-    cfg.write_text(json.dumps({"gateway": {"cooldown_s": 0.05, "anonymous": ANONYMOUS_CURRENT}, "sources": [source]}))
-    serve = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"]
-    async with gateway_process(serve, cwd=REPO_ROOT) as gw:
-        await gw.wait_line(r"revision \d+: .*'up__echo'")  # the banner names the published tools
+    async with served(tmp_path, relay_upstreams) as s:
         runs: dict[str, ts_oracle.Outcomes] = {}
 
         async def run(name: str, url: str, prefix: str) -> None:
             runs[name] = await ts_oracle.run(oracle_script, url, prefix)
 
         async with anyio.create_task_group() as tg:  # one node process per direction, side by side
-            tg.start_soon(run, "direct", source["http"]["url"], "")
-            tg.start_soon(run, "gateway", gw.url, PREFIX)
+            tg.start_soon(run, "direct", s.direct, "")
+            tg.start_soon(run, "gateway", s.gateway.url, PREFIX)
     direct, through = runs["direct"], runs["gateway"]
 
     assert direct.keys() == through.keys()
