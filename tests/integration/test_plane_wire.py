@@ -176,10 +176,13 @@ async def test_malformed_requests_answer_as_the_sdk_server_on_a_served_gateway(
     async with served(tmp_path, relay_upstreams) as s, httpx2.AsyncClient(timeout=WAIT) as http:
         direct_sid = (await open_legacy(http, s.direct)).headers["mcp-session-id"]
         gateway_sid = (await open_legacy(http, s.gateway.url)).headers["mcp-session-id"]
+        differ: list[str] = []
         for case, request in SAME_AS_SDK:
             theirs = await request(http, s.direct, direct_sid)
             ours = await request(http, s.gateway.url, gateway_sid)
-            assert ours == theirs, case
+            if ours != theirs:
+                differ.append(f"{case}:\n  gateway {ours}\n  sdk     {theirs}")
+        assert not differ, "\n".join(differ)  # every difference at once, named by case
         # Both sessions are still open and usable after all that.
         for url, sid in ((s.direct, direct_sid), (s.gateway.url, gateway_sid)):
             assert (await http.post(url, content=PING, headers=session(sid))).status_code == 200, url
