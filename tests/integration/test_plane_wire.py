@@ -169,10 +169,15 @@ SAME_AS_SDK: list[tuple[str, Request]] = [
 ]
 
 
-async def test_malformed_requests_answer_as_the_sdk_server_on_a_served_gateway(
+async def test_malformed_requests_and_foreign_session_ids_answer_as_the_sdk_server(
     tmp_path: Path, relay_upstreams: RelayUpstreams
 ) -> None:
-    """Every request of :data:`SAME_AS_SDK`, in both eras, gets the SDK server's own answer."""
+    """Every request of :data:`SAME_AS_SDK`, in both eras, gets the SDK server's own answer. Then
+    a 2025-era session id named by another identity (an anonymous session, by a caller with a
+    session token; a token's session, by another token): POST, GET and DELETE answer byte for byte
+    what an unknown session id gets — the SDK server's own 404 — so nothing tells the caller the id
+    exists; its owner goes on using it. (One gateway for both halves: a process start is most of
+    this test's time.)"""
     async with served(tmp_path, relay_upstreams) as s, httpx2.AsyncClient(timeout=WAIT) as http:
         direct_sid = (await open_legacy(http, s.direct)).headers["mcp-session-id"]
         gateway_sid = (await open_legacy(http, s.gateway.url)).headers["mcp-session-id"]
@@ -186,36 +191,31 @@ async def test_malformed_requests_answer_as_the_sdk_server_on_a_served_gateway(
         # Both sessions are still open and usable after all that.
         for url, sid in ((s.direct, direct_sid), (s.gateway.url, gateway_sid)):
             assert (await http.post(url, content=PING, headers=session(sid))).status_code == 200, url
+        await foreign_session_ids_are_unknown(http, s, anonymous_sid=gateway_sid)
 
 
-async def test_a_session_id_of_another_identity_is_indistinguishable_from_an_unknown_one(
-    tmp_path: Path, relay_upstreams: RelayUpstreams
-) -> None:
-    """A 2025-era session opened anonymously, named by a caller with a session token (and one
-    opened with a token, named by another token): POST, GET and DELETE answer byte for byte what
-    an unknown session id gets — the SDK server's own 404 — so nothing tells the caller the id
-    exists; its owner goes on using it."""
+async def foreign_session_ids_are_unknown(http: httpx2.AsyncClient, s: Served, anonymous_sid: str) -> None:
+    """The second half of the test above."""
+    sdk_unknown = answer(await http.post(s.direct, content=PING, headers=session(UNKNOWN_SID)))
+    assert sdk_unknown.status == 404
+    url = s.gateway.url
     a, b = ({"authorization": f"Bearer {TOKENS[k]}"} for k in TOKENS)
-    async with served(tmp_path, relay_upstreams) as s, httpx2.AsyncClient(timeout=WAIT) as http:
-        sdk_unknown = answer(await http.post(s.direct, content=PING, headers=session(UNKNOWN_SID)))
-        assert sdk_unknown.status == 404
-        url = s.gateway.url
-        for owner, intruder in (({}, a), (a, b)):
-            sid = (await open_legacy(http, url, owner)).headers["mcp-session-id"]
-            for method, headers in (
-                ("POST", {**session(sid), **intruder}),
-                ("GET", {"accept": "text/event-stream", **on(sid), **intruder}),
-                ("DELETE", {**session(sid), **intruder}),
-            ):
-                unknown = {**headers, "mcp-session-id": UNKNOWN_SID}
-                content = PING if method == "POST" else None
-                theirs = await http.request(method, url, content=content, headers=headers)
-                baseline = await http.request(method, url, content=content, headers=unknown)
-                assert (theirs.status_code, theirs.content) == (baseline.status_code, baseline.content), method
-                assert answer(theirs) == sdk_unknown, method
-                assert "mcp-session-id" not in theirs.headers, method
-            owned = await http.post(url, content=PING, headers={**session(sid), **owner})
-            assert owned.status_code == 200 and messages(owned)[-1]["result"] == {}
+    token_sid = (await open_legacy(http, url, a)).headers["mcp-session-id"]
+    for sid, owner, intruder in ((anonymous_sid, {}, a), (token_sid, a, b)):
+        for method, headers in (
+            ("POST", {**session(sid), **intruder}),
+            ("GET", {"accept": "text/event-stream", **on(sid), **intruder}),
+            ("DELETE", {**session(sid), **intruder}),
+        ):
+            unknown = {**headers, "mcp-session-id": UNKNOWN_SID}
+            content = PING if method == "POST" else None
+            theirs = await http.request(method, url, content=content, headers=headers)
+            baseline = await http.request(method, url, content=content, headers=unknown)
+            assert (theirs.status_code, theirs.content) == (baseline.status_code, baseline.content), method
+            assert answer(theirs) == sdk_unknown, method
+            assert "mcp-session-id" not in theirs.headers, method
+        owned = await http.post(url, content=PING, headers={**session(sid), **owner})
+        assert owned.status_code == 200 and messages(owned)[-1]["result"] == {}
 
 
 def sized(message: dict[str, Any], size: int) -> bytes:
