@@ -5,8 +5,9 @@ One real SDK server upstream (``tests/support/relay_server`` over streamable HTT
 and one gateway over it, ``mcp-reconciler serve --port 0`` in its own process (the port it
 reports in its banner). Where the SDK server makes the same check, the same raw request goes to
 both and the answers must be equal — status, content type and the JSON-RPC messages (SSE framing
-aside: event ids and the priming event are the gateway's). Where the check is the gateway's
-alone, the answer is the documented one.
+aside: event ids and the priming event are the gateway's); the 4 MiB body bound both make by
+default is compared at N and N+1 bytes. Where the check is the gateway's alone (a configured body
+bound, session bounds, an identity's sessions), the answer is the documented one.
 
 What the neighbours already cover, and this module does not repeat: the 2026-07-28 POST ladder
 (bad JSON, batch, content type, Accept, ``Mcp-Method``/``Mcp-Name`` mismatch, envelope, version)
@@ -25,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 
+from tests.api.test_http_limits import response
 from tests.e2e.conftest import ANONYMOUS_CURRENT
 from tests.integration.conftest import REPO_ROOT
 from tests.relay.conftest import RelayUpstreams
@@ -40,6 +43,7 @@ pytestmark = pytest.mark.anyio
 WAIT = 20.0
 PREFIX = "up__"
 UNKNOWN_SID = "0" * 32
+DEFAULT_BODY_BYTES = 4 * 1024 * 1024  # the SDK server's and the gateway's default body bound
 ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": MODERN,
     "io.modelcontextprotocol/clientInfo": {"name": "wire", "version": "1"},
@@ -143,6 +147,28 @@ def session(sid: str) -> dict[str, str]:
     return {**ACCEPT, **on(sid)}
 
 
+def sized(message: dict[str, Any], size: int, where: dict[str, Any] | None = None) -> bytes:
+    """``message`` padded to exactly ``size`` bytes by a ``pad`` string in ``where`` (default: its
+    ``params.arguments``)."""
+    where = message["params"]["arguments"] if where is None else where
+    where["pad"] = ""
+    where["pad"] = "x" * (size - len(body(message)))
+    raw = body(message)
+    assert len(raw) == size
+    return raw
+
+
+async def declared_length_status(url: str, length: int, headers: dict[str, str]) -> int:
+    """The status a POST head declaring ``length`` body bytes gets (no body is sent)."""
+    target = httpx2.URL(url)
+    head = f"POST {target.path} HTTP/1.1\r\nhost: {target.host}:{target.port}\r\ncontent-length: {length}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    async with await anyio.connect_tcp(target.host, target.port or 80) as stream:
+        await stream.send((head + "\r\n").encode())
+        status, _, _ = await response(stream)
+    return status
+
+
 #: Requests the SDK server checks too: (case, request). ``sid`` is the caller's open session.
 SAME_AS_SDK: list[tuple[str, Request]] = [
     ("2025 bad JSON", post(b"{not json", session)),
@@ -191,6 +217,16 @@ async def test_malformed_requests_and_foreign_session_ids_answer_as_the_sdk_serv
         # Both sessions are still open and usable after all that.
         for url, sid in ((s.direct, direct_sid), (s.gateway.url, gateway_sid)):
             assert (await http.post(url, content=PING, headers=session(sid))).status_code == 200, url
+        # The body bound both make (the SDK server's max_request_body_size and the gateway's
+        # default limits.body_bytes, 4 MiB each): N bytes are served, N+1 are 413 on both.
+        listing = rpc("tools/list", {"_meta": dict(ENVELOPE)})
+        headers = {**ACCEPT, "mcp-protocol-version": MODERN, "mcp-method": "tools/list"}
+        raw = sized(listing, DEFAULT_BODY_BYTES, listing["params"]["_meta"])
+        for url in (s.direct, s.gateway.url):
+            assert (await http.post(url, content=raw, headers=headers)).status_code == 200, url
+            # N+1: the head alone (both answer on the declared length, before reading a byte of
+            # the body; sending it would race the server closing the connection)
+            assert await declared_length_status(url, DEFAULT_BODY_BYTES + 1, headers) == 413, url
         await foreign_session_ids_are_unknown(http, s, anonymous_sid=gateway_sid)
 
 
@@ -216,16 +252,6 @@ async def foreign_session_ids_are_unknown(http: httpx2.AsyncClient, s: Served, a
             assert "mcp-session-id" not in theirs.headers, method
         owned = await http.post(url, content=PING, headers={**session(sid), **owner})
         assert owned.status_code == 200 and messages(owned)[-1]["result"] == {}
-
-
-def sized(message: dict[str, Any], size: int) -> bytes:
-    """``message`` (whose ``params.arguments`` has ``pad``) padded to exactly ``size`` bytes."""
-    message["params"]["arguments"]["pad"] = ""
-    raw = body(message)
-    message["params"]["arguments"]["pad"] = "x" * (size - len(raw))
-    raw = body(message)
-    assert len(raw) == size
-    return raw
 
 
 def echo_call() -> dict[str, Any]:
