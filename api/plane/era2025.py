@@ -62,6 +62,8 @@ from mcp_reconciler.api.plane.sessions import (
 log = logging.getLogger("mcp_reconciler.plane")
 
 SESSION_HEADER = "mcp-session-id"
+_ACCEPTED = ((b"content-type", b"application/json"),)  # a 202 as the SDK server sends it: typed, empty
+_ALLOW = (b"allow", b"GET, POST, DELETE")
 
 
 async def _plain(send: Send, status: int, body: bytes = b"", *headers: tuple[bytes, bytes]) -> None:
@@ -70,8 +72,8 @@ async def _plain(send: Send, status: int, body: bytes = b"", *headers: tuple[byt
     await send({"type": "http.response.body", "body": body})
 
 
-async def _json(send: Send, status: int, message: Mapping[str, Any]) -> None:
-    await _plain(send, status, jsonrpc.encode(message), (b"content-type", b"application/json"))
+async def _json(send: Send, status: int, message: Mapping[str, Any], *headers: tuple[bytes, bytes]) -> None:
+    await _plain(send, status, jsonrpc.encode(message), (b"content-type", b"application/json"), *headers)
 
 
 def _error(code: int, message: str) -> dict[str, Any]:
@@ -120,7 +122,7 @@ class Era2025:
                 await self.table.close(session)
                 await _plain(send, 200)
         else:
-            await _plain(send, 405, b"", (b"allow", b"GET, POST, DELETE"))
+            await _json(send, 405, _error(types.INVALID_REQUEST, "Method Not Allowed"), _ALLOW)
 
     async def _session(self, send: Send, request: Request, identity: McpIdentity) -> LegacySession | None:
         sid = request.headers.get(SESSION_HEADER)
@@ -147,9 +149,10 @@ class Era2025:
                 ),
             )
             return
-        message = jsonrpc.decode(await read_body(receive))
+        raw = await read_body(receive)
+        message = jsonrpc.decode(raw)
         if isinstance(message, jsonrpc.Refusal):
-            await _json(send, 400, jsonrpc.error_message(message.id, message.error))
+            await _json(send, 400, jsonrpc.legacy_refusal(raw, message))
             return
         if isinstance(message, jsonrpc.Call) and message.method == "initialize":
             await self._initialize(send, request, identity, message)
@@ -159,11 +162,11 @@ class Era2025:
             return
         if isinstance(message, jsonrpc.Reply):
             session.replies.deliver(message)  # a late or unknown answer is dropped: no one waits
-            await _plain(send, 202)
+            await _plain(send, 202, b"", *_ACCEPTED)
             return
         if isinstance(message, jsonrpc.Notice):
             await self._notice(session, request, message)
-            await _plain(send, 202)
+            await _plain(send, 202, b"", *_ACCEPTED)
             return
         await self._request(receive, send, request, session, message)
 
@@ -366,8 +369,7 @@ class _Writer:
         self._send = send
         self.detached = False
 
-    async def write(self, frame: bytes) -> None:
-        """One frame, unless the client is gone."""
+    async def write(self, frame: bytes) -> None:  # one frame, unless the client is gone
         if self.detached:
             return
         try:
@@ -383,8 +385,7 @@ class _Writer:
 
 
 def _primes(session: LegacySession) -> bool:
-    """Whether a request stream opens with a priming event: the 2025-11-25 revision and later (the
-    SDK server's rule; older clients would show an empty event)."""
+    """Whether a request stream opens with a priming event: 2025-11-25 and later (the SDK's rule)."""
     return str(session.connection.protocol_version) >= "2025-11-25"
 
 
