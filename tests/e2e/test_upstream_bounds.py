@@ -74,7 +74,11 @@ def peak_rss_mib(pid: int) -> float:
 
 @contextlib.asynccontextmanager
 async def served(
-    tmp: Path, message_bytes: int | None = None, source: dict[str, Any] | None = None, tool: str = "up__big"
+    tmp: Path,
+    message_bytes: int | None = None,
+    source: dict[str, Any] | None = None,
+    tool: str = "up__big",
+    mode: str = "legacy",
 ) -> AsyncIterator[tuple[Any, Client]]:
     cfg = tmp / "gateway.yaml"
     cfg.write_text(config(message_bytes, source=source))
@@ -85,7 +89,7 @@ async def served(
         async with (
             mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
             Client(
-                streamable_http_client(gw.url, http_client=http, max_sse_event_size=64 * MiB), mode="legacy"
+                streamable_http_client(gw.url, http_client=http, max_sse_event_size=64 * MiB), mode=mode
             ) as client,
         ):
             with anyio.fail_after(WAIT):
