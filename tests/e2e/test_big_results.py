@@ -23,6 +23,7 @@ from mcp import MCPError
 
 from tests.e2e.test_upstream_bounds import WAIT, cpu_s, measured, served
 from tests.integration.conftest import HttpUpstreams
+from tests.integration.conftest import http_upstreams as http_upstreams  # the fixture, for these tests
 
 pytestmark = pytest.mark.anyio
 

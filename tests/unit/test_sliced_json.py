@@ -184,3 +184,13 @@ async def test_a_30_MB_string_is_parsed_with_the_loop_getting_turns() -> None:
     assert parsed["result"]["content"][0]["text"] == text
     assert len(own) > 20, "the ticker never ran while the message was parsed"
     assert max(own) < max(spent / 4, 0.05), (max(own), spent)
+
+
+@pytest.mark.parametrize("escaped", ["\\", '"', "\n", "é", "😀", "😀😀", "\\\\😀"])
+async def test_a_cut_at_every_offset_of_an_escape_keeps_the_string(tiny_slices: None, escaped: str) -> None:
+    """Every position of an escape (or a surrogate pair's two escapes) relative to a piece's
+    end: the cut is moved before it, never inside it or between the pair's halves."""
+    for prefix in range(16):
+        text = "a" * prefix + escaped * 3 + "b" * prefix
+        line = json.dumps({"result": {"t": text}}).encode()
+        assert (await parse_sliced(line))["result"]["t"] == text, prefix
