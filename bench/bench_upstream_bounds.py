@@ -20,28 +20,28 @@ C. An upstream listing 100,000 tools in one page, on a connection already open: 
    one tick" is the longest stretch this process held the loop: the figure the 50 ms bound is
    about (a page is parsed in slices, ``reconciler/sliced_json.py``).
 
-D. Through a served gateway (``bench/plane_gateway.py --loop-stats``: the gateway's own data plane,
-   ADR 0035) per upstream transport (stdio; streamable HTTP answering in the 2025-11-25 era, a
-   2025-only server; and in the 2026-07-28 era): a 1, 10 and 30 MB ``tools/call`` result from a
-   raw client in its own process (2026-era POST; the 30 MB one also on a 2025 session) — wall
-   time, the gateway process's CPU, ``/healthz`` p99 and max from a third process meanwhile, and
-   the gateway's loop meanwhile (worst lateness of a 5 ms ticker; the longest stretch of its own
-   CPU between two ticks: the 50 ms bound of ADR 0040). Then abandoned calls: a ``block`` call
-   whose client is killed (does the upstream see the cancellation?) and a 100 MB answer whose
-   client is killed after 0.5 s (seconds until the gateway's CPU is idle). ``before`` runs the
-   code of ``--before REF`` (default ``main``, exported with ``git archive``), ``after`` this
-   tree; same run, alternating per transport.
+D. Through a served gateway (``mcp-reconciler serve`` under ``tests/support/loop_probe.py``: a
+   probe on its event loop) per upstream transport (stdio; streamable HTTP answering in the
+   2025-11-25 era, a 2025-only server; and in the 2026-07-28 era): a 1, 10 and 30 MB
+   ``tools/call`` result from a raw client in its own process (2026-era POST; the 30 MB one also
+   on a 2025 session) — wall time, the gateway process's CPU, ``/healthz`` p99 and max from a
+   third process meanwhile, and the gateway's loop meanwhile (worst lateness of a 5 ms ticker;
+   the longest stretch of its own CPU between two ticks: the 50 ms bound of ADR 0040). Then
+   abandoned calls: a ``block`` call whose client is killed (does the upstream see the
+   cancellation?) and a 100 MB answer whose client is killed after 0.5 s (seconds until the
+   gateway's CPU is idle). ``before`` runs the code of ``--before REF`` (default ``main``,
+   exported with ``git archive``), ``after`` this tree; same run, alternating per transport.
 
 Benchmarks print figures; they never assert (docs/DESIGN.md "Layout")."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import gc
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -287,8 +287,9 @@ async def wait_for_file(path: Path, timeout_s: float) -> bool:
 
 
 class Served:
-    """An upstream (stdio, or HTTP in one era) behind ``bench/plane_gateway.py --loop-stats``,
-    running ``impl``'s code (``after``: this tree; ``before``: ``pythonpath``'s)."""
+    """An upstream (stdio, or HTTP in one era) behind ``mcp-reconciler serve`` with a probe on its
+    loop (``tests/support/loop_probe.py``), running ``impl``'s code (``after``: this tree;
+    ``before``: ``pythonpath``'s)."""
 
     def __init__(self, transport: str, pythonpath: str | None) -> None:
         self.transport, self.pythonpath = transport, pythonpath
@@ -314,9 +315,9 @@ class Served:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
         if self.pythonpath:
             env["PYTHONPATH"] = self.pythonpath
-        port_file = self.tmp / "gateway.port"
-        gateway = [sys.executable, str(BENCH_DIR / "plane_gateway.py"), "--config", str(config)]
-        self.gateway = self.spawn([*gateway, "--port-file", str(port_file), "--loop-stats"], env)
+        port_file, self.stats_file = self.tmp / "gateway.port", self.tmp / "loop.json"
+        gateway = [sys.executable, "-m", "tests.support.loop_probe", "--config", str(config)]
+        self.gateway = self.spawn([*gateway, "--port-file", str(port_file), "--stats-file", str(self.stats_file)], env)
         assert await wait_for_file(port_file, 60), "the gateway never reported its port"
         self.port = int(port_file.read_text())
         with anyio.fail_after(60):
@@ -342,11 +343,11 @@ class Served:
         return dict(json.loads(done.stdout)) if done.returncode == 0 else {"status": -1}
 
     async def loop(self) -> dict[str, float]:
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        writer.write(b"GET /bench/loop HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        raw = await reader.read()
-        writer.close()
-        return dict(json.loads(raw.split(b"\r\n\r\n", 1)[1]))
+        """The gateway loop's figures since the last call (the probe's report on SIGUSR1)."""
+        self.stats_file.unlink(missing_ok=True)
+        self.gateway.send_signal(signal.SIGUSR1)
+        assert await wait_for_file(self.stats_file, 30), "the loop probe never reported"
+        return dict(json.loads(self.stats_file.read_text()))
 
     async def measured(self, era: str, size: int) -> dict[str, Any]:
         """One call of ``size`` bytes: wall time, gateway CPU, /healthz p99 and max meanwhile
@@ -425,7 +426,7 @@ def served_section(quick: bool, before_ref: str) -> list[dict[str, Any]]:
     sizes = (1, 10) if quick else (1, 10, 30)
     pythonpath = before_tree(before_ref)
     print(
-        f"D. through a served gateway (bench/plane_gateway.py, the gateway's own plane): N MB results per upstream"
+        f"D. through a served gateway (mcp-reconciler serve, a probe on its loop): N MB results per upstream"
         f" transport; before = {before_ref}, after = this tree (bound raised to 256 MiB)"
     )
     results: list[dict[str, Any]] = []

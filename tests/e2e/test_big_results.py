@@ -5,13 +5,16 @@ cancelled upstream.
 
 Transports: stdio, and streamable HTTP answering in the 2025-11-25 era (a server that refuses
 ``server/discover``: the gateway falls back to the handshake) and in the 2026-07-28 era; clients
-in both eras. ``/healthz`` is asked back to back from a process of its own while the answer is
-parsed and re-encoded: it is served on the same event loop, so its slowest answer bounds how
-long the loop was held. Bounds are loose (a busy 2-core CI machine), never timings."""
+in both eras. While the answer is parsed and re-encoded, a probe on the gateway's loop
+(``tests/support/loop_probe.py``) records the longest stretch of the gateway's own CPU between
+two turns of it, and ``/healthz`` is asked back to back from a process of its own. Bounds are
+loose (a busy 2-core CI machine), never timings."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,14 @@ async def upstream(transport: str, http_upstreams: HttpUpstreams) -> AsyncIterat
     yield {"http": {"url": f"http://127.0.0.1:{port}/mcp"}}
 
 
+async def loop_figures(gw: Any, probe: Path) -> dict[str, float]:
+    """The served gateway's loop since the last call (``tests/support/loop_probe.py``)."""
+    await anyio.Path(probe).unlink(missing_ok=True)
+    gw.process.send_signal(signal.SIGUSR1)
+    await wait_for_file(probe)
+    return dict(json.loads(await anyio.Path(probe).read_text()))
+
+
 async def wait_for_file(path: Path) -> None:
     """Until another process has written ``path`` (bounded)."""
     with anyio.fail_after(WAIT):
@@ -56,19 +67,28 @@ async def wait_for_file(path: Path) -> None:
 async def test_a_30_MB_result_is_delivered_whole_while_healthz_answers(
     tmp_path: Path, http_upstreams: HttpUpstreams, transport: str, client_era: str
 ) -> None:
+    probe = tmp_path / "loop.json"
     async with (
         upstream(transport, http_upstreams) as source,
-        served(tmp_path, source=source, mode=client_era) as (gw, client),
+        served(tmp_path, source=source, mode=client_era, probe=probe) as (gw, client),
     ):
+        await loop_figures(gw, probe)  # from here
         outcome, cpu, health = await measured(gw, client, 30_000_000)
+        loop = await loop_figures(gw, probe)
         assert isinstance(outcome, types.CallToolResult) and not outcome.is_error, outcome
         (content,) = outcome.content
         assert isinstance(content, types.TextContent) and content.text == "x" * 30_000_000
-        print(f"30 MB {transport} → {client_era}: {cpu:.2f} s CPU, /healthz worst {health.worst * 1000:.0f} ms")
-        assert health.count >= 1
-        # Loose (CI, 2 cores): the loop is held at most tens of ms at a time (ADR 0040); one
-        # json.loads/json.dumps of the answer each held it 100-300 ms.
-        assert health.worst < 0.5, f"/healthz took up to {health.worst:.3f} s"
+        print(
+            f"30 MB {transport} → {client_era}: {cpu:.2f} s CPU, /healthz worst {health.worst * 1000:.0f} ms,"
+            f" the loop's own longest stretch {loop['own_max_ms']:.0f} ms"
+        )
+        assert health.count >= 1 and loop["ticks"] > 10
+        # Loose (CI, 2 cores; ADR 0040 measured 30-42 ms of the loop's own CPU at a time, and
+        # 140-339 ms for one json.loads/json.dumps of the whole answer before): the gateway's own
+        # CPU between two turns of its loop, then /healthz from another process, which also
+        # waits for whatever else the machine runs.
+        assert loop["own_max_ms"] < 120, f"the gateway held its loop for {loop['own_max_ms']:.0f} ms of its own CPU"
+        assert health.worst < 1.0, f"/healthz took up to {health.worst:.3f} s"
         assert cpu < 5.0, f"{cpu:.2f} s of gateway CPU"
 
 
