@@ -19,10 +19,39 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from mcp_reconciler.api.server import run_serve
+
+T = TypeVar("T")
+
+
+async def own_cpu_between_turns(work: Callable[[], Awaitable[T]]) -> tuple[T, list[float], float]:
+    """Run ``work`` beside a task that takes every turn of the loop it gets: ``work``'s result,
+    this thread's CPU (seconds) between two of those turns, and the CPU ``work`` spent. In
+    process, for a unit test of code that must give the loop turns (ADR 0040)."""
+    own: list[float] = []
+    done = anyio.Event()
+
+    async def ticker() -> None:
+        last = time.thread_time()
+        while not done.is_set():
+            await anyio.lowlevel.checkpoint()
+            now = time.thread_time()
+            own.append(now - last)
+            last = now
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        started = time.thread_time()
+        result = await work()
+        spent = time.thread_time() - started
+        done.set()
+    return result, own, spent
 
 
 class LoopStats:

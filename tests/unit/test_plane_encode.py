@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import time
-
 import anyio
 import anyio.lowlevel
 import pytest
@@ -12,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_reconciler.api.plane import jsonrpc, sse
+from tests.support.loop_probe import own_cpu_between_turns
 
 pytestmark = pytest.mark.anyio
 
@@ -47,23 +46,7 @@ async def test_a_30_MB_result_is_encoded_with_the_loop_getting_turns() -> None:
     between two turns stays far below the whole encode's (loose: a shared machine)."""
     text = ('plain text, "quoted", \\ and é€😀 ' * 1_000_000)[:30_000_000]
     message = jsonrpc.result_message(1, {"content": [{"type": "text", "text": text}], "isError": False})
-    own: list[float] = []
-    done = anyio.Event()
-
-    async def ticker() -> None:
-        last = time.thread_time()
-        while not done.is_set():
-            await anyio.lowlevel.checkpoint()
-            now = time.thread_time()
-            own.append(now - last)
-            last = now
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(ticker)
-        started = time.thread_time()
-        pieces = await jsonrpc.encode_sliced(message)
-        spent = time.thread_time() - started
-        done.set()
+    pieces, own, spent = await own_cpu_between_turns(lambda: jsonrpc.encode_sliced(message))
     assert b"".join(pieces) == jsonrpc.encode(message)
     assert len(own) > 20, "the ticker never ran while the result was encoded"
     assert max(own) < max(spent / 4, 0.05), (max(own), spent)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from mcp_reconciler.reconciler import sliced_json
 from mcp_reconciler.reconciler.sliced_json import CHUNK_CHARS, SLICE_S, EntriesPassed, parse_message, parse_sliced
+from tests.support.loop_probe import own_cpu_between_turns
 
 pytestmark = pytest.mark.anyio
 
@@ -81,29 +82,15 @@ async def test_the_entry_bound_stops_the_parse_at_N_plus_1_not_at_N() -> None:
 
 
 async def test_the_loop_gets_turns_while_a_big_page_is_parsed() -> None:
-    """A ticker on the same loop runs between slices: the longest stretch it waits is a few
-    slices, not the whole parse (loose: a shared 2-core machine may preempt us anywhere)."""
+    """A ticker on the same loop runs between slices: the most CPU this thread spends between
+    two of its turns is a few slices, not the whole parse (loose: a shared 2-core machine)."""
     line = page(60_000)
-    started = time.perf_counter()
+    started = time.thread_time()
     pydantic_core.from_json(line)
-    whole = time.perf_counter() - started
-    gaps: list[float] = []
-    done = anyio.Event()
-
-    async def ticker() -> None:
-        last = time.perf_counter()
-        while not done.is_set():
-            await anyio.lowlevel.checkpoint()
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(ticker)
-        await parse_sliced(line, list_fields=FIELDS)
-        done.set()
-    assert len(gaps) > 5, "the ticker never ran while the page was parsed"
-    assert max(gaps) < max(whole / 2, 10 * SLICE_S), (max(gaps), whole)
+    whole = time.thread_time() - started
+    _, own, _ = await own_cpu_between_turns(lambda: parse_sliced(line, list_fields=FIELDS))
+    assert len(own) > 5, "the ticker never ran while the page was parsed"
+    assert max(own) < max(whole / 2, 10 * SLICE_S), (max(own), whole)
 
 
 # Long strings and values at any depth (ADR 0040): with tiny slices, every cut rule runs on
@@ -164,23 +151,7 @@ async def test_a_30_MB_string_is_parsed_with_the_loop_getting_turns() -> None:
     CPU between two turns stays far below the whole parse's (loose: a shared machine)."""
     text = ('plain text, "quoted", \\ tab\t and é€😀 ' * 700_000)[:30_000_000]
     line = json.dumps({"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": text}]}}).encode()
-    own: list[float] = []
-    done = anyio.Event()
-
-    async def ticker() -> None:
-        last = time.thread_time()
-        while not done.is_set():
-            await anyio.lowlevel.checkpoint()
-            now = time.thread_time()
-            own.append(now - last)
-            last = now
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(ticker)
-        started = time.thread_time()
-        parsed = await parse_message(line)
-        spent = time.thread_time() - started
-        done.set()
+    parsed, own, spent = await own_cpu_between_turns(lambda: parse_message(line))
     assert parsed["result"]["content"][0]["text"] == text
     assert len(own) > 20, "the ticker never ran while the message was parsed"
     assert max(own) < max(spent / 4, 0.05), (max(own), spent)
