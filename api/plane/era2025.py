@@ -51,13 +51,7 @@ from mcp_reconciler.api.plane import jsonrpc, sse
 from mcp_reconciler.api.plane.channel import FrameChannel
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
 from mcp_reconciler.api.plane.era2026 import accepts, next_frame, read_body
-from mcp_reconciler.api.plane.sessions import (
-    GET_STREAM,
-    PUSH_BACKLOG,
-    LegacySession,
-    SessionTable,
-    client_key,
-)
+from mcp_reconciler.api.plane.sessions import GET_STREAM, PUSH_BACKLOG, Event, LegacySession, SessionTable, client_key
 
 log = logging.getLogger("mcp_reconciler.plane")
 
@@ -255,20 +249,22 @@ class Era2025:
         session.streams += 1
         try:
             await self._stream_head(send, session)
-            if _primes(session):
+            if str(session.connection.protocol_version) >= "2025-11-25":  # a priming event (the SDK's rule)
                 await writer.write(session.priming(stream.key))
             async with channel.frames, anyio.create_task_group() as tg:
                 tg.start_soon(run)
                 tg.start_soon(watch_disconnect)
                 while (frame := await next_frame(channel.frames)) is not None:
-                    if frame is not sse.PING:
-                        frame = session.remember(frame, stream.key)
-                        stream.relay(frame)
-                    await writer.write(frame)
+                    if frame is sse.PING:
+                        await writer.write(frame)
+                        continue
+                    event = session.remember((frame,), stream.key)
+                    stream.relay(event)
+                    await writer.write(*event)
                 if answer:  # none when the client cancelled the request
-                    final = session.remember(sse.frame(answer[0]), stream.key)
-                    stream.relay(final)
-                    await writer.write(final)
+                    event = session.remember(await sse.frame_sliced(answer[0]), stream.key)  # in pieces: ADR 0040
+                    stream.relay(event)
+                    await writer.write(*event)
                 await writer.end()
                 tg.cancel_scope.cancel()
         finally:
@@ -308,14 +304,14 @@ class Era2025:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch_disconnect)
+                writer = _Writer(send)
                 if resume is not None:  # the kept pushes after it, then a priming event
                     for kept in replay:
-                        await send({"type": "http.response.body", "body": kept, "more_body": True})
-                    await send({"type": "http.response.body", "body": session.priming(GET_STREAM), "more_body": True})
+                        await writer.write(*kept)
+                    await writer.write(session.priming(GET_STREAM))
                 while (frame := await next_frame(session.standalone.frames)) is not None:
                     # a push gets an id the client can resume from; a keepalive ping does not
-                    body = frame if frame is sse.PING else session.remember(frame)
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                    await writer.write(*((frame,) if frame is sse.PING else session.remember((frame,))))
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tg.cancel_scope.cancel()
         finally:
@@ -324,21 +320,21 @@ class Era2025:
             session.last_seen = anyio.current_time()
 
     async def _resume(
-        self, receive: Receive, send: Send, session: LegacySession, key: int, replay: list[bytes]
+        self, receive: Receive, send: Send, session: LegacySession, key: int, replay: list[Event]
     ) -> None:
         """A GET resuming request stream ``key``: its kept events after the client's last one, a
         priming event, then its live events up to the response (none once it was answered)."""
         live = session.live.get(key)
-        follow: MemoryObjectReceiveStream[bytes] | None = None
+        follow: MemoryObjectReceiveStream[Event] | None = None
         if live is not None and live.follower is None:  # one follower per stream (a second replays only)
-            sink, follow = anyio.create_memory_object_stream[bytes](PUSH_BACKLOG)
+            sink, follow = anyio.create_memory_object_stream[Event](PUSH_BACKLOG)
             live.follower = sink  # attached before any await: no frame falls between replay and live
         session.streams += 1
         try:
             await self._stream_head(send, session)
             writer = _Writer(send)
             for kept in replay:
-                await writer.write(kept)
+                await writer.write(*kept)
             await writer.write(session.priming(key))
             if follow is not None:
                 async with follow, anyio.create_task_group() as tg:
@@ -349,8 +345,13 @@ class Era2025:
                         tg.cancel_scope.cancel()
 
                     tg.start_soon(watch_disconnect)
-                    while (frame := await next_frame(follow)) is not None:
-                        await writer.write(frame)
+                    while True:
+                        with anyio.move_on_after(sse.PING_INTERVAL_S) as idle:
+                            try:
+                                event = await follow.receive()
+                            except anyio.EndOfStream:
+                                break
+                        await writer.write(*((sse.PING,) if idle.cancelled_caught else event))
                     tg.cancel_scope.cancel()
             await writer.end()
         finally:
@@ -369,11 +370,11 @@ class _Writer:
         self._send = send
         self.detached = False
 
-    async def write(self, frame: bytes) -> None:  # one frame, unless the client is gone
-        if self.detached:
-            return
+    async def write(self, *pieces: bytes) -> None:  # one event's pieces, unless the client is gone
         try:
-            await self._send({"type": "http.response.body", "body": frame, "more_body": True})
+            for piece in pieces:
+                if not self.detached:
+                    await self._send({"type": "http.response.body", "body": piece, "more_body": True})
         except OSError:
             self.detached = True
 
@@ -382,11 +383,6 @@ class _Writer:
         if not self.detached:
             with contextlib.suppress(OSError):
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _primes(session: LegacySession) -> bool:
-    """Whether a request stream opens with a priming event: 2025-11-25 and later (the SDK's rule)."""
-    return str(session.connection.protocol_version) >= "2025-11-25"
 
 
 async def _too_many_for_client(send: Send, limit: int) -> None:

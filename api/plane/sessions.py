@@ -13,6 +13,7 @@ import hashlib
 import logging
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -52,19 +53,24 @@ def client_key(scope: Scope) -> str:
     return f"peer:{client[0]}" if client else "peer:?"
 
 
+#: One SSE event as it is written: its pieces in order (an id line, then the frame, which a big
+#: result brings as many pieces: ADR 0040). Kept as written, never joined (no copy of a big one).
+Event = tuple[bytes, ...]
+
+
 @dataclass(eq=False)
 class RequestStream:
     """A request's SSE stream while its request runs: the resumed GET that follows it, if any."""
 
     key: int
-    follower: MemoryObjectSendStream[bytes] | None = None
+    follower: MemoryObjectSendStream[Event] | None = None
     done: bool = False
 
-    def relay(self, frame: bytes) -> None:
-        """Hand ``frame`` to the follower (dropped when it is gone or full: it can resume again)."""
+    def relay(self, event: Event) -> None:
+        """Hand ``event`` to the follower (dropped when it is gone or full: it can resume again)."""
         if self.follower is not None:
             try:
-                self.follower.send_nowait(frame)
+                self.follower.send_nowait(event)
             except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 self.follower = None
 
@@ -92,7 +98,7 @@ class LegacySession:
     get_open: bool = False
     closed: bool = False
     events: int = 0
-    history: deque[tuple[int, int, bytes]] = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
+    history: deque[tuple[int, int, Event]] = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
     live: dict[int, RequestStream] = field(default_factory=dict)  # request streams still running
     running: dict[types.RequestId, anyio.CancelScope] = field(default_factory=dict)
     _stream_keys: int = 0
@@ -102,11 +108,11 @@ class LegacySession:
         self.events += 1
         return f"{self.id}.{stream}:{self.events}"
 
-    def remember(self, frame: bytes, stream: int = GET_STREAM) -> bytes:
-        """``frame`` with the next event id of ``stream``, kept for ``Last-Event-ID``."""
-        framed = f"id: {self.next_event_id(stream)}\r\n".encode() + frame
-        self.history.append((self.events, stream, framed))
-        return framed
+    def remember(self, frame: Sequence[bytes], stream: int = GET_STREAM) -> Event:
+        """``frame`` (its pieces) after the next event id of ``stream``, kept for ``Last-Event-ID``."""
+        event = (f"id: {self.next_event_id(stream)}\r\n".encode(), *frame)
+        self.history.append((self.events, stream, event))
+        return event
 
     def priming(self, stream: int) -> bytes:
         """A priming event of ``stream``: an id and no data (2025-11-25: the client can resume)."""
@@ -124,7 +130,7 @@ class LegacySession:
         stream.finish()
         self.live.pop(stream.key, None)
 
-    def replay_after(self, last_event_id: str) -> tuple[int, list[bytes]]:
+    def replay_after(self, last_event_id: str) -> tuple[int, list[Event]]:
         """The stream ``last_event_id`` names and its kept frames after it (the GET stream and
         nothing for an id of another session, one not of this form, or one evicted)."""
         head, _, seq = last_event_id.rpartition(":")
