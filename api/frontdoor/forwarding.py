@@ -123,8 +123,9 @@ class Forwarder:
         input_responses: Any = None,
         request_state: str | None = None,
     ) -> Any:
-        """:meth:`call_tool` for ``fastlane.CallLane``; the result stays the upstream's JSON (a
-        ``RawResult``) when it is a ``simple_call_result`` from the fast upstream lane.
+        """:meth:`call_tool` keeping the upstream's JSON (unused since the data plane serves every
+        call through :meth:`call_tool`; kept for the plane's raw results, ADR 0035): the result
+        stays the upstream's JSON (a ``RawResult``) when it is a ``simple_call_result``.
         ``input_responses`` (validated) and ``request_state`` carry a sealed retry."""
         build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)

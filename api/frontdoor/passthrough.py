@@ -33,7 +33,7 @@ _SIMPLE_KEYS = frozenset({"content", "structuredContent", "isError", "_meta", "r
 def simple_call_result(raw: Any) -> bool:
     """Whether ``raw`` is a ``tools/call`` result the fast lane may pass through as JSON: every
     key known, text-only content, the right types; the wire form the SDK would make of it is
-    then the same JSON (``tests/integration/test_fastlane.py`` checks both lanes). Anything
+    then the same JSON (``tests/unit/test_passthrough.py`` checks the check). Anything
     else is validated into the SDK model and takes the normal lane's remaining steps."""
     if not isinstance(raw, dict) or not _SIMPLE_KEYS.issuperset(raw):
         return False
