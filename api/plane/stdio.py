@@ -11,7 +11,12 @@ pushes reach it at once. Each request runs in its own task (a slow call never ho
 emits and pushes are written as lines; one lock keeps every line whole.
 
 The relay's server→client requests (sampling, elicitation, roots) go out as lines under their
-own ids; the client's response lines are handed to the session's ``Replies``."""
+own ids; the client's response lines are handed to the session's ``Replies``.
+
+A line over the input bound (``api/stdio_input.py``, I18) arrives as a
+:class:`~reconciler.stdio_peer.Refused`: a request it names gets ``INVALID_REQUEST`` naming the
+bound, a response it names fails the gateway's request waiting on it, anything else is logged;
+the session goes on."""
 
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.plane import jsonrpc
 from mcp_reconciler.api.plane.channel import Channel, Replies
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
+from mcp_reconciler.reconciler.stdio_peer import Refused, envelope
 
 log = logging.getLogger("mcp_reconciler.plane")
 
@@ -66,7 +72,7 @@ class StdioPlane:
         self._front = front
         self._dispatcher = Dispatcher(front)
 
-    async def serve(self, lines: AsyncIterator[bytes], write_out: Write) -> None:
+    async def serve(self, lines: AsyncIterator[bytes | Refused], write_out: Write) -> None:
         """Serve until ``lines`` ends (stdin's EOF); then every request still running is
         cancelled and the session's connection is closed (its binding goes, I14)."""
         lock = anyio.Lock()
@@ -82,6 +88,9 @@ class StdioPlane:
         try:
             async with anyio.create_task_group() as tg:
                 async for line in lines:
+                    if isinstance(line, Refused):
+                        await self._refuse(line, replies, write)
+                        continue
                     if not line.strip():
                         continue
                     message = jsonrpc.decode(line)
@@ -101,6 +110,21 @@ class StdioPlane:
         finally:
             with anyio.CancelScope(shield=True):
                 await connection.exit_stack.aclose()
+
+    async def _refuse(self, refused: Refused, replies: Replies, write: Write) -> None:
+        """Answer what a line over the bound names (module docstring)."""
+        head = envelope(refused.prefix)
+        error = types.ErrorData(
+            code=types.INVALID_REQUEST,
+            message=f"message too large: lines are limited to {refused.limit} bytes ({refused.bound})",
+        )
+        log.warning("stdio: a line over %s (%d bytes) was refused", refused.bound, refused.limit)
+        if head.id is None:
+            return  # a notification, or unattributable: nothing is owed back
+        if head.has_method:
+            await write(jsonrpc.encode(jsonrpc.error_message(head.id, error)) + b"\n")
+        else:  # the client's answer to a request of ours: that request fails now
+            replies.deliver(jsonrpc.Reply(head.id, None, error.model_dump(by_alias=True, exclude_none=True)))
 
     def _initialize(self, connection: Connection, call: jsonrpc.Call) -> dict[str, Any]:
         try:
