@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcp_reconciler.api import openapi, wire
+from mcp_reconciler.api import openapi
 from mcp_reconciler.api.routes import EVENTS_PATH, ROUTES
+from mcp_reconciler.sdk import wire
 from tests.api.conftest import (
     ALICE,
     ALL_TOKENS,
