@@ -27,8 +27,8 @@ from anyio.streams.text import TextReceiveStream
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, bound_error
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE
 from tests.support.gateway_process import gateway_process
 from tests.support.readme import block
