@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,8 +47,9 @@ sys.path.insert(0, str(SELF.parent))
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
 from _ports import port_args, reported_port  # noqa: E402
-from _stats import dump_json, json_out_path, pct  # noqa: E402
+from _stats import json_if_asked, pct  # noqa: E402
 from anyio.streams.text import TextReceiveStream  # noqa: E402
+from bench_dataplane import child  # noqa: E402
 from bench_fastpath import cpu_s, list_once, loadavg, raw_session  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
@@ -89,20 +89,8 @@ def rss(pid: int) -> int:
 @contextlib.asynccontextmanager
 async def process(argv: list[str], port_file: Path) -> AsyncIterator[tuple[int, int]]:
     """``argv`` (told to bind port 0 and report it in ``port_file``) running; yields (pid, port)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
-    proc = await anyio.open_process(
-        argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None
-    )
-    try:
+    async with child(argv) as proc:
         yield proc.pid, await reported_port(port_file, lambda: proc.returncode)
-    finally:
-        with anyio.CancelScope(shield=True):
-            proc.terminate()
-            with anyio.move_on_after(10):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
 
 @contextlib.asynccontextmanager
@@ -427,10 +415,7 @@ def main() -> int:
     only = {"list", "fanout", "idle"}
     if "--only" in sys.argv:
         only = set(sys.argv[sys.argv.index("--only") + 1].split(","))
-    out = anyio.run(amain, only)
-    path = json_out_path(sys.argv)
-    if path:
-        dump_json(path, out)
+    json_if_asked(sys.argv, anyio.run(amain, only))
     return 0
 
 
