@@ -57,4 +57,4 @@ def test_bench_plane_goals_measures_lists_fanout_and_idle_sessions() -> None:
         assert f"[fanout gateway] {era} era" in out
     assert "after the round's first arrival" in out
     assert "[idle gateway]" in out
-    assert "reaped 20/20 sampled" in out  # the idle sessions were really reaped
+    assert "reaped 20/20 probed" in out  # the idle sessions were really reaped
