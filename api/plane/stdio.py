@@ -164,4 +164,6 @@ class StdioPlane:
                 if conn is not connection:
                     await conn.exit_stack.aclose()
         if answer is not None:  # a cancelled request gets no response (JSON-RPC cancellation)
-            await write(jsonrpc.encode(answer) + b"\n")
+            line = await jsonrpc.encode_sliced(answer)  # in slices, whatever its size (ADR 0040)
+            line.append(b"\n")
+            await write(b"".join(line))
