@@ -33,6 +33,7 @@ from mcp.shared.transport_context import TransportContext
 from starlette.requests import Request
 
 from mcp_reconciler.api.plane import jsonrpc, sse
+from mcp_reconciler.api.plane.response import LiveResponse
 
 log = logging.getLogger("mcp_reconciler.plane")
 
@@ -172,9 +173,21 @@ class Channel:
         return dict(reply.result or {})
 
 
-class FrameChannel(Channel):
-    """A channel onto an SSE stream (module docstring). ``sink`` is where frames go (the name the
-    front door's listen streams look for), ``frames`` where the stream's writer reads them."""
+class _HttpChannel(Channel):
+    """What a channel on HTTP names: the request it answers and the transport."""
+
+    def __init__(self, request_id: types.RequestId | None, request: Request | None, replies: Replies | None) -> None:
+        super().__init__(request_id, replies)
+        self.message_metadata = ServerMessageMetadata(request_context=request)
+        self.transport = TransportContext(
+            kind="streamable-http", can_send_request=replies is not None, headers=request.headers if request else None
+        )
+
+
+class FrameChannel(_HttpChannel):
+    """A channel onto an SSE stream through a queue (module docstring). ``sink`` is where frames
+    go (the name the front door's listen streams look for), ``frames`` where the stream's writer
+    reads them."""
 
     def __init__(
         self,
@@ -185,11 +198,7 @@ class FrameChannel(Channel):
         wait: bool,
         replies: Replies | None = None,
     ) -> None:
-        super().__init__(request_id, replies)
-        self.message_metadata = ServerMessageMetadata(request_context=request)
-        self.transport = TransportContext(
-            kind="streamable-http", can_send_request=replies is not None, headers=request.headers if request else None
-        )
+        super().__init__(request_id, request, replies)
         self.sink, self.frames = anyio.create_memory_object_stream[bytes](capacity)
         self._wait = wait
 
@@ -199,3 +208,28 @@ class FrameChannel(Channel):
             await self.sink.send(sse.frame(message))
         else:
             self.sink.send_nowait(sse.frame(message))
+
+
+class ResponseChannel(_HttpChannel):
+    """A 2026-era request's channel straight onto its response (``response.LiveResponse``): each
+    message is written as it is emitted, with the transport's back-pressure, no queue between.
+    No back-channel (this era has none)."""
+
+    def __init__(self, request_id: types.RequestId | None, request: Request, response: LiveResponse) -> None:
+        super().__init__(request_id, request, None)
+        self._response = response
+
+    async def emit(self, message: dict[str, Any]) -> None:
+        """One SSE frame onto the response."""
+        await self._response.frame(sse.frame(message))
+
+
+async def next_frame(frames: MemoryObjectReceiveStream[bytes]) -> bytes | None:
+    """The next frame of a stream, :data:`~api.plane.sse.PING` after a silent ping interval, or
+    ``None`` once the stream's writer closed it."""
+    with anyio.move_on_after(sse.PING_INTERVAL_S):
+        try:
+            return await frames.receive()
+        except anyio.EndOfStream:
+            return None
+    return sse.PING
