@@ -179,10 +179,16 @@ class Era2026:
                 with contextlib.suppress(anyio.ClosedResourceError):
                     await response.frame(frame)
 
+        failed: Exception | None = None
         async with channel.frames, anyio.create_task_group() as tg:
             tg.start_soon(pump)
             async with channel.sink:  # closed when it answers: the pump writes what is left, then ends
-                result = await self._dispatcher.request(ctx)
+                try:
+                    result = await self._dispatcher.request(ctx)
+                except Exception as exc:  # raised as itself, not inside the group's ExceptionGroup
+                    failed = exc
+        if failed is not None:
+            raise failed
         return result
 
 
