@@ -36,8 +36,9 @@ per transport and era, with the SDK's own client as the oracle):
 6. **Validation of what the gateway reads.** The handshake's results are validated with
    ``mcp_types``; other results are returned as parsed JSON (callers type what they read,
    :meth:`~reconciler.upstream.UpstreamConnection.check`).
-7. **Ends are observed.** When the wire ends, every waiting request fails with
-   :class:`~reconciler.errors.UpstreamUnavailableError`, every listen stream ends as lost, and
+7. **Ends are observed.** When the wire ends, every waiting request fails (stream wires:
+   ``MCPError`` ``CONNECTION_CLOSED``, as the SDK's session fails them; HTTP: the exchange's
+   :class:`~reconciler.errors.UpstreamUnavailableError`), every listen stream ends as lost, and
    ``on_end`` runs once."""
 
 from __future__ import annotations
@@ -651,7 +652,7 @@ class StreamSession(PeerSession):
                 written = True
                 await self._write_message(message)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                raise UpstreamUnavailableError("the upstream connection has ended") from None
+                raise _closed() from None
             async for queued in pending.receive:
                 await on_message(queued)
             outcome = pending.outcome
@@ -668,7 +669,7 @@ class StreamSession(PeerSession):
         if isinstance(outcome, Exception):
             raise outcome
         if outcome is None:
-            raise UpstreamUnavailableError("the upstream connection has ended")
+            raise _closed()
         return outcome
 
 
@@ -695,6 +696,11 @@ class _Pending:
     def close(self) -> None:
         self._send.close()
         self.receive.close()
+
+
+def _closed() -> MCPError:
+    """What a request on a stream wire that ended gets (the SDK's own "Connection closed")."""
+    return MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
 
 
 def _error_data(error: Mapping[str, Any]) -> types.ErrorData:
