@@ -209,13 +209,8 @@ def transport_for(
                 target.peer = None
                 await poster.aclose()
             return
-        async with streams() as (read, write), anyio.create_task_group() as tg:
-            stream_session = StreamSession(read, write, inbound, tg, source=spec.name, on_end=target.on_end)
-            tg.start_soon(stream_session.run)
-            try:
-                yield stream_session
-            finally:
-                tg.cancel_scope.cancel()
+        async with over_channel(streams(), inbound, source=spec.name, on_end=target.on_end) as stream_session:
+            yield stream_session
 
     target.open = open_session
     return target
@@ -239,14 +234,43 @@ def _unset(inbound: Inbound) -> AbstractAsyncContextManager[PeerSession]:
     raise RuntimeError("target has no transport")
 
 
-def in_process(server: Any, source: str, on_end: Callable[[], None]) -> Target:
-    """A :class:`Target` for an in-process low-level ``mcp.server.Server`` (tests, embeddings):
-    the server runs on a pair of memory streams in the session's task group (its public
-    ``run``), and the session speaks to it as to any message channel."""
+@asynccontextmanager
+async def over_channel(
+    channel: AbstractAsyncContextManager[tuple[Any, Any]], inbound: Inbound, *, source: str, on_end: Callable[[], None]
+) -> AsyncIterator[StreamSession]:
+    """A :class:`~reconciler.jsonrpc_peer.StreamSession` over a message channel (the (read,
+    write) pair ``channel`` yields: ``SessionMessage`` items both ways), its reader running
+    until the channel ends or the block is left."""
+    async with channel as (read, write), anyio.create_task_group() as tg:
+        session = StreamSession(read, write, inbound, tg, source=source, on_end=on_end)
+        tg.start_soon(session.run)
+        try:
+            yield session
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def channel_target(
+    channel: Callable[[], AbstractAsyncContextManager[tuple[Any, Any]]], source: str, on_end: Callable[[], None]
+) -> Target:
+    """A :class:`Target` over any message channel ``channel()`` opens (benchmarks comparing
+    another transport, embeddings)."""
     target = Target(on_end)
 
+    def open_session(inbound: Inbound) -> AbstractAsyncContextManager[PeerSession]:
+        return over_channel(channel(), inbound, source=source, on_end=target.on_end)
+
+    target.open = open_session
+    return target
+
+
+def in_process(server: Any, source: str, on_end: Callable[[], None]) -> Target:
+    """A :class:`Target` for an in-process low-level ``mcp.server.Server`` (tests, embeddings):
+    the server runs on a pair of memory streams (its public ``run``), and the session speaks to
+    it as to any message channel."""
+
     @asynccontextmanager
-    async def open_session(inbound: Inbound) -> AsyncIterator[PeerSession]:
+    async def channel() -> AsyncIterator[tuple[Any, Any]]:
         to_server, server_read = anyio.create_memory_object_stream[Any](16)
         server_write, from_server = anyio.create_memory_object_stream[Any](16)
         async with anyio.create_task_group() as tg:
@@ -256,12 +280,9 @@ def in_process(server: Any, source: str, on_end: Callable[[], None]) -> Target:
                     await server.run(server_read, server_write, server.create_initialization_options())
 
             tg.start_soon(serve)
-            session = StreamSession(from_server, to_server, inbound, tg, source=source, on_end=target.on_end)
-            tg.start_soon(session.run)
             try:
-                yield session
+                yield from_server, to_server
             finally:
                 tg.cancel_scope.cancel()
 
-    target.open = open_session
-    return target
+    return channel_target(channel, source, on_end)
