@@ -254,7 +254,7 @@ class PeerSession:
         self._source = source
         self._on_end = on_end
         self._ids = itertools.count(1)
-        self._stamp = Stamp(LATEST_HANDSHAKE_VERSION)
+        self._wire_stamp = Stamp(LATEST_HANDSHAKE_VERSION)
         self._listens: dict[str, Subscription] = {}
         self._running: dict[Any, anyio.CancelScope] = {}  # the server's requests being answered
         self._inbound_busy = 0
@@ -266,7 +266,7 @@ class PeerSession:
     @property
     def legacy(self) -> bool:
         """Whether the negotiated era is 2025-11-25 (sessions, server→client requests)."""
-        return not self._stamp.modern
+        return not self._wire_stamp.modern
 
     # -- the wire (subclasses) -----------------------------------------------------------------
 
@@ -303,7 +303,7 @@ class PeerSession:
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
         if params:
             message["params"] = dict(params)
-        headers = self._stamp.apply(message) if stamped else {}
+        headers = self._wire_stamp.apply(message) if stamped else {}
         headers.update(extra_headers or {})
         route = self._progress_route(message, on_progress)
         _requests.add(1, {"method": method})
@@ -346,7 +346,7 @@ class PeerSession:
         if params:
             message["params"] = dict(params)
         try:
-            await self._send(message, {MCP_PROTOCOL_VERSION_HEADER: self._stamp.version})
+            await self._send(message, {MCP_PROTOCOL_VERSION_HEADER: self._wire_stamp.version})
         except (UpstreamUnavailableError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             log.debug("upstream %s: notification %s not sent (%s)", self._source, method, type(exc).__name__)
 
@@ -409,7 +409,7 @@ class PeerSession:
 
     async def _answer_with(self, answer: dict[str, Any]) -> None:
         try:
-            await self._send(answer, {MCP_PROTOCOL_VERSION_HEADER: self._stamp.version})
+            await self._send(answer, {MCP_PROTOCOL_VERSION_HEADER: self._wire_stamp.version})
         except (UpstreamUnavailableError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             log.debug("upstream %s: an answer was not sent (%s)", self._source, type(exc).__name__)
 
@@ -513,7 +513,7 @@ class PeerSession:
         return True
 
     def _adopt(self, version: str, capabilities: types.ServerCapabilities, info: types.Implementation | None) -> None:
-        self._stamp = Stamp(version, client_capabilities() if version in MODERN_PROTOCOL_VERSIONS else {})
+        self._wire_stamp = Stamp(version, client_capabilities() if version in MODERN_PROTOCOL_VERSIONS else {})
         self.protocol_version = version
         self.capabilities = capabilities
         self.server_info = info

@@ -1,4 +1,4 @@
-"""The upstream connection contract, for every transport x protocol era (issue 25, ADR 0025).
+"""The upstream connection contract, for every transport x protocol era (issue 25, ADR 0025, ADR 0037).
 
 Each test runs against a real upstream process over stdio, streamable HTTP and legacy SSE, in
 the 2025-11-25 era (``legacy``) and the 2026-07-28 era (``auto``: discovered), through the
@@ -15,7 +15,12 @@ keeps checking the contract whichever peer implements it.
   and come back as an ``InputRequiredResult`` to answer and retry in the 2026 era;
 - cancellation both ways: a caller that gives up cancels the upstream's work, and an upstream
   that gives up on its own request to us cancels what answers it;
-- the message bound's exact error, and the list bound's exact diagnostic.
+- the message bound's exact error, and the list bound's exact diagnostic;
+- resumption and the resend rule (2025-era streamable HTTP, the wire whose streams resume): a
+  response stream dropped mid-call is resumed with ``Last-Event-ID`` and the request is not sent
+  again; the session's GET stream dropped by the server is resumed from the last event id;
+- upstream OAuth (HTTP and SSE, both eras): the source's own client-credentials token, renewed
+  once when the upstream refuses it with 401, the refused request sent again once.
 
 Where a combination is not supported yet, the test is an ``xfail`` (strict: it fails the day
 it passes, so the mark is removed) that names why."""
