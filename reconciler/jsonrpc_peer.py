@@ -641,6 +641,8 @@ class StreamSession(PeerSession):
 
     async def _call(self, message: dict[str, Any], headers: dict[str, str], on_message: OnMessage) -> dict[str, Any]:
         rid = message["id"]
+        if self.ended:  # the reader is gone: nothing would ever settle this request
+            raise _closed()
         if len(self._pending) >= MAX_PENDING:
             raise MCPError(types.INTERNAL_ERROR, f"too many requests in flight to this upstream ({MAX_PENDING})")
         if rid in self._pending:
