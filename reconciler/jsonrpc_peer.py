@@ -293,8 +293,6 @@ class PeerSession:
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         request_id: int | str | None = None,
-        stamped: bool = True,
-        extra_headers: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Send a request and return its raw result (:class:`JsonRpcPeer`)."""
         if self.ended:
@@ -303,8 +301,7 @@ class PeerSession:
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
         if params:
             message["params"] = dict(params)
-        headers = self._wire_stamp.apply(message) if stamped else {}
-        headers.update(extra_headers or {})
+        headers = self._wire_stamp.apply(message)
         route = self._progress_route(message, on_progress)
         _requests.add(1, {"method": method})
         try:
