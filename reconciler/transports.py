@@ -114,8 +114,8 @@ def http_peer_for(
 ) -> JsonRpcPoster:
     """The keep-alive pool of ``spec``'s streamable-HTTP peer (``reconciler/http_peer.py``):
     its URL (``http://`` or ``https://``), headers, connect timeout, message bound and OAuth
-    token (``auth``, the same one the SDK's transport uses for the handshake, so one token
-    serves both); each request's HTTP status goes to ``evidence``."""
+    token (``auth``: the handshake, the streams and every request share it); each exchange's
+    HTTP status goes to ``evidence``."""
     t = spec.transport
     timeouts = t.get("timeouts") or {}
     return JsonRpcPoster(
