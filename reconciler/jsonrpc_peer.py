@@ -91,6 +91,7 @@ MAX_LISTEN_BACKLOG = 1024
 SUBSCRIPTION_ID_META_KEY = "io.modelcontextprotocol/subscriptionId"
 
 CLIENT_INFO = types.Implementation(name="mcp-reconciler", version="1")
+_CLIENT_INFO_WIRE = CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 _listen_ids = itertools.count(1)
 
@@ -167,8 +168,8 @@ class Stamp:
         params = message.setdefault("params", {})
         meta = params.setdefault("_meta", {})
         meta[types.PROTOCOL_VERSION_META_KEY] = self.version
-        meta[types.CLIENT_INFO_META_KEY] = CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=True)
-        meta[types.CLIENT_CAPABILITIES_META_KEY] = dict(self.capabilities)
+        meta[types.CLIENT_INFO_META_KEY] = _CLIENT_INFO_WIRE  # shared, never changed: serialized as is
+        meta[types.CLIENT_CAPABILITIES_META_KEY] = self.capabilities
         headers[MCP_METHOD_HEADER] = method
         key = NAME_BEARING_METHODS.get(method)
         if key is not None and isinstance(name := params.get(key), str):
@@ -470,7 +471,7 @@ class PeerSession:
     async def _discover(self, version: str) -> dict[str, Any]:
         meta = {
             types.PROTOCOL_VERSION_META_KEY: version,
-            types.CLIENT_INFO_META_KEY: CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=True),
+            types.CLIENT_INFO_META_KEY: _CLIENT_INFO_WIRE,
             types.CLIENT_CAPABILITIES_META_KEY: client_capabilities(),
         }
         headers = {MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: "server/discover"}
@@ -480,7 +481,7 @@ class PeerSession:
         params = {
             "protocolVersion": LATEST_HANDSHAKE_VERSION,
             "capabilities": client_capabilities(),
-            "clientInfo": CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=True),
+            "clientInfo": _CLIENT_INFO_WIRE,
         }
         raw = await self._handshake("initialize", params, {MCP_PROTOCOL_VERSION_HEADER: LATEST_HANDSHAKE_VERSION})
         result = types.InitializeResult.model_validate(raw, by_name=False)

@@ -382,12 +382,13 @@ def build_http_app(upstream: UpstreamServer, port: int) -> Any:
 
     from mcp_reconciler.api.event_store import BoundedEventStore
 
+    resumable = getattr(upstream, "resumable", False)  # the relay server (same builder) has none
     manager = StreamableHTTPSessionManager(
         app=upstream.server,
         stateless=False,
         security_settings=_loopback_security(port),
-        event_store=BoundedEventStore() if upstream.resumable else None,
-        retry_interval=50 if upstream.resumable else None,
+        event_store=BoundedEventStore() if resumable else None,
+        retry_interval=50 if resumable else None,
     )
 
     @contextlib.asynccontextmanager
