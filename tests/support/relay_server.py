@@ -26,6 +26,9 @@ Tools (every result is one JSON text block; ``who`` tags are echoed so tests can
   holds the call in flight until the client answers; 2025 era only).
 - ``state {}`` → ``{"level": <last logging/setLevel>, "connect_roots": <roots/list on connect>,
   "cancelled": <requests of ours the client cancelled>, "capabilities": <the client's>}``.
+- ``echo {...}`` → its arguments; ``fail {text}`` → a tool result with ``isError`` whose text is
+  ``text`` (the TypeScript-client oracle's success and error results); any other name is a
+  protocol error (``INVALID_PARAMS``).
 
 Also: prompt ``greet(name)`` and resource template ``note://{id}`` with completions (names
 ``alice``/``bob``/``carol``, ids ``1``/``2``/``3``, filtered by prefix) unless ``--no-completions``;
@@ -109,7 +112,7 @@ class RelayServer:
     # -- catalog ------------------------------------------------------------------------------
 
     async def _list_tools(self, ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:
-        names = ("sample", "elicit", "roots", "log", "state")
+        names = ("sample", "elicit", "roots", "log", "state", "echo", "fail")
         return types.ListToolsResult(tools=[types.Tool(name=n, input_schema=SCHEMA) for n in names])
 
     async def _list_prompts(self, ctx: ServerRequestContext[Any], params: Any) -> types.ListPromptsResult:
@@ -166,6 +169,11 @@ class RelayServer:
             )
         if name == "log":
             return await self._log(ctx, args)
+        if name == "echo":
+            return _text(args)
+        if name == "fail":
+            text = types.TextContent(type="text", text=str(args.get("text", "")))
+            return types.CallToolResult(content=[text], is_error=True)
         request: types.InputRequest
         if name == "sample":
             tools = [types.Tool(name="lookup", input_schema=SCHEMA)] if args.get("tools") else None
