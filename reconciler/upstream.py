@@ -181,12 +181,15 @@ class UpstreamConnection:
                     self._session = session
                     self.protocol_version = session.protocol_version
                     self.capabilities = session.capabilities
-                    started = True
-                    self.connected_at = anyio.current_time()
-                    task_status.started()
                     async with anyio.create_task_group() as tg:
                         if not session.legacy:
-                            tg.start_soon(self._listen, session)
+                            # Listening before the connection is reported started: a change made
+                            # after the first listing cannot fall between that listing and the
+                            # stream's acknowledgment (there is no replay).
+                            await tg.start(self._listen, session)
+                        started = True
+                        self.connected_at = anyio.current_time()
+                        task_status.started()
                         if self._health_interval_s:
                             tg.start_soon(self._health_loop, self._health_interval_s)
                         await self._stop.wait()
@@ -435,7 +438,7 @@ class UpstreamConnection:
             for listener in list(self._update_listeners.values()):
                 listener(self, str(message.params.uri))
 
-    async def _listen(self, session: PeerSession) -> None:
+    async def _listen(self, session: PeerSession, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """New-era change events (copies also reach the message handler; dirty marks are
         idempotent, so seeing one twice costs nothing).
 
@@ -447,6 +450,14 @@ class UpstreamConnection:
         never the listen stream alone, which would kill a healthy upstream with calls in flight."""
         delay = LISTEN_RETRY_MIN_S
         ever_acknowledged = False
+        reported = False
+
+        def report() -> None:  # started: once the first stream is acknowledged, or listening failed
+            nonlocal reported
+            if not reported:
+                reported = True
+                task_status.started()
+
         while True:
             acknowledged = False
             opened_at = anyio.current_time()
@@ -457,6 +468,7 @@ class UpstreamConnection:
                 async with session.listen(notifications) as sub:
                     acknowledged = ever_acknowledged = True
                     self.listens += 1
+                    report()
                     async for _event in sub:
                         self._emit("listen")
             except SubscriptionLost:
@@ -464,7 +476,9 @@ class UpstreamConnection:
             except Exception as exc:
                 if not ever_acknowledged:  # the server does not offer listen: rely on health checks and polls
                     log.info("upstream %s: listen unavailable (%s)", self._id, type(exc).__name__)
+                    report()
                     return
+            report()
             if self._closing or self.dead:
                 return
             if not await self._probe():
