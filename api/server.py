@@ -16,13 +16,11 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import uvicorn
-from mcp.server.stdio import stdio_server
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.bundled_demo import BundledDemo, bundled_demo, describe
 from mcp_reconciler.api.console import Console
@@ -42,13 +40,15 @@ from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.oauth.resource_server import ResourceServer
 from mcp_reconciler.api.observability import LimitGauges, Observability, observed
+from mcp_reconciler.api.plane.stdio import StdioPlane
 from mcp_reconciler.api.routes import routes as control_routes
 from mcp_reconciler.api.sdk_compat import GatewaySessionManager
-from mcp_reconciler.api.stdio_input import stdin_lines
+from mcp_reconciler.api.stdio_input import stdio_wire
 from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.config import GatewaySettings, TelemetryConfig
 from mcp_reconciler.reconciler.gateway import Gateway
 from mcp_reconciler.reconciler.telemetry import state_gauges
+from mcp_reconciler.sdk import wire
 
 log = logging.getLogger("mcp_reconciler.server")
 
@@ -485,6 +485,7 @@ async def _stdio(config_path: Path, view: str | None = None) -> int:
                 print(f"mcp-reconciler: no view named {view!r} in the config (declared: {declared})", file=sys.stderr)
                 return 2
             front = _front(gw, view)
+            line_bytes = (gw.settings or GatewaySettings()).limits.body_bytes  # a line is a body (I18)
             async with anyio.create_task_group() as tg:
 
                 async def on_signals() -> None:
@@ -495,8 +496,7 @@ async def _stdio(config_path: Path, view: str | None = None) -> int:
                 await tg.start(front.run)
                 tg.start_soon(on_signals)
                 # stdin read on the event loop, so a signal can stop an idle session (stdio_input.py)
-                with stdin_lines() as lines:
-                    async with stdio_server(stdin=cast(Any, lines)) as (read, write):
-                        await front.server.run(read, write, front.server.create_initialization_options())
+                with stdio_wire(line_bytes) as (lines, write):
+                    await StdioPlane(front).serve(lines, write)
                 tg.cancel_scope.cancel()
     return 0

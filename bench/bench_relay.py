@@ -50,8 +50,8 @@ from _stats import median as med  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client  # noqa: E402
 from mcp_reconciler.sdk import ReconcilerClient  # noqa: E402
+from mcp_reconciler.sdk.http_client import mcp_http_client  # noqa: E402
 
 OPERATOR = "bench-relay-operator-token"
 TARGET_MS = 2.0

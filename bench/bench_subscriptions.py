@@ -58,7 +58,7 @@ from anyio.streams.text import TextReceiveStream  # noqa: E402
 from mcp import Client, MCPDeprecationWarning  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client  # noqa: E402
+from mcp_reconciler.sdk.http_client import mcp_http_client  # noqa: E402
 
 URI = "note://a"
 TARGET_MS = 50.0

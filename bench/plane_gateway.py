@@ -24,15 +24,20 @@ from mcp_reconciler.api.mcp_auth import SessionTokens
 from mcp_reconciler.api.plane.asgi import build_plane
 from mcp_reconciler.api.plane.pipeline import EdgePolicy
 from mcp_reconciler.api.server import anonymous_grants
+from mcp_reconciler.reconciler.config import GatewaySettings
 from mcp_reconciler.reconciler.gateway import Gateway
 
 
 async def amain(config: str, port_file: str) -> None:
     async with Gateway(config) as gw:
         front = FrontDoor(gw.engine, gw.engine.sessions)
+        limits = (gw.settings or GatewaySettings()).limits  # the 2025-era session bounds, as `serve` reads them
         pipe, plane = build_plane(
             front,
             EdgePolicy(credentials=[SessionTokens(front.authority)], anonymous=lambda: anonymous_grants(gw.settings)),
+            max_sessions=limits.transport_sessions,
+            max_sessions_per_client=limits.transport_sessions_per_client,
+            session_idle_s=limits.session_idle_s,
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))

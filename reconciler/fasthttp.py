@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.lowlevel
 import httptools
 from anyio.abc import ByteStream, SocketAttribute
 
@@ -55,6 +56,7 @@ from mcp_reconciler.reconciler.peer_contract import (
     MESSAGE_BOUND_KEY,
     MessageBoundError,
 )
+from mcp_reconciler.reconciler.sliced_json import SLICED_BYTES, parse_message
 
 log = logging.getLogger("mcp_reconciler.upstream")
 
@@ -142,11 +144,12 @@ class _Response:
             self.sse = ok and self.headers.get(b"content-type", b"").lower().startswith(b"text/event-stream")
         return bool(self.sse)
 
-    def take_messages(self) -> list[dict[str, Any]]:
+    async def take_messages(self) -> list[dict[str, Any]]:
         """The messages of the events completed since the last call, except this request's own
         response, which is kept in :attr:`answer`. Linear: only bytes not yet searched are
         searched for an event's end, the pending text is joined only when an event completed,
-        and completed events are dropped (``size`` then counts the pending event only)."""
+        and completed events are dropped (``size`` then counts the pending event only). An
+        event's JSON is parsed in slices when long (``sliced_json.parse_message``, ADR 0040)."""
         if not self.body:
             return []
         if len(self.body) > 1:
@@ -155,42 +158,47 @@ class _Response:
                 # No event ended inside the new chunk; one may end across the boundary (<= 3 bytes back).
                 edge = b"".join(self.body[-4:-1])[-3:] + tail[:3]
                 if b"\n\n" not in edge and b"\r\n\r\n" not in edge:
+                    self.scanned = max(0, self.size - 3)  # searched up to here, chunk by chunk
                     return []
         body = b"".join(self.body)
+        await anyio.lowlevel.checkpoint()  # a long pending event: its join is one stretch, its parse others
         out: list[dict[str, Any]] = []
         while True:
-            end, sep = _event_end(body, self.sse_offset)
+            # The pending text before ``scanned`` holds no event's end (searched last time).
+            end, sep = _event_end(body, max(self.sse_offset, self.scanned))
             if end < 0:
                 break
-            block = body[self.sse_offset : end].decode("utf-8")
-            self.sse_offset = end + sep
-            for message in self._events(block):
+            start, self.sse_offset = self.sse_offset, end + sep
+            for message in await self._events(body, start, end):
                 if _is_response(message, self.request_id):
                     self.answer = message
                 else:
                     out.append(message)
         rest = body[self.sse_offset :]
         self.body, self.sse_offset, self.size = [rest], 0, len(rest)
+        self.scanned = max(0, len(rest) - 3)  # a separator may start in its last 3 bytes
         return out
 
-    def _events(self, text: str) -> Any:
-        """The messages of complete SSE events ``text``, noting their ids and retry delays."""
-        for message, event_id, retry in _sse_events(text):
+    async def _events(self, raw: bytes, start: int = 0, end: int | None = None) -> list[Any]:
+        """The messages of complete SSE events ``raw[start:end]``, noting their ids and retry delays."""
+        out = []
+        for message, event_id, retry in await _sse_events(raw, start, end):
             if event_id is not None:
                 self.last_event_id = event_id
             if retry is not None:
                 self.retry_ms = retry
             if message is not None:
-                yield message
+                out.append(message)
+        return out
 
-    def unanswered(self) -> bool:
+    async def unanswered(self) -> bool:
         """Whether this was an SSE stream that ended without this request's response (checked
         after the exchange; an event the stream's end completed is parsed here)."""
         if not self.sse or self.answer is not None:
             return False
-        rest = b"".join(self.body)[self.sse_offset :].decode("utf-8")
-        self.sse_offset += len(rest.encode())
-        for message in self._events(rest):
+        body = b"".join(self.body)
+        start, self.sse_offset = self.sse_offset, len(body)
+        for message in await self._events(body, start):
             if _is_response(message, self.request_id):
                 self.answer = message
         return self.answer is None
@@ -295,9 +303,9 @@ class JsonRpcPoster:
                 self.exchanges += 1
                 if on_headers is not None and 200 <= response.status < 300:
                     on_headers(response.headers)
-                if resume and response.unanswered() and response.last_event_id is not None:
+                if resume and await response.unanswered() and response.last_event_id is not None:
                     response = await self._resume(response, headers, on_message, bound)
-                return _result_of(response)
+                return await _result_of(response)
         raise ResponseError({"code": -32600, "message": "too many redirects"})
 
     async def _authorized(self, headers: Mapping[str, str]) -> Mapping[str, str]:
@@ -336,7 +344,7 @@ class JsonRpcPoster:
                 if failures >= MAX_RESUME_FAILURES:
                     raise UpstreamUnavailableError("the response stream ended and could not be resumed")
                 continue
-            if not response.unanswered():
+            if not await response.unanswered():
                 return response
             failures = 0
             last_id = response.last_event_id or last_id
@@ -374,7 +382,7 @@ class JsonRpcPoster:
             head["last-event-id"] = last_event_id
         bound = (MESSAGE_BOUND_KEY, self._max_message_bytes)
         response = await self._post_once(self._encode_bodyless(b"GET", head), None, on_message, bound)
-        response.unanswered()  # an event the stream's end completed
+        await response.unanswered()  # an event the stream's end completed
         return StreamEnd(response.status, response.last_event_id or last_event_id, response.retry_ms)
 
     async def delete(self, headers: Mapping[str, str]) -> int:
@@ -505,7 +513,7 @@ class JsonRpcPoster:
                     raise self.refused(bound, response.refused) from None
                 raise
             if response.is_sse(parser):
-                for other in response.take_messages():
+                for other in await response.take_messages():
                     if on_message is not None:
                         await on_message(other)
                     else:
@@ -552,14 +560,14 @@ def _is_response(message: Any, request_id: Any) -> bool:
     return isinstance(message, dict) and message.get("id") == request_id and "method" not in message
 
 
-def _result_of(response: _Response) -> dict[str, Any]:
+async def _result_of(response: _Response) -> dict[str, Any]:
     request_id = response.request_id
     body = b"".join(response.body)
     ctype = response.headers.get(b"content-type", b"").lower()
     if response.status >= 400 or response.status < 200 or response.status == 202:
         if ctype.startswith(b"application/json"):
             try:
-                parsed = json.loads(body)
+                parsed = await parse_message(body)
             except ValueError:
                 parsed = None
             if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
@@ -570,10 +578,11 @@ def _result_of(response: _Response) -> dict[str, Any]:
             raise ResponseError({"code": -32600, "message": "server answered a request with 202 Accepted"})
         raise ResponseError({"code": -32603, "message": "Server returned an error response"})
     if ctype.startswith(b"application/json"):
-        messages = [json.loads(body)]
+        messages = [await parse_message(body)]  # in slices when long (ADR 0040)
     elif ctype.startswith(b"text/event-stream"):
-        rest = body[response.sse_offset :].decode("utf-8")  # an event the stream's end completed
-        messages = [m for m in (response.answer, *_sse_messages(rest)) if m is not None]
+        # an event the stream's end completed
+        events = [m for m, _, _ in await _sse_events(body, response.sse_offset) if m is not None]
+        messages = [m for m in (response.answer, *events) if m is not None]
     else:
         raise ResponseError({"code": -32600, "message": f"Unexpected content type: {ctype.decode('latin-1')}"})
     for message in messages:
@@ -588,42 +597,62 @@ def _result_of(response: _Response) -> dict[str, Any]:
     raise UpstreamUnavailableError("the response stream ended without a response")
 
 
-def _sse_events(text: str) -> Any:
-    """``(message, id, retry)`` for each SSE event of ``text``: ``message`` is its JSON (events of
-    type ``message`` with data; ``None`` for a priming event, which carries only an id), ``id`` and
-    ``retry`` its fields or ``None``."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    for block in text.split("\n\n"):
-        data: list[str] = []
-        event = "message"
-        event_id: str | None = None
-        retry: int | None = None
-        for line in block.split("\n"):
-            if line.startswith("data:"):
-                data.append(line[6:] if line.startswith("data: ") else line[5:])
-            elif line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("id:"):
-                event_id = line[3:].strip() or None
-            elif line.startswith("retry:") and line[6:].strip().isdigit():
-                retry = int(line[6:].strip())
-        message = _json_or_none("\n".join(data)) if data and event == "message" and any(data) else None
+async def _sse_events(raw: bytes, start: int = 0, end: int | None = None) -> list[tuple[Any, str | None, int | None]]:
+    """``(message, id, retry)`` for each SSE event of ``raw[start:end]``: ``message`` is its JSON
+    (events of type ``message`` with data; ``None`` for a priming event, which carries only an
+    id), ``id`` and ``retry`` its fields or ``None``. Lines end with CRLF, LF or CR. A data line
+    is taken as a view of ``raw`` (a 30 MB event is copied once, into its JSON's bytes) and a
+    long event's JSON is parsed in slices (ADR 0040)."""
+    out: list[tuple[Any, str | None, int | None]] = []
+    view = memoryview(raw)
+    data: list[memoryview] = []
+    event, event_id, retry = b"message", None, None
+    for a, b in [*await _lines(raw, start, len(raw) if end is None else end), (0, 0)]:
+        if a < b:
+            if raw.startswith(b"data:", a, b):
+                data.append(view[a + 6 if raw.startswith(b"data: ", a, b) else a + 5 : b])
+            elif raw.startswith(b"event:", a, b):
+                event = raw[a + 6 : b].strip()
+            elif raw.startswith(b"id:", a, b):
+                event_id = raw[a + 3 : b].strip().decode("utf-8", "replace") or None
+            elif raw.startswith(b"retry:", a, b) and raw[a + 6 : b].strip().isdigit():
+                retry = int(raw[a + 6 : b].strip())
+            continue
+        has_data = event == b"message" and any(len(d) for d in data)
+        joined = b"\n".join(data) if has_data else b""
+        if len(joined) > SLICED_BYTES:
+            await anyio.lowlevel.checkpoint()
+        message = await _json_or_none(joined) if has_data else None
         if message is not None or event_id is not None or retry is not None:
-            yield message, event_id, retry
+            out.append((message, event_id, retry))
+        data, event, event_id, retry = [], b"message", None, None
+    return out
 
 
-def _json_or_none(data: str) -> Any:
+async def _lines(raw: bytes, start: int, end: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of each line of ``raw[start:end]`` (ended by CRLF, LF or CR; an empty
+    line is an event's end): found by ``bytes.find``, nothing copied; the loop gets a turn
+    after each search through a long line."""
+    out: list[tuple[int, int]] = []
+    pos = start
+    while pos < end:
+        lf = raw.find(b"\n", pos, end)
+        if (lf if lf >= 0 else end) - pos > SLICED_BYTES:
+            await anyio.lowlevel.checkpoint()
+        cr = raw.find(b"\r", pos, lf if lf >= 0 else end)
+        stop = cr if cr >= 0 else (lf if lf >= 0 else end)
+        out.append((pos, stop))
+        if stop >= end:
+            break
+        pos = stop + 2 if raw.startswith(b"\r\n", stop) else stop + 1
+    return out
+
+
+async def _json_or_none(data: bytes) -> Any:
     """An event's JSON, or ``None`` for data that is not JSON: garbage between messages is
     skipped (logged), as the SDK's client skips it, never the end of the exchange."""
     try:
-        return json.loads(data)
+        return await parse_message(data)
     except ValueError:
-        log.warning("fast lane: skipped an SSE event of %d characters that is not JSON", len(data))
+        log.warning("fast lane: skipped an SSE event of %d bytes that is not JSON", len(data))
         return None
-
-
-def _sse_messages(text: str) -> Any:
-    """The JSON messages of SSE text (events of type ``message``; empty priming events skipped)."""
-    for message, _, _ in _sse_events(text):
-        if message is not None:
-            yield message

@@ -43,7 +43,7 @@ from mcp_reconciler.reconciler.peer_contract import (
     bound_error,
     is_list_method,
 )
-from mcp_reconciler.reconciler.sliced_json import EntriesPassed, parse_sliced
+from mcp_reconciler.reconciler.sliced_json import SLICED_BYTES, EntriesPassed, parse_message, parse_sliced
 
 log = logging.getLogger("mcp_reconciler.upstream.stdio")
 
@@ -248,14 +248,14 @@ def _id_value(text: str, start: int) -> int | str | None:
 
 #: A line longer than this is parsed in slices (``reconciler/sliced_json.py``): the loop gets
 #: a checkpoint every few milliseconds instead of waiting for the whole parse.
-SLICE_BYTES = 256 * 1024
+SLICE_BYTES = SLICED_BYTES
 
 
 async def parse_line(line: bytes, lists: _Lists | None = None) -> SessionMessage | Exception:
     """One line as the session's message, or the exception a malformed one is (the session
-    hands those to its message handler, as with the SDK's reader). A long answer to a list
-    request is parsed in slices (:func:`~reconciler.sliced_json.parse_sliced`: no slice holds
-    the loop longer than a few ms), anything else whole with ``from_json``; then the SDK's
+    hands those to its message handler, as with the SDK's reader). A long line is parsed in
+    slices (:func:`~reconciler.sliced_json.parse_message`: no slice holds the loop longer than
+    a few ms, ADR 0040), a short one whole with ``from_json``; then the SDK's
     ``validate_python``, the same model as its ``validate_json`` at a tenth of the cost for
     results with many small objects (the result stays a plain ``dict``, not rebuilt). An answer
     to a list request with more entries than ``lists`` allows becomes the bound's error within
@@ -270,7 +270,7 @@ async def parse_line(line: bytes, lists: _Lists | None = None) -> SessionMessage
             except EntriesPassed as passed:
                 return SessionMessage(lists.refused(request_id, passed.count))
         else:
-            data = pydantic_core.from_json(line)
+            data = await parse_message(line)
         if lists is not None and (refused := lists.refuse(data)) is not None:
             return SessionMessage(refused)
         message = types.jsonrpc_message_adapter.validate_python(data, by_name=False)

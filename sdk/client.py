@@ -23,8 +23,8 @@ import anyio
 import httpx2
 from pydantic import BaseModel
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.reconciler.backoff import exponential_delay
+from mcp_reconciler.sdk import wire
 from mcp_reconciler.sdk.auth import BearerAuth, TokenProvider
 from mcp_reconciler.sdk.errors import NotFound, ReconcilerAPIError, Unreachable, error_for
 
@@ -316,7 +316,7 @@ class ReconcilerClient:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
-        from mcp_reconciler.api.sdk_compat import mcp_http_client
+        from mcp_reconciler.sdk.http_client import mcp_http_client
 
         hold = await self._hold_for_run(revision, ttl_s)
         revision = hold.revision

@@ -103,14 +103,16 @@ class Forwarder:
         self._observer = observer or OperationObserver()
 
     async def call_tool(
-        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        """``tools/call``, forwarded under the tool's upstream name."""
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams, *, raw: bool = False
+    ) -> types.CallToolResult | types.InputRequiredResult | RawResult:
+        """``tools/call``, forwarded under the tool's upstream name. ``raw``: a result that
+        :func:`simple_call_result` accepts comes back as the upstream's JSON (a
+        :class:`RawResult`), never built into a model the caller would only dump again."""
         build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
         )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx, EntryKind.TOOL, params.name, params, build, types.CallToolResult
+            ctx, EntryKind.TOOL, params.name, params, build, types.CallToolResult, raw=raw
         )
 
     async def call_tool_fast(

@@ -345,8 +345,9 @@ class Era2025:
                 tg.start_soon(run)
                 tg.start_soon(watch_disconnect, tg.cancel_scope)
                 await self._pump(send, channel.frames)
-                final = sse.frame(answer[0], session.next_event_id())
-                await send({"type": "http.response.body", "body": final, "more_body": False})
+                for piece in await sse.frame_sliced(answer[0], session.next_event_id()):  # ADR 0040
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tg.cancel_scope.cancel()
         finally:
             session.streams -= 1

@@ -53,17 +53,22 @@ _requests = telemetry.meter.create_counter(
 
 
 async def _respond(
-    send: Send, status: int, body: bytes, content_type: bytes | None, *extra: tuple[bytes, bytes]
+    send: Send, status: int, body: bytes | list[bytes], content_type: bytes | None, *extra: tuple[bytes, bytes]
 ) -> None:
-    headers = [(b"content-length", str(len(body)).encode()), *extra]
+    """One response; a body given as pieces is written piece by piece (a big result: the
+    transport's flow control paces the writes, and other requests are served between them)."""
+    chunks = body if isinstance(body, list) else [body]
+    headers = [(b"content-length", str(sum(map(len, chunks))).encode()), *extra]
     if content_type is not None:
         headers.insert(0, (b"content-type", content_type))
     await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    for n, chunk in enumerate(chunks, 1):
+        await send({"type": "http.response.body", "body": chunk, "more_body": n < len(chunks)})
 
 
 async def _reply(send: Send, message: Mapping[str, Any]) -> None:
-    await _respond(send, jsonrpc.status_of(message), jsonrpc.encode(message), b"application/json")
+    body = await jsonrpc.encode_sliced(message)  # every reply, whatever its size (ADR 0040)
+    await _respond(send, jsonrpc.status_of(message), body, b"application/json")
 
 
 async def _refuse(send: Send, id_: types.RequestId | None, rejection: InboundLadderRejection) -> None:
@@ -204,7 +209,9 @@ class Era2026:
                 while frame is not None:
                     await send({"type": "http.response.body", "body": frame, "more_body": True})
                     frame = await next_frame(frames)
-                await send({"type": "http.response.body", "body": sse.frame(answer[0]), "more_body": False})
+                for piece in await sse.frame_sliced(answer[0]):
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
             tg.cancel_scope.cancel()
 
 

@@ -19,6 +19,8 @@ from typing import Any
 from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData
 
+from mcp_reconciler.reconciler.sliced_json import Slices
+
 #: The ``message`` of a body that is JSON but not one request or notification object.
 INVALID_BODY = "Body must be a single JSON-RPC request or notification object"
 
@@ -116,5 +118,119 @@ def status_of(message: Mapping[str, Any]) -> int:
 
 
 def encode(message: Mapping[str, Any]) -> bytes:
-    """Compact JSON, as the SDK server writes it."""
-    return json.dumps(message, separators=(",", ":")).encode()
+    """Compact JSON, as the SDK server writes it, in one call: for the gateway's own small
+    messages (notifications, refusals, the handshake). A result goes out by
+    :func:`encode_sliced`."""
+    return _dumps(message).encode()
+
+
+#: Estimated characters of JSON a value may take before it is encoded in pieces, with the
+#: loop's turns between them (about a millisecond of ``json``'s C encoder for ASCII text).
+PIECE_CHARS = 256 * 1024
+
+#: How much longer than its length a non-ASCII string's JSON may be (``\\uXXXX``).
+_NON_ASCII_GROWTH = 6
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+#: ``json``'s C string encoder (ASCII-only output, as ``json.dumps`` writes strings by default).
+_encode_string: Any = json.encoder.encode_basestring_ascii  # the C one when built
+
+
+async def encode_sliced(message: Mapping[str, Any]) -> list[bytes]:
+    """``encode(message)`` as a list of pieces whose concatenation is exactly those bytes, with
+    the loop's turns between pieces (ADR 0040): every response carrying a result goes out this
+    way, whatever its size. A value whose JSON is estimated under :data:`PIECE_CHARS` is one
+    ``json`` call; a longer one is written member by member (objects), in batches of elements
+    (arrays), or :data:`PIECE_CHARS` at a time (a long string: a 30 MB text is about a hundred
+    pieces of a millisecond each, where one ``json.dumps`` held the loop 200 ms)."""
+    out: list[str] = []
+    slices = Slices()
+    await _emit(message, out, slices)
+    chunks: list[bytes] = []
+    for piece in _joined(out):
+        chunks.append(piece.encode())  # ASCII (``json`` escapes the rest): a copy, no codec work
+        await slices.tick()
+    return chunks
+
+
+def _joined(parts: list[str]) -> list[str]:
+    """``parts`` joined into pieces of about :data:`PIECE_CHARS` (few, large writes)."""
+    pieces: list[str] = []
+    run: list[str] = []
+    size = 0
+    for part in parts:
+        run.append(part)
+        size += len(part)
+        if size >= PIECE_CHARS:
+            pieces.append("".join(run))
+            run, size = [], 0
+    if run:
+        pieces.append("".join(run))
+    return pieces
+
+
+def _weight(value: Any, budget: int) -> int:
+    """The estimated length of ``value``'s JSON, counted until it passes ``budget``."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) * (1 if item.isascii() else _NON_ASCII_GROWTH) + 2
+        elif isinstance(item, dict):
+            total += 2 + 8 * len(item)
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            total += 2 + len(item)
+            stack.extend(item)
+        else:
+            total += 8
+        if total > budget:
+            break
+    return total
+
+
+async def _emit(value: Any, out: list[str], slices: Slices) -> None:
+    if _weight(value, PIECE_CHARS) <= PIECE_CHARS:
+        out.append(_dumps(value))
+    elif isinstance(value, str):
+        # Any cut of a ``str`` is between code points, and each is escaped on its own.
+        step = PIECE_CHARS if value.isascii() else PIECE_CHARS // _NON_ASCII_GROWTH
+        out.append('"')
+        for start in range(0, len(value), step):
+            out.append(_encode_string(value[start : start + step])[1:-1])
+            await slices.tick()
+        out.append('"')
+    elif isinstance(value, dict):
+        out.append("{")
+        for n, (key, item) in enumerate(value.items()):
+            if n:
+                out.append(",")
+            out.append(_dumps({key: 0})[1:-2])  # the key as ``json`` writes it (``"key":``)
+            await _emit(item, out, slices)
+            await slices.tick()
+        out.append("}")
+    elif isinstance(value, list | tuple):
+        out.append("[")
+        batch: list[Any] = []
+        size = 0
+        first = True
+        for item in value:
+            weight = _weight(item, PIECE_CHARS)
+            if batch and (weight > PIECE_CHARS or size + weight > PIECE_CHARS):
+                out.append(("" if first else ",") + _dumps(batch)[1:-1])
+                first, batch, size = False, [], 0
+                await slices.tick()
+            if weight > PIECE_CHARS:
+                if not first:
+                    out.append(",")
+                await _emit(item, out, slices)
+                first = False
+                continue
+            batch.append(item)
+            size += weight
+        if batch:
+            out.append(("" if first else ",") + _dumps(batch)[1:-1])
+        out.append("]")
+    else:  # a scalar can only be this long as a huge number: one call, as before
+        out.append(_dumps(value))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from mcp_reconciler.api.plane.jsonrpc import encode
+from mcp_reconciler.api.plane.jsonrpc import encode, encode_sliced
 
 #: Seconds between keepalive comments once a stream has committed (the SDK's own interval).
 PING_INTERVAL_S: Final = 15.0
@@ -29,3 +29,10 @@ def frame(message: Mapping[str, Any], event_id: str | None = None) -> bytes:
     """One ``event: message`` frame carrying ``message``."""
     head = f"id: {event_id}\r\n" if event_id is not None else ""
     return f"{head}event: message\r\ndata: ".encode() + encode(message) + b"\r\n\r\n"
+
+
+async def frame_sliced(message: Mapping[str, Any], event_id: str | None = None) -> list[bytes]:
+    """:func:`frame` as pieces (``jsonrpc.encode_sliced``): how a response carrying a result is
+    framed, whatever its size."""
+    head = f"id: {event_id}\r\n" if event_id is not None else ""
+    return [f"{head}event: message\r\ndata: ".encode(), *await encode_sliced(message), b"\r\n\r\n"]

@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.api.conftest import OPERATOR_TOKEN
 from tests.integration.conftest import REPO_ROOT, HttpUpstreams
 from tests.integration.conftest import http_upstreams as http_upstreams  # the fixture

@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.api.conftest import ALICE, BOB, OPERATOR_TOKEN, served_gateway, upstream_source, write_config
 from tests.api.test_cli import cli
 

@@ -14,10 +14,10 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.api.check_config import run
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.sdk import ReconcilerClient
 from mcp_reconciler.sdk.errors import InvalidRequest
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.api.conftest import (
     OPERATOR_TOKEN,
     authenticator,

@@ -24,7 +24,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.chaos.conftest import pid_alive
 from tests.chaos.gateway_process import GatewayProcess, write_json
 from tests.e2e.conftest import upstream_source

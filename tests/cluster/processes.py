@@ -18,8 +18,8 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.reconciler.freshness import DEFAULT_RACY_WINDOW_NS
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.chaos.gateway_process import OPERATOR, GatewayProcess
 from tests.e2e.conftest import Changes, upstream_source
 

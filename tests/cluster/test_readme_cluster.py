@@ -16,8 +16,8 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.reconciler.config import load_config
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.cluster.processes import Replica
 from tests.support.ports import listening_socket
 from tests.support.readme import REPO_ROOT, block

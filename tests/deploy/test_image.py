@@ -26,7 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.support.gateway_process import alive
 from tests.support.readme import REPO_ROOT, block
 

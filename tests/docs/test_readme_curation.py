@@ -14,11 +14,11 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.authority import GrantPolicy, principal_id
 from mcp_reconciler.reconciler.config import check_config
 from mcp_reconciler.reconciler.metadata import PROVENANCE_META
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.support.readme import REPO_ROOT, block
 
 pytestmark = pytest.mark.anyio

@@ -14,10 +14,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.config import load_config
 from mcp_reconciler.reconciler.projection import Trust
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.support.readme import REPO_ROOT, block
 
 pytestmark = pytest.mark.anyio

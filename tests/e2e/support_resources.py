@@ -15,8 +15,8 @@ import mcp_types as types
 from mcp import Client, MCPDeprecationWarning
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import Served
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.e2e.conftest import REPO_ROOT, WAIT
 
 RESOURCE_SERVER = "tests.support.resource_server"

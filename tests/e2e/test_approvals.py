@@ -115,7 +115,7 @@ async def session_client(
     if client_kw:
         from mcp.client.streamable_http import streamable_http_client
 
-        from mcp_reconciler.api.sdk_compat import mcp_http_client
+        from mcp_reconciler.sdk.http_client import mcp_http_client
 
         async with mcp_http_client(headers=headers) as http:
             async with Client(streamable_http_client(served.url, http_client=http), mode=mode, **client_kw) as client:

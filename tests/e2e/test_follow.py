@@ -14,9 +14,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.api.frontdoor import DRIFT_META, Binding
 from mcp_reconciler.api.mcp_auth import ANONYMOUS
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import Served, serve_http
 from mcp_reconciler.reconciler.authority import GrantPolicy, principal_id
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.e2e.conftest import (
     WAIT,
     Publications,

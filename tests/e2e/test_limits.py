@@ -18,9 +18,9 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.api.errors import LIMIT_META, RETRY_AFTER_META
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import Served, serve_http
 from mcp_reconciler.reconciler.authority import GrantPolicy, principal_id
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.e2e.conftest import WAIT, call_error, downstream, wait_for_file, write_config
 
 pytestmark = pytest.mark.anyio

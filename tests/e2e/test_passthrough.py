@@ -15,9 +15,9 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import Served, serve_http
 from mcp_reconciler.reconciler.authority import principal_id
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.e2e.conftest import (
     REPO_ROOT,
     WAIT,

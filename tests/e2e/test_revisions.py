@@ -15,10 +15,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.api.frontdoor import PAGE_SIZE, REVISION_META
 from mcp_reconciler.api.frontdoor.revisions import DIGEST_META
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.errors import RevisionUnavailableError
 from mcp_reconciler.reconciler.runtime import LiveState
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.e2e.conftest import (
     WAIT,
     Publications,

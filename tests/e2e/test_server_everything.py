@@ -28,8 +28,8 @@ import pytest
 from mcp import Client, MCPDeprecationWarning
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import Served, serve_http
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.e2e.conftest import REPO_ROOT, WAIT, write_config
 from tests.e2e.support_resources import new_token
 

@@ -27,8 +27,8 @@ from anyio.streams.text import TextReceiveStream
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, bound_error
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE
 from tests.support.gateway_process import gateway_process
 from tests.support.readme import block
@@ -74,19 +74,27 @@ def peak_rss_mib(pid: int) -> float:
 
 @contextlib.asynccontextmanager
 async def served(
-    tmp: Path, message_bytes: int | None = None, source: dict[str, Any] | None = None, tool: str = "up__big"
+    tmp: Path,
+    message_bytes: int | None = None,
+    source: dict[str, Any] | None = None,
+    tool: str = "up__big",
+    mode: str = "legacy",
+    probe: Path | None = None,
 ) -> AsyncIterator[tuple[Any, Client]]:
+    """A served gateway and a client of it (``mode``: the client's era). With ``probe`` (a stats
+    file), ``serve`` runs under ``tests/support/loop_probe.py``: :func:`loop_figures` reads its loop."""
     cfg = tmp / "gateway.yaml"
     cfg.write_text(config(message_bytes, source=source))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
     env["BOUNDS_TOKEN"] = TOKEN
     serve = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), "--port", "0"]
+    if probe is not None:
+        serve = [sys.executable, "-m", "tests.support.loop_probe", "--config", str(cfg)]
+        serve += ["--port-file", str(tmp / "gateway.port"), "--stats-file", str(probe)]
     async with gateway_process(serve, cwd=REPO_ROOT, env=env) as gw:
         async with (
             mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
-            Client(
-                streamable_http_client(gw.url, http_client=http, max_sse_event_size=64 * MiB), mode="legacy"
-            ) as client,
+            Client(streamable_http_client(gw.url, http_client=http, max_sse_event_size=64 * MiB), mode=mode) as client,
         ):
             with anyio.fail_after(WAIT):
                 while tool not in {t.name for t in (await client.list_tools()).tools}:

@@ -20,10 +20,10 @@ from mcp import MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.api.frontdoor.fastlane import FAST_LANE_ENV
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.authority import GrantPolicy, principal_id
 from mcp_reconciler.reconciler.metadata import PROVENANCE_META
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.e2e.conftest import (
     REPO_ROOT,
     WAIT,

@@ -45,7 +45,6 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import TypeAdapter
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.errors import SourceReadError
 from mcp_reconciler.reconciler.model import SourceSpec
@@ -53,6 +52,7 @@ from mcp_reconciler.reconciler.peer import PeerAnswer, PeerSwitch
 from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, MessageBoundError, bound_error
 from mcp_reconciler.reconciler.transports import stdio_parameters
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.integration.conftest import REPO_ROOT, wait_for_file
 from tests.integration.test_stdio_oracle import scrub  # the pid differs between runs
 

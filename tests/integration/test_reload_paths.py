@@ -36,7 +36,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.api.conftest import backdate
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE
 from tests.support.gateway_process import GatewayProcess, alive, gateway_process, stop

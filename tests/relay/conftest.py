@@ -27,9 +27,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.sdk_compat import mcp_http_client
 from mcp_reconciler.api.server import Served, serve_http
 from mcp_reconciler.reconciler.authority import GrantPolicy
+from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
     REPO_ROOT,
     no_leaked_children,
