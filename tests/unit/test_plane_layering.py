@@ -20,10 +20,10 @@ PLANE = ROOT / "api" / "plane"
 SDK_ROOTS = ("mcp", "mcp_types")
 PACKAGES = ("reconciler", "api", "sdk")
 
-#: Emptied by issue 26/25 switch-over: the SDK client of the upstream side (issue 25 replaces it;
-#: the SDK-based HTTP plane's compat module is deleted). Exact: a file listed here that no longer
-#: reaches a private (or is gone) fails the test until it leaves the list.
-ALLOWED = {"reconciler/sdk_client.py"}
+#: Emptied by issue 26/25 switch-over: the SDK-based HTTP plane's compat module is deleted and
+#: the upstream side's SDK client privates are gone (ADR 0037). Exact: a file listed here that no
+#: longer reaches a private (or is gone) fails the test until it leaves the list.
+ALLOWED: set[str] = set()
 
 #: SDK privates the gateway reached before issue 26: refused even where the package defines a
 #: private of the same name.
