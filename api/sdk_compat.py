@@ -1,8 +1,7 @@
 """Every use of an MCP SDK server-side private, in one place (written against ``mcp`` 2.3; pyproject pins <2.4).
 
 The gateway needs a few things the SDK offers no public way to do. Each is reached here and
-nowhere else (the client-side ones, which the engine's upstream connections need, are in
-``reconciler/sdk_client.py``: the engine may not import this module), and
+nowhere else (the engine's upstream side uses none: its session is its own, ADR 0037), and
 ``tests/unit/test_sdk_compat.py`` builds the SDK objects for real and fails naming the attribute
 if an SDK release moves it:
 
@@ -36,8 +35,8 @@ if an SDK release moves it:
    request's back-channel — ``ServerSession._request_outbound``, reached by
    :func:`request_channel` — and repeats the cancellation on the session's standalone channel.
 6, 7 and 8. (gone) The upstream side's privates — the session's stamp, a raw request, the result
-   check — moved to the engine with the one path of every upstream request
-   (``reconciler/sdk_client.py``, ADR 0030); the streamable-HTTP client's context behaviour
+   check — are gone: the engine's upstream connections speak through the gateway's own session
+   (``reconciler/jsonrpc_peer.py``, ADR 0037); the streamable-HTTP client's context behaviour
    (old item 6) is no longer relied on: every request to an HTTP source, and what its stream
    carries, is handled in the caller's task by the source's peer (``reconciler/http_peer.py``).
 
@@ -128,9 +127,19 @@ from starlette.types import Receive, Scope, Send
 from mcp_reconciler.api.request_stream import PendingAnswers, RequestStream, encode_priming
 from mcp_reconciler.api.standalone_stream import StandaloneStream
 from mcp_reconciler.reconciler.model import EntryKind
-from mcp_reconciler.reconciler.sdk_client import TESTED_SDK, SDKChangedError
 
-__all__ = ["TESTED_SDK", "SDKChangedError"]  # re-exported: one error for every SDK private
+#: The SDK minor version this module was written and tested against.
+TESTED_SDK = "2.3"
+
+
+class SDKChangedError(RuntimeError):
+    """An SDK private the gateway relies on is gone or changed shape. The message names it."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"mcp SDK changed: {what} is missing or changed (the gateway's SDK compat module was written "
+            f"for mcp {TESTED_SDK}.x)"
+        )
 
 
 #: Key under which a connection without a transport session id (stdio, in-memory) keeps the

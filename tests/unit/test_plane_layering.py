@@ -21,9 +21,9 @@ SDK_ROOTS = ("mcp", "mcp_types")
 PACKAGES = ("reconciler", "api", "sdk")
 
 #: Emptied by issue 26/25 switch-over: the SDK-based HTTP plane's compat module (H1 deletes it)
-#: and the SDK client of the upstream side (H3 replaces it). Exact: a file listed here that no
+#: (the upstream side's SDK client privates are gone, ADR 0037). Exact: a file listed here that no
 #: longer reaches a private (or is gone) fails the test until it leaves the list.
-ALLOWED = {"api/sdk_compat.py", "reconciler/sdk_client.py"}
+ALLOWED = {"api/sdk_compat.py"}
 
 #: SDK privates the gateway reached before issue 26: refused even where the package defines a
 #: private of the same name.
