@@ -89,8 +89,8 @@ class LimitGauges:
     listener) — nothing on the request path counts twice. Upstream message bytes refused are
     ``reconciler.upstream.messages_refused``."""
 
-    def __init__(self, guard: Any, body: Any, sessions: Any, obs: Observability) -> None:
-        self._guard, self._body, self._sessions, self._obs = guard, body, sessions, obs
+    def __init__(self, guard: Any, bodies: Iterable[Any], sessions: Any, obs: Observability) -> None:
+        self._guard, self._bodies, self._sessions, self._obs = guard, tuple(bodies), sessions, obs
 
     def gauges(self) -> dict[str, Iterable[telemetry.Reading]]:
         """The cumulative hits, by bound."""
@@ -99,7 +99,7 @@ class LimitGauges:
             "connections": g.refused + g.evicted,
             "header_bytes": g.oversized,
             "header_timeout": g.timed_out,
-            "body_bytes": self._body.refused,
+            "body_bytes": sum(body.refused for body in self._bodies),
             "transport_sessions_per_client": self._sessions.refused_per_client,
             **self._obs.hits,
         }

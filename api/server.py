@@ -40,9 +40,9 @@ from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.oauth.resource_server import ResourceServer
 from mcp_reconciler.api.observability import LimitGauges, Observability, observed
+from mcp_reconciler.api.plane.sessions import SessionTable
 from mcp_reconciler.api.plane.stdio import StdioPlane
 from mcp_reconciler.api.routes import routes as control_routes
-from mcp_reconciler.api.sdk_compat import GatewaySessionManager
 from mcp_reconciler.api.stdio_input import stdio_wire
 from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.config import GatewaySettings, TelemetryConfig
@@ -66,7 +66,7 @@ class Served:
     control: Control | None = None
     hurry: anyio.Event = field(default_factory=anyio.Event)
     connections: ConnectionGuard | None = None  # the HTTP connection bound (I18), for status and tests
-    transport_sessions: GatewaySessionManager | None = None  # streamable-HTTP sessions, counted per client
+    transport_sessions: SessionTable | None = None  # 2025-era sessions on /mcp, counted per client
     grace_s: float = 0.0
     oauth: OAuthEdge | None = None  # access tokens on /mcp and /v1 (the config's oauth: section)
     observability: Observability | None = None  # /metrics, the metrics listener, the audit trail
@@ -192,7 +192,7 @@ async def serve_http(
                 replica=cluster.replica_id if cluster is not None else None,
             )
         )
-        app, transport_sessions = build_app(
+        surface = build_app(
             front,
             allowed_hosts=settings.allowed_hosts,
             extra_routes=[*obs.routes(), *control_routes(control)],
@@ -203,7 +203,8 @@ async def serve_http(
             max_sessions_per_client=limits.transport_sessions_per_client,
             max_body_bytes=limits.body_bytes,
         )
-        body_limit = BodyLimit(app, {"/mcp": limits.body_bytes, "/v1": MAX_BODY_BYTES})
+        transport_sessions = surface.transport_sessions
+        body_limit = BodyLimit(surface.app, {"/v1": MAX_BODY_BYTES})  # /mcp's is its pipeline's
         gate = DrainGate(body_limit)
         budget = descriptor_budget(limits.connections, limits.fd_reserve)
         if budget.connections < limits.connections:
@@ -219,7 +220,9 @@ async def serve_http(
         guard = ConnectionGuard(
             connections=budget.connections, header_timeout_s=limits.header_timeout_s, header_bytes=limits.header_bytes
         )
-        stack.enter_context(state_gauges.observing(LimitGauges(guard, body_limit, transport_sessions, obs)))
+        stack.enter_context(
+            state_gauges.observing(LimitGauges(guard, (body_limit, surface.pipeline.body), transport_sessions, obs))
+        )
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
         # listening socket's proto says TCP; with proto 0, Nagle + delayed ACK add ~40 ms per response.
         if listen_socket is not None:
@@ -257,6 +260,7 @@ async def serve_http(
                 async with anyio.create_task_group() as tg:
                     await tg.start(front.run)
                     await tg.start(guard.run)
+                    await tg.start(surface.plane.run)
 
                     async def serve() -> None:
                         try:
@@ -288,7 +292,9 @@ async def serve_http(
                         yield served
                     finally:
                         with anyio.CancelScope(shield=True):
-                            await _stop(gw, server, gate, transport_sessions, served.grace_s, hurry)
+                            await _stop(
+                                gw, server, (gate, surface.pipeline.drain), transport_sessions, served.grace_s, hurry
+                            )
         finally:
             sock.close()
 
@@ -296,14 +302,15 @@ async def serve_http(
 async def _stop(
     gw: Gateway,
     server: GatewayUvicorn,
-    gate: DrainGate,
-    sessions: GatewaySessionManager,
+    gates: tuple[DrainGate, ...],
+    sessions: SessionTable,
     grace_s: float,
     hurry: anyio.Event,
 ) -> None:
     """Steps 1-3 of ``api/lifecycle.py``; uvicorn's own shutdown (step 4) follows ``should_exit``."""
     server.stop_accepting()
-    gate.close()
+    for gate in gates:
+        gate.close()
     # Calls parked for an approval cannot be approved any more (/v1 is closed): answer them now,
     # with a clear retryable error, before the grace period (ADR 0034).
     parked = gw.engine.approvals.withdraw_all("the gateway is shutting down")
@@ -328,7 +335,7 @@ async def _stop(
     await gw.engine.aclose()
     # Legacy sessions' GET streams never end by themselves: end them, so HTTP stops without
     # waiting out its graceful timeout (and cancelling them) on their account.
-    await sessions.terminate_all()
+    await sessions.close_all()
     server.should_exit = True
 
 
@@ -500,3 +507,4 @@ async def _stdio(config_path: Path, view: str | None = None) -> int:
                     await StdioPlane(front).serve(lines, write)
                 tg.cancel_scope.cancel()
     return 0
+

@@ -22,6 +22,7 @@ One concept per module; :class:`FrontDoor` (``door``) assembles them:
 - ``revisions``: which live generation serves a request; the revision ``_meta`` keys and header.
 - ``notify``: the notifier loop, legacy pushes behind the GET-stream gate, new-era listen buses.
 - ``listing``: the four list results, paging, and the bounded definition cache (``cache``).
+- ``pages``: list pages served from cached wire dicts; the heap frozen after publications.
 - ``forwarding``: call/read/get forwarded upstream with pins, progress relay and error mapping.
 - ``relay``: what upstreams start while serving a call (sampling, elicitation, roots, log
   records) attributed to that call and relayed to its session only (I17), after a client
@@ -34,7 +35,8 @@ One concept per module; :class:`FrontDoor` (``door``) assembles them:
 - ``tasks``, ``task_records``: task-augmented calls and ``tasks/*`` (2025-11-25), gateway task ids.
 - ``control_tools``: the optional built-in ``gateway_status`` / ``gateway_refresh`` tools.
 
-SDK privates are used only through ``mcp_reconciler.api.sdk_compat``."""
+- ``link``: the connection and back-channel behind a request, named by the data plane's context
+  (no SDK privates anywhere in the front door)."""
 
 from mcp_reconciler.api.frontdoor.door import FrontDoor, GatewayServer
 from mcp_reconciler.api.frontdoor.listing import PAGE_SIZE

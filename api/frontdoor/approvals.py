@@ -28,7 +28,7 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor import link
 from mcp_reconciler.api.frontdoor.capabilities import missing_capability
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.sessions import Binding
@@ -149,7 +149,7 @@ class ApprovalGate:
         params = types.ElicitRequestFormParams(message=describe(request), requested_schema=APPROVAL_SCHEMA)
         opts: Any = {"request_id": f"gw-approval-{next(_request_ids)}"}
         try:
-            raw = await sdk_compat.ask_client(
+            raw = await link.ask_client(
                 ctx, "elicitation/create", params.model_dump(by_alias=True, mode="json", exclude_none=True), opts
             )
             answer = types.ElicitResult.model_validate(raw, by_name=False)

@@ -1,4 +1,6 @@
-"""The front door assembled: its parts, wired once, and the SDK ``Server`` that serves them.
+"""The front door assembled: its parts, wired once, and the SDK ``Server`` that describes them
+(its registered handlers give the capabilities, its options the handshake; the data plane,
+``api/plane``, serves every request — the SDK server's own pipeline is never run).
 
 Wiring flows one way. Every part gets what it reads at construction — the engine through one
 :class:`~mcp_reconciler.api.frontdoor.catalog.CatalogAccess`, the authority, the session table —
@@ -21,18 +23,17 @@ import mcp_types as types
 from mcp import MCPDeprecationWarning
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 
-from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.frontdoor.approvals import task_refused
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.completion import Completer
 from mcp_reconciler.api.frontdoor.control_tools import ControlTools, RefreshFn, StatusFn
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
-from mcp_reconciler.api.frontdoor.fastlane import CallLane, ListCache, fast_lane_enabled, freeze_after_publication
 from mcp_reconciler.api.frontdoor.forwarding import Forwarder
 from mcp_reconciler.api.frontdoor.listing import Listing
 from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.observe import OperationObserver
+from mcp_reconciler.api.frontdoor.pages import ListCache, freeze_after_publication
 from mcp_reconciler.api.frontdoor.passthrough import RawResult
 from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.search import FindTools
@@ -161,25 +162,13 @@ class FrontDoor:
                 get_tool_input_schema=self.listing.tool_input_schema,
                 capabilities=self._capabilities,
             )
-        self.server.middleware.append(self.sessions.track_use)  # outermost: the whole request is "in use"
-        self.server.middleware.append(self.sessions.bind_at_handshake)
-        self.server.middleware.append(self._task_middleware)  # task-augmented tools/call (2025-11-25)
-        # The fast lane (issue 12, ADR 0019): list pages served from cached wire dicts, calls
-        # forwarded without rebuilding models, the heap frozen after each publication.
-        self.fast_lane = fast_lane_enabled()
+        # List pages served from cached wire dicts, the heap frozen after each publication (ADR 0019).
         self.list_cache = ListCache(
             self.catalog,
             authority,
             self.sessions,
             show_extra=(lambda b: self.control is not None and self.may_use_control_tools(b)),
         )
-        self.list_cache.enabled = self.fast_lane
-        if self.fast_lane:  # the SDK's per-request span middleware, only while spans go somewhere
-            sdk_compat.gate_otel_middleware(self.server.middleware)
-        self.server.middleware.append(self.list_cache)
-        self.call_lane = CallLane(self.forwarder, self.server, takes=self._fast_lane_takes)
-        self.call_lane.enabled = self.fast_lane
-        self.server.middleware.append(self.call_lane)  # innermost: after binding and task handling
         self.server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.tasks.get_task)
         self.server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self.tasks.task_result)
         self.server.add_request_handler("tasks/list", types.PaginatedRequestParams, self.tasks.list_tasks)
@@ -195,15 +184,6 @@ class FrontDoor:
         user, or a session an operator (or the config) gave the ``control_tools`` flag."""
         return binding.control_tools or binding.session.control_tools
 
-    def _fast_lane_takes(self, name: str) -> bool:
-        """Whether ``tools/call`` of ``name`` may take the fast lane: not a built-in control tool
-        or ``find_tools`` (answered by the gateway itself), not a tool that runs only as a task."""
-        if self.control is not None and name in self.control.names:
-            return False
-        if name == self.find_tools.name:
-            return False  # answered by the gateway in search mode (the normal lane decides)
-        return not self.tasks.runs_as_task(name)
-
     @property
     def bindings(self) -> Mapping[str, Binding]:
         """Every downstream identity currently bound, by binding key (read-only view)."""
@@ -215,7 +195,7 @@ class FrontDoor:
         lifetime. While it runs, the front door answers what upstream servers start (the relay
         is attached to the engine)."""
         detach = self.catalog.attach_peer(self.relay)
-        unsubscribe = self.catalog.on_publish(freeze_after_publication) if self.fast_lane else (lambda: None)
+        unsubscribe = self.catalog.on_publish(freeze_after_publication)
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.exchanges.run)
@@ -265,8 +245,9 @@ class FrontDoor:
             return await self.tasks.call_required(ctx, params, lambda c: self.forwarder.call_tool(c, params))
         return await self.forwarder.call_tool(ctx, params, raw=raw)
 
-    async def _task_middleware(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
-        """``Tasks.middleware``, after refusing a task-augmented call of a tool that needs an approval."""
+    async def task_guard(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
+        """``Tasks.middleware``, after refusing a task-augmented call of a tool that needs an
+        approval (the data plane's dispatcher runs every request through it)."""
         raw = ctx.params
         # ``task`` makes a task only in the 2025-11-25 era (as in ``Tasks.middleware``).
         is_task = isinstance(raw, Mapping) and raw.get("task") is not None

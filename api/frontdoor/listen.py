@@ -9,10 +9,9 @@ URIs) it asked for; a stream whose client stops reading is ended once
 gracefully, each with its ``SubscriptionsListenResult`` as the last frame — and one difference
 in how a frame travels.
 
-On streamable HTTP the SDK writes a listen response from a writer loop fed by a zero-capacity
-byte stream, the request's *sink* (``sdk_compat`` item 12). The SDK's handler puts each event in
-a buffer; its task wakes, builds the notification model, serializes it and hands the bytes over:
-two task switches and a model per event and stream. Here :meth:`ListenStreams.publish` hands the
+On streamable HTTP the data plane writes a listen response from the request channel's frame
+stream, its *sink* (``link.listen_sink``). Handing each event to the request's channel as a
+message would cost a task switch and a model per event and stream. Here :meth:`ListenStreams.publish` hands the
 encoded frame to the sink itself when nothing can be ahead of it — the stream is acknowledged,
 its backlog is empty, and its writer loop is waiting (a zero-capacity ``send_nowait`` succeeds
 only then) — so one update for 200 streams is 200 hand-overs in one synchronous pass, one
@@ -47,7 +46,7 @@ from mcp_types import (
     SubscriptionsListenResult,
 )
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor import link
 
 log = logging.getLogger("mcp_reconciler.frontdoor")
 
@@ -184,7 +183,7 @@ class ListenStreams:
             uris=frozenset(honored.resource_subscriptions or ()),
             meta=meta,
             meta_json=meta_json(meta),
-            sink=sdk_compat.listen_sink(ctx),
+            sink=link.listen_sink(ctx),
             backlog_in=backlog_in,
         )
         # Registered before the ack is written, so an event published meanwhile is queued (the

@@ -41,7 +41,7 @@ import mcp_types as types
 from anyio.abc import TaskGroup
 from mcp.server import ServerRequestContext
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor import link
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.relay import Ambiguous, Call
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
@@ -283,7 +283,7 @@ class LogRelay:
                 record = queue.popleft()
                 try:
                     with anyio.fail_after(SEND_TIMEOUT_S):
-                        await sdk_compat.push_log(binding.conn, record)
+                        await link.push_log(binding.conn, record)
                     _records.add(1, {"outcome": "delivered"})
                 except Exception:
                     _records.add(len(queue) + 1, {"outcome": "dropped_send_failed"})

@@ -37,11 +37,10 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor import link
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.listen import ListenStreams
 from mcp_reconciler.api.frontdoor.sessions import Binding
-from mcp_reconciler.api.standalone_stream import StandaloneStream
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority, Session
 from mcp_reconciler.reconciler.generation import Generation
@@ -58,10 +57,6 @@ class PushGate(Protocol):
 
     def standalone_stream_open(self, http_session_id: str) -> bool | None:
         """Whether the HTTP session's GET stream is open now; ``None`` once the session is gone."""
-        ...
-
-    def standalone_stream(self, http_session_id: str) -> StandaloneStream | None:
-        """The session's open GET stream when the gateway writes it directly, else ``None``."""
         ...
 
 
@@ -118,13 +113,6 @@ class Notifier:
             binding.pending = set()  # the session is gone
             return False
         return open_
-
-    def direct_stream(self, binding: Binding) -> StandaloneStream | None:
-        """The legacy HTTP ``binding``'s GET stream, when a push may be written to it directly
-        (``api/standalone_stream.py``); ``None``: push through the connection."""
-        if binding.http_session_id is None or self._gate is None:
-            return None
-        return self._gate.standalone_stream(binding.http_session_id)
 
     def drop(self, key: str) -> None:
         """Close the listen stream and bus of a binding that was removed."""
@@ -187,7 +175,7 @@ class Notifier:
             if binding.conn is None or not self.can_push(binding):
                 return False  # held until the client's GET stream is open; retried on the next tick
             try:
-                await sdk_compat.push_list_changed(binding.conn, kinds)
+                await link.push_list_changed(binding.conn, kinds)
             except Exception:
                 log.info("session %s: list_changed push failed", binding.session.id)
                 return False

@@ -1,7 +1,7 @@
-"""What the fast lane passes through as the upstream's JSON (ADR 0019): the check that decides
-it (:func:`simple_call_result`), the result that carries it (:class:`RawResult`) and the params
-stand-in of a lane call (:class:`FastParams`). Kept apart from ``forwarding`` so that module is
-about the operation, this one about what a result may skip."""
+"""What a ``tools/call`` passes through as the upstream's JSON (ADR 0019, ADR 0038): the check
+that decides it (:func:`simple_call_result`) and the result that carries it (:class:`RawResult`).
+Kept apart from ``forwarding`` so that module is about the operation, this one about what a
+result may skip."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ _SIMPLE_KEYS = frozenset({"content", "structuredContent", "isError", "_meta", "r
 def simple_call_result(raw: Any) -> bool:
     """Whether ``raw`` is a ``tools/call`` result the fast lane may pass through as JSON: every
     key known, text-only content, the right types; the wire form the SDK would make of it is
-    then the same JSON (``tests/integration/test_fastlane.py`` checks both lanes). Anything
+    then the same JSON (``tests/unit/test_passthrough.py`` checks the check). Anything
     else is validated into the SDK model and takes the normal lane's remaining steps."""
     if not isinstance(raw, dict) or not _SIMPLE_KEYS.issuperset(raw):
         return False
@@ -54,16 +54,3 @@ def simple_call_result(raw: Any) -> bool:
         and isinstance(raw.get("_meta", {}), dict)
         and raw.get("resultType", "complete") == "complete"
     )
-
-
-@dataclass(frozen=True, slots=True)
-class FastParams:
-    """The fast lane's stand-in for typed request params: ``_meta``, and for a 2026 client's
-    retry of a sealed multi-round call its validated ``input_responses`` and ``request_state``
-    (the lane takes no retry of a *held* exchange: that one is the normal lane's); the call's
-    ``arguments`` (an approval names their digest, ADR 0034)."""
-
-    meta: dict[str, Any] | None
-    input_responses: Any = None
-    request_state: str | None = None
-    arguments: dict[str, Any] | None = None

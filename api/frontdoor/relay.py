@@ -7,7 +7,7 @@ sets :data:`CURRENT_CALL` in the task that sends the upstream request (:meth:`Re
 **Attribution.** A server→client request or log record arriving on a connection belongs to:
 
 1. the call whose own response stream carried it — the streamable-HTTP client delivers such a
-   message in a copy of the sending task's context (``sdk_compat``, item 6), so
+   message in a copy of the sending task's context (the upstream peer), so
    :data:`CURRENT_CALL` names the call exactly, however many calls are in flight;
 2. otherwise (stdio, SSE, an HTTP server's standalone stream) the *only* call in flight on that
    connection, if there is exactly one — the wire does not say which call a message is about,
@@ -18,7 +18,7 @@ sets :data:`CURRENT_CALL` in the task that sends the upstream request (:meth:`Re
    never delivered to a session that might not have caused it.
 
 **Delivery** depends on the downstream's era. A 2025-11-25 client gets a server→client request
-on the call's own request stream (``sdk_compat.ask_client``, ADR 0023), after a capability check: a client
+on the call's own request stream (``link.ask_client``, ADR 0023), after a capability check: a client
 that did not declare the capability costs the upstream a clear JSON-RPC error (-32600, data
 ``capability_missing``). A 2026-07-28 client cannot receive requests: its call is served through
 an :class:`~api.frontdoor.exchanges.Exchanges` exchange, which answers it with an
@@ -50,7 +50,7 @@ from mcp import MCPError
 from mcp.server import ServerRequestContext
 from mcp.shared.dispatcher import CallOptions
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor import link
 from mcp_reconciler.api.frontdoor.capabilities import missing_capability, missing_from
 from mcp_reconciler.api.frontdoor.observe import relayed
 from mcp_reconciler.api.frontdoor.sessions import Binding
@@ -307,7 +307,7 @@ class Relay:
             return
         try:
             with anyio.fail_after(5):
-                await sdk_compat.push_elicitation_complete(binding.conn, notification.params.elicitation_id)
+                await link.push_elicitation_complete(binding.conn, notification.params.elicitation_id)
         except Exception:
             log.info("session %s: elicitation-complete push failed", binding.session.id)
 
@@ -361,7 +361,7 @@ class Relay:
         with anyio.CancelScope() as scope:
             call.scopes.add(scope)
             try:
-                raw = await sdk_compat.ask_client(ctx, downstream_request.method, params, opts)
+                raw = await link.ask_client(ctx, downstream_request.method, params, opts)
                 result: PeerAnswer = _result_type(request).model_validate(raw, by_name=False)
                 await relaying.settle()  # the client's progress goes up before its answer
                 return result
@@ -375,7 +375,7 @@ class Relay:
             except BaseException:
                 # Withdrawn (the upstream cancelled it). The SDK's own cancel rides the call's
                 # stream, which streamable HTTP may have closed: repeat it where the client
-                # still listens (sdk_compat, item 5).
+                # still listens (the session's standalone channel).
                 await self._withdraw(call, request_id)
                 raise
             finally:
@@ -388,7 +388,7 @@ class Relay:
         if conn is None or call.binding.http_session_id is None:
             return  # stdio and in-memory carry the SDK's own cancellation
         with anyio.CancelScope(shield=True), anyio.move_on_after(2), contextlib.suppress(Exception):
-            await sdk_compat.push_cancelled(conn, request_id, "the call this request belongs to ended")
+            await link.push_cancelled(conn, request_id, "the call this request belongs to ended")
 
     def _remember_elicitation(self, conn: UpstreamConnection, elicitation_id: str, binding_key: str) -> None:
         self._elicitations[(conn.connection_id, elicitation_id)] = binding_key

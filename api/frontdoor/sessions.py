@@ -34,7 +34,6 @@ ever part of a key or a log line."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import getpass
 import hashlib
@@ -47,7 +46,7 @@ from mcp import MCPError
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor import link
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.revisions import header_generation
 from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, McpIdentity
@@ -134,8 +133,9 @@ class Sessions:
         self._modern: dict[str, list[str]] = {}  # "<principal>@<view>" -> its sessionless binding keys, oldest first
 
     async def track_use(self, ctx: ServerRequestContext[Any], call_next: Callable[[Any], Awaitable[Any]]) -> Any:
-        """Server middleware: while a request of a session's token runs, the session is in use,
-        and its end is the session's newest activity (idle expiry, ADR 0032). O(1)."""
+        """Around every request (the data plane's dispatcher): while a request of a session's
+        token runs, the session is in use, and its end is the session's newest activity (idle
+        expiry, ADR 0032). O(1)."""
         request = ctx.request
         identity = request.scope.get(IDENTITY_KEY) if request is not None else None
         session_id = identity.session_id if isinstance(identity, McpIdentity) else None
@@ -153,18 +153,6 @@ class Sessions:
     def connected(self) -> set[str]:
         """The ids of the sessions an open MCP connection (2025-11-25) is bound to: in use."""
         return {b.session.id for b in self.bindings.values() if b.era == "legacy"}
-
-    async def bind_at_handshake(
-        self, ctx: ServerRequestContext[Any], call_next: Callable[[Any], Awaitable[Any]]
-    ) -> Any:
-        """Server middleware: bind a legacy connection when its ``notifications/initialized``
-        arrives, so pushes can reach it before its first request. A refused identity is answered
-        on the first request instead (a notification has no response to carry the error)."""
-        result = await call_next(ctx)
-        if ctx.method == "notifications/initialized":
-            with contextlib.suppress(MCPError):
-                self.binding(ctx)
-        return result
 
     def identity(self, ctx: ServerRequestContext[Any]) -> McpIdentity:
         """Who sent ``ctx``'s request: the identity the HTTP layer accepted, or the local user on
@@ -195,14 +183,14 @@ class Sessions:
             if view is not None and own.view != view:
                 raise _invalid("this session belongs to another view", "wrong_view")
         if str(ctx.protocol_version).startswith("2025"):
-            conn = sdk_compat.connection_of(ctx)
-            key = sdk_compat.connection_key(conn)
+            conn = link.connection_of(ctx)
+            key = link.connection_key(conn)
             binding = self.bindings.get(key)
             if binding is None:
                 binding = self._bind("legacy", key, identity, view, header_generation(self._catalog, ctx))
                 binding.conn = conn
-                binding.http_session_id = sdk_compat.http_session_id(conn)
-                sdk_compat.on_connection_close(conn, self._unbind, key)
+                binding.http_session_id = link.http_session_id(conn)
+                link.on_connection_close(conn, self._unbind, key)
             elif binding.principal != identity.principal:
                 # The SDK's session manager already answers 404 on HTTP; this holds on any transport.
                 raise _invalid("this MCP session was opened by another identity", "identity_mismatch")

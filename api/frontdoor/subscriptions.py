@@ -41,8 +41,8 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
 
-from mcp_reconciler.api import sdk_compat
 from mcp_reconciler.api.errors import to_mcp_error
+from mcp_reconciler.api.frontdoor import link
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.notify import Notifier
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
@@ -164,7 +164,7 @@ class ResourceSubscriptions:
         if holder is None:
             holder = self._holders[hid] = _Holder(hid, binding)
             if binding.conn is not None:
-                sdk_compat.on_connection_close(binding.conn, self._drop, hid)
+                link.on_connection_close(binding.conn, self._drop, hid)
         return holder
 
     # -- 2026-07-28 listen streams -------------------------------------------------------------

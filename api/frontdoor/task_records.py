@@ -25,7 +25,7 @@ import anyio
 import mcp_types as types
 from mcp import MCPError
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor import link
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.sessions import Binding
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
@@ -165,7 +165,7 @@ class TaskTable:
         if binding.owned and binding.conn is not None and binding.key not in self._watched:
             # The connection's own session ends with it: so do its tasks.
             self._watched.add(binding.key)
-            sdk_compat.on_connection_close(binding.conn, self._connection_closed, binding.key, record.session_id)
+            link.on_connection_close(binding.conn, self._connection_closed, binding.key, record.session_id)
         self._wake.set()
         if record.status in TERMINAL:
             self.settle(record)

@@ -8,10 +8,9 @@ outbox with something to deliver sits in one queue, at most once; a fixed pool o
 entries and no task per delivery, and a slow client delays only the worker serving it — the
 other workers go on with the other bindings.
 
-Per era: a legacy binding is pushed on its connection — on HTTP written straight to its GET
-stream (``api/standalone_stream.py``: the message is built once per URI, and the SDK's dispatcher
-and router are skipped, which is most of a delivery's cost) — but only once an HTTP client's GET stream
-is open (a push before it would be dropped by the SDK): until then its outbox is *held* and
+Per era: a legacy binding is pushed on its connection (on HTTP the data plane's session channel,
+``api/plane/era2025.py``) — but only once an HTTP client's GET stream is open (a push before it
+would have no stream to ride): until then its outbox is *held* and
 retried every :data:`~mcp_reconciler.api.frontdoor.notify.RETRY_S`, like ``list_changed``; a
 binding whose session is gone is dropped. A new-era binding is published on its listen bus; each
 of its streams delivers the update if it holds the URI."""
@@ -26,7 +25,7 @@ import anyio
 from anyio.abc import TaskStatus
 from mcp.server.subscriptions import ResourceUpdated
 
-from mcp_reconciler.api import sdk_compat
+from mcp_reconciler.api.frontdoor import link
 from mcp_reconciler.api.frontdoor.notify import RETRY_S, Notifier
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
 from mcp_reconciler.reconciler import telemetry
@@ -119,9 +118,7 @@ class UpdateDelivery:
                 if binding.era == "legacy":
                     if binding.conn is None:
                         continue
-                    stream = self._notifier.direct_stream(binding)
-                    if stream is None or not await stream.push(*sdk_compat.resource_updated_message(uri)):
-                        await sdk_compat.push_resource_updated(binding.conn, uri)
+                    await link.push_resource_updated(binding.conn, uri)
                 elif not await self._notifier.publish(binding.key, ResourceUpdated(uri=uri)):
                     continue
             except Exception:

@@ -16,6 +16,5 @@ One concept per module, in the order a request passes them:
 - ``jsonrpc``, ``sse``: the wire — one message per body, replies with their HTTP status; frames.
 - ``dispatch``: JSON-RPC method → front door operation, one table for every era and transport.
 
-Status: built beside the SDK-based plane and reachable only from tests and ``bench/``;
-resuming a request's own stream and the switch-over are still to
-come (ADR 0035)."""
+Status: serves ``/mcp`` and ``/mcp/<view>`` for ``mcp-reconciler serve`` (``api/http_app.py``);
+``sessions`` holds the 2025 era's session table (ADR 0035)."""

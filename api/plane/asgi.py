@@ -2,10 +2,9 @@
 ``/mcp/<view>`` (ADR 0026), the edge pipeline in front (``pipeline``), the request's era chosen
 by its ``MCP-Protocol-Version`` header, one dispatcher behind (``dispatch``).
 
-Status (issue 26, ADR 0035): the 2026-07-28 era (``era2026``) and the handshake era
-(2025-11-25: no version header, or a handshake version; ``era2025``) are served. The plane is
-built only by tests and the benchmark — ``/mcp`` in production is still the SDK-based plane
-(``api/http_app.py``), so there is never a second live path."""
+Both eras are served: 2026-07-28 (``era2026``) and the handshake era (2025-11-25: no version
+header, or a handshake version; ``era2025``). ``api/http_app.py`` builds it for ``serve``
+(ADR 0035): the one live ``/mcp``."""
 
 from __future__ import annotations
 
@@ -16,8 +15,9 @@ from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.mcp_views import ViewGate
 from mcp_reconciler.api.plane import pipeline
 from mcp_reconciler.api.plane.dispatch import Dispatcher
-from mcp_reconciler.api.plane.era2025 import Era2025, SessionTable
+from mcp_reconciler.api.plane.era2025 import Era2025
 from mcp_reconciler.api.plane.era2026 import Era2026, is_modern
+from mcp_reconciler.api.plane.sessions import SessionTable
 
 
 class Plane:
@@ -84,6 +84,6 @@ def build_plane(
     layer per front door."""
     plane = Plane(
         front,
-        SessionTable(max_sessions=max_sessions, max_per_principal=max_sessions_per_client, idle_s=session_idle_s),
+        SessionTable(max_sessions=max_sessions, max_per_client=max_sessions_per_client, idle_s=session_idle_s),
     )
     return pipeline.build(plane, policy), plane

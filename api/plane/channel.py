@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -40,13 +40,19 @@ log = logging.getLogger("mcp_reconciler.plane")
 MAX_PENDING_REPLIES = 64
 
 
+#: Receives the client's progress on a request the gateway asked: (progress, total, message).
+OnProgress = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
 class Replies:
-    """The answers a client owes for the requests the gateway sent it, by id: one table per
-    session (a response may arrive on any POST of the session). Bounded (I18)."""
+    """The answers a client owes for the requests the gateway sent it, by id, and the progress it
+    reports on them: one table per session (a response may arrive on any POST of the session).
+    Bounded (I18)."""
 
     def __init__(self, limit: int = MAX_PENDING_REPLIES) -> None:
         self._limit = limit
         self._waiting: dict[types.RequestId, MemoryObjectSendStream[jsonrpc.Reply]] = {}
+        self._progress: dict[types.RequestId, OnProgress] = {}
         self._ids = itertools.count(1)
 
     def mint(self) -> str:
@@ -54,18 +60,42 @@ class Replies:
         return f"gw-{next(self._ids)}"
 
     @contextlib.contextmanager
-    def expect(self, request_id: types.RequestId) -> Iterator[MemoryObjectReceiveStream[jsonrpc.Reply]]:
-        """Wait for the reply to ``request_id`` while the block runs."""
+    def expect(
+        self, request_id: types.RequestId, on_progress: OnProgress | None = None
+    ) -> Iterator[MemoryObjectReceiveStream[jsonrpc.Reply]]:
+        """Wait for the reply to ``request_id`` while the block runs; the client's progress on it
+        (its progress token is ``request_id``) goes to ``on_progress`` meanwhile."""
         if len(self._waiting) >= self._limit:
             raise MCPError(code=types.INTERNAL_ERROR, message="too many requests awaiting the client")
         send, receive = anyio.create_memory_object_stream[jsonrpc.Reply](1)
         self._waiting[request_id] = send
+        if on_progress is not None:
+            self._progress[request_id] = on_progress
         try:
             with receive:
                 yield receive
         finally:
             self._waiting.pop(request_id, None)
+            self._progress.pop(request_id, None)
             send.close()
+
+    async def progress(self, params: Mapping[str, Any] | None) -> bool:
+        """Hand the client's ``notifications/progress`` to the request of the gateway it reports
+        on, before anything else of the client's is read (its answer waits: the relay sends the
+        progress up first); ``False`` when no such request waits."""
+        token = params.get("progressToken") if params else None
+        done = params.get("progress") if params else None
+        report = self._progress.get(token) if isinstance(token, str | int) else None
+        if report is None or params is None or isinstance(done, bool) or not isinstance(done, int | float):
+            return False
+        total, message = params.get("total"), params.get("message")
+        with anyio.CancelScope(shield=True):  # as the SDK's dispatcher runs a progress callback
+            await report(
+                float(done),
+                float(total) if isinstance(total, int | float) and not isinstance(total, bool) else None,
+                message if isinstance(message, str) else None,
+            )
+        return True
 
     def deliver(self, reply: jsonrpc.Reply) -> bool:
         """Hand ``reply`` to the request waiting for it; ``False`` when none is (late or unknown)."""
@@ -122,10 +152,13 @@ class Channel:
         opts = opts or {}
         request_id = opts.get("request_id") or self._replies.mint()
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        on_progress = opts.get("on_progress")
+        if on_progress is not None:  # the client reports progress under the request's own id
+            params = {**(params or {}), "_meta": {**((params or {}).get("_meta") or {}), "progressToken": request_id}}
         if params is not None:
             message["params"] = dict(params)
         timeout = opts.get("timeout")
-        with self._replies.expect(request_id) as answer:
+        with self._replies.expect(request_id, on_progress) as answer:
             try:
                 await self.emit(message)
             except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):

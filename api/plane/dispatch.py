@@ -40,7 +40,8 @@ from mcp_types import methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
-from mcp_reconciler.api.frontdoor.fastlane import LIST_METHODS
+from mcp_reconciler.api.frontdoor.link import LinkedContext
+from mcp_reconciler.api.frontdoor.pages import LIST_METHODS
 from mcp_reconciler.api.frontdoor.passthrough import RawResult
 
 if TYPE_CHECKING:
@@ -95,12 +96,22 @@ class Dispatcher:
         }
 
     async def request(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
-        """Run ``ctx``'s request to its wire result (steps 1-4 of the module docstring). A list
-        page is served from the front door's page cache when it holds one for exactly this
-        request (``ListCache``: keyed by era, revision, grant set, view, cursor), else built and
-        kept there."""
+        """Run ``ctx``'s request to its wire result (steps 1-4 of the module docstring), with the
+        front door's per-request duties around it, outermost first: the caller's gateway session
+        is in use while it runs (``Sessions.track_use``, ADR 0032); a 2025-era task-augmented
+        ``tools/call`` becomes a gateway task, never for a tool that needs an approval
+        (``FrontDoor.task_guard``, ADR 0034); a list page is served from the front door's page
+        cache when it holds one for exactly this request (``ListCache``: keyed by era, revision,
+        grant set, view, cursor), else built and kept there."""
+        result: dict[str, Any] = await self._front.sessions.track_use(ctx, self._guarded)
+        return result
+
+    async def _guarded(self, ctx: ServerRequestContext[Any]) -> Any:
+        return await self._front.task_guard(ctx, self._cached)
+
+    async def _cached(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
         cache = self._front.list_cache
-        if cache.enabled and ctx.method in LIST_METHODS:
+        if ctx.method in LIST_METHODS:
             page: dict[str, Any] = await cache(ctx, self._run)
             return page
         return await self._run(ctx)
@@ -194,12 +205,13 @@ def context(
     request_id: types.RequestId | None,
     request: Any,
 ) -> ServerRequestContext[Any]:
-    """The context the front door's operations take, built from public SDK constructors:
+    """The context the front door's operations take, built from public SDK constructors and
+    naming its connection and back-channel (``LinkedContext``, ``api/frontdoor/link.py``):
     ``outbound`` is this request's channel back to its client, ``request`` the HTTP request
     (``None`` on stdio: the caller is the local user)."""
     meta = request_meta(params)
     session = ServerSession(outbound, connection, request_meta=meta if request_id is not None else None)
-    return ServerRequestContext(
+    return LinkedContext(
         session=session,
         lifespan_context=None,
         protocol_version=connection.protocol_version,
@@ -208,6 +220,8 @@ def context(
         request_id=request_id,
         meta=meta,
         request=request,
+        connection=connection,
+        channel=outbound,
     )
 
 

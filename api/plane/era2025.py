@@ -18,163 +18,46 @@ principal (I18).
   session exactly once: its connection's exit stack unwinds (the front door's bindings go).
 - The relay's server→client requests (sampling, elicitation, roots) ride the request's stream;
   the client's response, POSTed on the session, is handed to the session's ``Replies`` (202).
-- Pushes on the GET stream carry event ids; a GET with ``Last-Event-ID`` first replays the kept
-  pushes after it (the last :data:`EVENT_HISTORY` per session), then continues live.
-
-Not yet: resuming a request's own stream (the SDK server primes each with an event id)."""
+- Every frame a session sends (GET-stream pushes and each request stream's events) carries an
+  event id naming its stream, kept in one bounded history per session (the last
+  :data:`EVENT_HISTORY`, I18). A request stream opens with a priming event (2025-11-25). A client
+  that drops a request's stream does not cancel the request (``notifications/cancelled`` does):
+  the call runs on, its events are kept, and a GET with ``Last-Event-ID`` of one of them replays
+  the stream's later events, primes, and follows it live to the response. A GET with the id of a
+  GET-stream event replays the pushes after it, primes, then continues live.
+- The bounds: :attr:`SessionTable.max_sessions` in total (503) and
+  :attr:`SessionTable.max_per_client` per client — its bearer credential, else its peer address
+  (429 ``too_many_sessions``, retryable)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import uuid
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp import MCPError
-from mcp.server.connection import Connection
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, McpIdentity
 from mcp_reconciler.api.plane import jsonrpc, sse
-from mcp_reconciler.api.plane.channel import FrameChannel, Replies
+from mcp_reconciler.api.plane.channel import FrameChannel
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
 from mcp_reconciler.api.plane.era2026 import accepts, next_frame, read_body
-from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.api.plane.sessions import GET_STREAM, PUSH_BACKLOG, Event, LegacySession, SessionTable, client_key
 
 log = logging.getLogger("mcp_reconciler.plane")
 
 SESSION_HEADER = "mcp-session-id"
-#: Frames a GET stream may hold unsent before pushes are dropped (a stalled client costs bounded memory).
-PUSH_BACKLOG = 256
-#: GET-stream frames kept per session for ``Last-Event-ID`` resumption (I18: bounded per session).
-EVENT_HISTORY = 128
-
-_sessions_gauge = telemetry.meter.create_up_down_counter(
-    "plane.legacy_sessions", description="Open 2025-era sessions on the data plane"
-)
-
-
-@dataclass(eq=False)
-class LegacySession:
-    """One 2025-era session: who opened it, its connection (what the front door binds) and its
-    GET stream's channel."""
-
-    id: str
-    principal: str
-    connection: Connection
-    standalone: FrameChannel
-    replies: Replies
-    last_seen: float
-    streams: int = 0  # open request streams and the GET stream: a busy session is never idle
-    get_open: bool = False
-    closed: bool = False
-    events: int = 0
-
-    history: deque[tuple[int, bytes]] = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
-
-    def next_event_id(self) -> str:
-        """The next SSE event id of this session (unique within it, in order)."""
-        self.events += 1
-        return f"{self.id}/{self.events}"
-
-    def remember(self, frame: bytes) -> bytes:
-        """``frame`` (a GET-stream push) with the next event id, kept for ``Last-Event-ID``."""
-        event_id = self.next_event_id()
-        framed = f"id: {event_id}\r\n".encode() + frame
-        self.history.append((self.events, framed))
-        return framed
-
-    def replay_after(self, last_event_id: str) -> list[bytes]:
-        """The kept GET-stream frames after ``last_event_id`` (none for an id of another session
-        or one not of this form); at most :data:`EVENT_HISTORY` of them."""
-        sid, _, seq = last_event_id.partition("/")
-        if sid != self.id or not seq.isdigit():
-            return []
-        return [frame for n, frame in self.history if n > int(seq)]
-
-
-class SessionTable:
-    """The open 2025-era sessions, bounded in total and per principal (I18); the front door's
-    ``PushGate`` (is a session's GET stream open?)."""
-
-    def __init__(self, *, max_sessions: int, max_per_principal: int, idle_s: float) -> None:
-        self.max_sessions = max_sessions
-        self.max_per_principal = max_per_principal
-        self.idle_s = idle_s
-        self.sessions: dict[str, LegacySession] = {}
-        self._per_principal: dict[str, int] = {}
-
-    def admits(self, principal: str) -> bool:
-        """Whether one more session may open for ``principal``."""
-        return len(self.sessions) < self.max_sessions and self._per_principal.get(principal, 0) < self.max_per_principal
-
-    def open(self, principal: str) -> LegacySession:
-        """A new session for ``principal`` (the caller checked :meth:`admits`)."""
-        sid = uuid.uuid4().hex
-        replies = Replies()
-        standalone = FrameChannel(None, None, PUSH_BACKLOG, wait=False, replies=replies)
-        connection = Connection.for_loop(standalone, session_id=sid, protocol_version_hint=LATEST_HANDSHAKE_VERSION)
-        session = LegacySession(sid, principal, connection, standalone, replies, anyio.current_time())
-        self.sessions[sid] = session
-        self._per_principal[principal] = self._per_principal.get(principal, 0) + 1
-        _sessions_gauge.add(1)
-        return session
-
-    def find(self, sid: str | None, principal: str) -> LegacySession | None:
-        """The open session ``sid`` if ``principal`` opened it (else ``None``: 404 either way)."""
-        session = self.sessions.get(sid) if sid is not None else None
-        if session is None or session.principal != principal:
-            return None
-        session.last_seen = anyio.current_time()
-        return session
-
-    async def close(self, session: LegacySession) -> None:
-        """End ``session`` exactly once: out of the table, its streams ended, its connection's
-        exit stack unwound (the front door drops its binding)."""
-        if session.closed:
-            return
-        session.closed = True
-        self.sessions.pop(session.id, None)
-        left = self._per_principal.get(session.principal, 1) - 1
-        if left:
-            self._per_principal[session.principal] = left
-        else:
-            self._per_principal.pop(session.principal, None)
-        _sessions_gauge.add(-1)
-        session.standalone.sink.close()
-        with anyio.CancelScope(shield=True):
-            await session.connection.exit_stack.aclose()
-
-    async def reap(self, now: float) -> int:
-        """Close every session idle (no request, no open stream) for ``idle_s``; returns how many."""
-        idle = [s for s in self.sessions.values() if s.streams == 0 and now - s.last_seen >= self.idle_s]
-        for session in idle:
-            log.info("closing 2025-era session idle for %.0f s", now - session.last_seen)
-            await self.close(session)
-        return len(idle)
-
-    async def close_all(self) -> None:
-        """Shutdown: end every session."""
-        for session in list(self.sessions.values()):
-            await self.close(session)
-
-    def standalone_stream_open(self, http_session_id: str) -> bool | None:
-        """``PushGate``: whether the session's GET stream is open; ``None`` once it is gone."""
-        session = self.sessions.get(http_session_id)
-        return None if session is None else session.get_open
-
-    def standalone_stream(self, http_session_id: str) -> None:
-        """``PushGate``: pushes go through the session's connection (its channel), never direct."""
-        return None
+_ACCEPTED = ((b"content-type", b"application/json"),)  # a 202 as the SDK server sends it: typed, empty
+_ALLOW = (b"allow", b"GET, POST, DELETE")
 
 
 async def _plain(send: Send, status: int, body: bytes = b"", *headers: tuple[bytes, bytes]) -> None:
@@ -183,8 +66,8 @@ async def _plain(send: Send, status: int, body: bytes = b"", *headers: tuple[byt
     await send({"type": "http.response.body", "body": body})
 
 
-async def _json(send: Send, status: int, message: Mapping[str, Any]) -> None:
-    await _plain(send, status, jsonrpc.encode(message), (b"content-type", b"application/json"))
+async def _json(send: Send, status: int, message: Mapping[str, Any], *headers: tuple[bytes, bytes]) -> None:
+    await _plain(send, status, jsonrpc.encode(message), (b"content-type", b"application/json"), *headers)
 
 
 def _error(code: int, message: str) -> dict[str, Any]:
@@ -233,7 +116,7 @@ class Era2025:
                 await self.table.close(session)
                 await _plain(send, 200)
         else:
-            await _plain(send, 405, b"", (b"allow", b"GET, POST, DELETE"))
+            await _json(send, 405, _error(types.INVALID_REQUEST, "Method Not Allowed"), _ALLOW)
 
     async def _session(self, send: Send, request: Request, identity: McpIdentity) -> LegacySession | None:
         sid = request.headers.get(SESSION_HEADER)
@@ -260,9 +143,10 @@ class Era2025:
                 ),
             )
             return
-        message = jsonrpc.decode(await read_body(receive))
+        raw = await read_body(receive)
+        message = jsonrpc.decode(raw)
         if isinstance(message, jsonrpc.Refusal):
-            await _json(send, 400, jsonrpc.error_message(message.id, message.error))
+            await _json(send, 400, jsonrpc.legacy_refusal(raw, message))
             return
         if isinstance(message, jsonrpc.Call) and message.method == "initialize":
             await self._initialize(send, request, identity, message)
@@ -272,11 +156,11 @@ class Era2025:
             return
         if isinstance(message, jsonrpc.Reply):
             session.replies.deliver(message)  # a late or unknown answer is dropped: no one waits
-            await _plain(send, 202)
+            await _plain(send, 202, b"", *_ACCEPTED)
             return
         if isinstance(message, jsonrpc.Notice):
             await self._notice(session, request, message)
-            await _plain(send, 202)
+            await _plain(send, 202, b"", *_ACCEPTED)
             return
         await self._request(receive, send, request, session, message)
 
@@ -289,10 +173,15 @@ class Era2025:
         except Exception as exc:
             await _json(send, 400, jsonrpc.error_message(call.id, error_data(exc)))
             return
-        if not self.table.admits(identity.principal):
+        client = client_key(request.scope)
+        refused = self.table.room(client)
+        if refused == 503:
             await _json(send, 503, _error(-32016, "too many open sessions; close one or retry later"))
             return
-        session = self.table.open(identity.principal)
+        if refused is not None:
+            await _too_many_for_client(send, self.table.max_per_client)
+            return
+        session = self.table.open(identity.principal, client)
         wire = self._dispatcher.initialize(session.connection, params)
         await self._stream_head(send, session)
         await send(
@@ -311,6 +200,13 @@ class Era2025:
                 self._front.sessions.binding(ctx)  # bound now, so pushes reach it before its first request
             except Exception:
                 log.info("2025-era session: binding refused at the handshake (answered on its first request)")
+        elif notice.method == "notifications/progress":
+            await session.replies.progress(notice.params)  # on a request the gateway asked (relay)
+        elif notice.method == "notifications/cancelled" and notice.params is not None:
+            target = notice.params.get("requestId")
+            scope = session.running.get(target) if isinstance(target, str | int) else None
+            if scope is not None:
+                scope.cancel()  # the request ends without a response (JSON-RPC cancellation)
 
     async def _stream_head(self, send: Send, session: LegacySession) -> None:
         headers = [*sse.HEADERS, (b"mcp-session-id", session.id.encode())]
@@ -323,41 +219,58 @@ class Era2025:
         channel.progress_token = progress_token_from_params(call.params)
         ctx = context(channel, session.connection, call.method, call.params, call.id, request)
         answer: list[dict[str, Any]] = []
+        stream = session.open_stream()
+        writer = _Writer(send)
 
         async def run() -> None:
             async with channel.sink:
-                try:
-                    if not session.connection.initialize_accepted:
-                        raise MCPError(code=types.INVALID_PARAMS, message="Invalid request parameters", data="")
-                    answer.append(jsonrpc.result_message(call.id, await self._dispatcher.request(ctx)))
-                except Exception as exc:
-                    answer.append(jsonrpc.error_message(call.id, error_data(exc)))
+                with anyio.CancelScope() as scope:
+                    if call.id in session.running:  # a duplicate id in flight: the first one keeps it
+                        busy = types.ErrorData(code=types.INVALID_REQUEST, message="this request id is already running")
+                        answer.append(jsonrpc.error_message(call.id, busy))
+                        return
+                    session.running[call.id] = scope
+                    try:
+                        if not session.connection.initialize_accepted:
+                            raise MCPError(code=types.INVALID_PARAMS, message="Invalid request parameters", data="")
+                        answer.append(jsonrpc.result_message(call.id, await self._dispatcher.request(ctx)))
+                    except Exception as exc:
+                        answer.append(jsonrpc.error_message(call.id, error_data(exc)))
+                    finally:
+                        session.running.pop(call.id, None)
 
-        async def watch_disconnect(scope_: anyio.CancelScope) -> None:
+        async def watch_disconnect() -> None:
+            # A dropped stream is not a cancellation (2025-11-25): the request runs on and its
+            # events are kept for a client that resumes with Last-Event-ID.
             while (await receive()).get("type") != "http.disconnect":
                 pass
-            scope_.cancel()
+            writer.detached = True
 
         session.streams += 1
         try:
             await self._stream_head(send, session)
+            if str(session.connection.protocol_version) >= "2025-11-25":  # a priming event (the SDK's rule)
+                await writer.write(session.priming(stream.key))
             async with channel.frames, anyio.create_task_group() as tg:
                 tg.start_soon(run)
-                tg.start_soon(watch_disconnect, tg.cancel_scope)
-                await self._pump(send, channel.frames)
-                for piece in await sse.frame_sliced(answer[0], session.next_event_id()):  # ADR 0040
-                    await send({"type": "http.response.body", "body": piece, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                tg.start_soon(watch_disconnect)
+                while (frame := await next_frame(channel.frames)) is not None:
+                    if frame is sse.PING:
+                        await writer.write(frame)
+                        continue
+                    event = session.remember((frame,), stream.key)
+                    stream.relay(event)
+                    await writer.write(*event)
+                if answer:  # none when the client cancelled the request
+                    event = session.remember(await sse.frame_sliced(answer[0]), stream.key)  # in pieces: ADR 0040
+                    stream.relay(event)
+                    await writer.write(*event)
+                await writer.end()
                 tg.cancel_scope.cancel()
         finally:
+            session.close_stream(stream)
             session.streams -= 1
             session.last_seen = anyio.current_time()
-
-    @staticmethod
-    async def _pump(send: Send, frames: MemoryObjectReceiveStream[bytes]) -> None:
-        """Write ``frames`` until their channel closes, pinging while idle."""
-        while (frame := await next_frame(frames)) is not None:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
 
     async def _get(self, scope: Scope, receive: Receive, send: Send, request: Request, identity: McpIdentity) -> None:
         if not accepts(request.headers)[1]:
@@ -367,6 +280,11 @@ class Era2025:
             return
         session = await self._session(send, request, identity)
         if session is None:
+            return
+        resume = request.headers.get("last-event-id")
+        stream, replay = session.replay_after(resume) if resume is not None else (GET_STREAM, [])
+        if stream != GET_STREAM:
+            await self._resume(receive, send, session, stream, replay)
             return
         if session.get_open:
             await _json(
@@ -386,16 +304,93 @@ class Era2025:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch_disconnect)
-                resume = request.headers.get("last-event-id")
-                for kept in session.replay_after(resume) if resume is not None else ():
-                    await send({"type": "http.response.body", "body": kept, "more_body": True})
+                writer = _Writer(send)
+                if resume is not None:  # the kept pushes after it, then a priming event
+                    for kept in replay:
+                        await writer.write(*kept)
+                    await writer.write(session.priming(GET_STREAM))
                 while (frame := await next_frame(session.standalone.frames)) is not None:
                     # a push gets an id the client can resume from; a keepalive ping does not
-                    body = frame if frame is sse.PING else session.remember(frame)
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                    await writer.write(*((frame,) if frame is sse.PING else session.remember((frame,))))
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tg.cancel_scope.cancel()
         finally:
             session.get_open = False
             session.streams -= 1
             session.last_seen = anyio.current_time()
+
+    async def _resume(
+        self, receive: Receive, send: Send, session: LegacySession, key: int, replay: list[Event]
+    ) -> None:
+        """A GET resuming request stream ``key``: its kept events after the client's last one, a
+        priming event, then its live events up to the response (none once it was answered)."""
+        live = session.live.get(key)
+        follow: MemoryObjectReceiveStream[Event] | None = None
+        if live is not None and live.follower is None:  # one follower per stream (a second replays only)
+            sink, follow = anyio.create_memory_object_stream[Event](PUSH_BACKLOG)
+            live.follower = sink  # attached before any await: no frame falls between replay and live
+        session.streams += 1
+        try:
+            await self._stream_head(send, session)
+            writer = _Writer(send)
+            for kept in replay:
+                await writer.write(*kept)
+            await writer.write(session.priming(key))
+            if follow is not None:
+                async with follow, anyio.create_task_group() as tg:
+
+                    async def watch_disconnect() -> None:
+                        while (await receive()).get("type") != "http.disconnect":
+                            pass
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(watch_disconnect)
+                    while True:
+                        with anyio.move_on_after(sse.PING_INTERVAL_S) as idle:
+                            try:
+                                event = await follow.receive()
+                            except anyio.EndOfStream:
+                                break
+                        await writer.write(*((sse.PING,) if idle.cancelled_caught else event))
+                    tg.cancel_scope.cancel()
+            await writer.end()
+        finally:
+            if live is not None and follow is not None and live.follower is not None:
+                live.follower.close()
+                live.follower = None
+            session.streams -= 1
+            session.last_seen = anyio.current_time()
+
+
+class _Writer:
+    """A response body's writer that stops writing once its client is gone (the request behind
+    it runs on: its events are kept for a resuming client)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.detached = False
+
+    async def write(self, *pieces: bytes) -> None:  # one event's pieces, unless the client is gone
+        try:
+            for piece in pieces:
+                if not self.detached:
+                    await self._send({"type": "http.response.body", "body": piece, "more_body": True})
+        except OSError:
+            self.detached = True
+
+    async def end(self) -> None:
+        """End the body (nothing once the client is gone)."""
+        if not self.detached:
+            with contextlib.suppress(OSError):
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _too_many_for_client(send: Send, limit: int) -> None:
+    """429 at the per-client bound (I18), retryable."""
+    error = {
+        "code": types.INVALID_REQUEST,
+        "message": f"too many open sessions for this client (at most {limit}); close one and retry",
+        "data": {"code": "too_many_sessions", "retryable": True},
+    }
+    body = jsonrpc.encode({"jsonrpc": "2.0", "id": None, "error": error})
+    await _plain(send, 429, body, (b"content-type", b"application/json"), (b"retry-after", b"1"))

@@ -7,7 +7,9 @@ request: only the 2025 era and stdio take one) or a :class:`Refusal` (what to an
 A batch, a posted response and a malformed envelope are ``INVALID_REQUEST``; bytes that are not
 JSON (including oversized integer literals and deep nesting) are ``PARSE_ERROR`` — the SDK
 server's own answers, so a client cannot tell the gateway from an SDK server by its errors.
-The status table is the SDK's public ``ERROR_CODE_HTTP_STATUS`` (one table for every era)."""
+The status table is the SDK's public ``ERROR_CODE_HTTP_STATUS`` (one table for every era).
+:func:`legacy_refusal` words a refused body as the SDK's 2025-era handler does (the parser's or
+the envelope validator's own text, ``INVALID_PARAMS`` for an envelope)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
 from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
-from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ErrorData, jsonrpc_message_adapter
+from pydantic import ValidationError
 
 from mcp_reconciler.reconciler.sliced_json import Slices
 
@@ -234,3 +238,19 @@ async def _emit(value: Any, out: list[str], slices: Slices) -> None:
         out.append("]")
     else:  # a scalar can only be this long as a huge number: one call, as before
         out.append(_dumps(value))
+
+
+def legacy_refusal(body: bytes, refusal: Refusal) -> dict[str, Any]:
+    """The 2025-era answer to a ``body`` :func:`decode` refused, in the SDK's 2025 handler's words:
+    ``Parse error: <the parser's text>`` or ``Validation error: <the envelope validator's text>``
+    (``INVALID_PARAMS``); ``refusal`` itself when the SDK's checks would pass it. Runs only on a
+    refused body: a well-formed one is parsed once."""
+    try:
+        parsed = pydantic_core.from_json(body)
+    except ValueError as exc:
+        return error_message(None, ErrorData(code=PARSE_ERROR, message=f"Parse error: {exc}"))
+    try:
+        jsonrpc_message_adapter.validate_python(parsed, by_name=False)
+    except ValidationError as exc:
+        return error_message(None, ErrorData(code=INVALID_PARAMS, message=f"Validation error: {exc}"))
+    return error_message(refusal.id, refusal.error)

@@ -46,10 +46,12 @@ class EdgePolicy:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """The composed edge (``app``) and its drain switch (``drain.close()`` at shutdown)."""
+    """The composed edge (``app``), its drain switch (``drain.close()`` at shutdown) and its body
+    limit (whose ``refused`` count is a ``gateway.limits.hits`` reading)."""
 
     app: ASGIApp
     drain: DrainGate
+    body: BodyLimit
 
 
 def build(inner: ASGIApp, policy: EdgePolicy) -> Pipeline:
@@ -61,12 +63,12 @@ def build(inner: ASGIApp, policy: EdgePolicy) -> Pipeline:
         resource_metadata_url=policy.resource_metadata_url,
         scope=policy.oauth_scope,
     )
-    app = BodyLimit(app, {"/mcp": policy.max_body_bytes})  # 3. limits
+    body = BodyLimit(app, {"/mcp": policy.max_body_bytes})  # 3. limits
     app = HostOriginCheck(  # 2. Host and Origin
-        app,
+        body,
         allowed_hosts=[*LOOPBACK_HOSTS, *policy.allowed_hosts],
         allowed_origins=[*LOOPBACK_ORIGINS, *policy.allowed_origins],
         prefixes=("/mcp",),
     )
     drain = DrainGate(app)  # 1. drain
-    return Pipeline(drain, drain)
+    return Pipeline(drain, drain, body)

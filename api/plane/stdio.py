@@ -142,6 +142,8 @@ class StdioPlane:
                         replies.deliver(message)
                     elif isinstance(message, jsonrpc.Refusal):
                         await write(jsonrpc.encode(jsonrpc.error_message(message.id, message.error)) + b"\n")
+                    elif isinstance(message, jsonrpc.Notice) and message.method == "notifications/progress":
+                        await replies.progress(message.params)  # on a request the gateway asked (relay)
                     elif isinstance(message, jsonrpc.Notice):
                         self._notice(connection, standalone, message, running)
                     if not isinstance(message, jsonrpc.Call):

@@ -195,8 +195,10 @@ async def test_an_endless_header_is_cut_at_the_bound(tmp_path: Path) -> None:
 # -- request bodies -------------------------------------------------------------------------------
 
 
-def post(path: str, body: bytes, *, chunked: bool = False, token: str | None = OPERATOR_TOKEN) -> bytes:
-    head = f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+def post(
+    path: str, body: bytes, *, chunked: bool = False, token: str | None = OPERATOR_TOKEN, host: str = "127.0.0.1"
+) -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
     head += "accept: application/json, text/event-stream\r\n"
     if token:
         head += f"authorization: Bearer {token}\r\n"
@@ -219,8 +221,9 @@ async def test_body_of_n_bytes_passes_n_plus_1_is_413(path: str, limit: int, chu
         # N bytes: past the limit check (the endpoint then judges the content). /mcp takes an
         # agent session's token, /v1 the operator's.
         token = served.front.authority.create("alice", None).token if path == "/mcp" else OPERATOR_TOKEN
+        host = f"127.0.0.1:{served.port}"  # a loopback Host: /mcp checks it before the body's size
         ok = await connect(served)
-        await ok.send(post(path, json_of_size(limit), chunked=chunked, token=token))
+        await ok.send(post(path, json_of_size(limit), chunked=chunked, token=token, host=host))
         if chunked:
             await ok.send(b"0\r\n\r\n")
         status, _, _ = await response(ok)
@@ -229,7 +232,7 @@ async def test_body_of_n_bytes_passes_n_plus_1_is_413(path: str, limit: int, chu
         # N+1 bytes: refused, and the refusal comes before the body is finished (chunked: the
         # terminating chunk is never sent; the gateway must not wait for it).
         big = await connect(served)
-        await big.send(post(path, json_of_size(limit + 1), chunked=chunked, token=token))
+        await big.send(post(path, json_of_size(limit + 1), chunked=chunked, token=token, host=host))
         status, headers, body = await response(big)
         assert status == 413 and headers.get("connection") == "close"
         refusal = json.loads(body)

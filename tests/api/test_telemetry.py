@@ -30,6 +30,7 @@ from tests.api.conftest import (
     write_config,
 )
 from tests.support.calls import call_error
+from tests.support.plane_memory import PlaneTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -245,8 +246,8 @@ async def test_I23_a_full_disk_never_fails_a_call(tmp_path: Path) -> None:
     async with served_gateway(cfg) as served:
         ok = 0
 
-        # In memory on the served front door (the same operation layer; no HTTP cost per call).
-        async with Client(served.front.server) as client:
+        # In memory on the served front door (the same dispatcher; no HTTP cost per call).
+        async with Client(PlaneTransport(served.front)) as client:
 
             async def worker(n: int) -> None:
                 nonlocal ok

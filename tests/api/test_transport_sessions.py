@@ -15,7 +15,7 @@ import anyio
 import httpx2
 import pytest
 
-from mcp_reconciler.api.sdk_compat import client_key
+from mcp_reconciler.api.plane.sessions import client_key
 from mcp_reconciler.api.server import Served
 from tests.api.conftest import WAIT, served_gateway, write_config
 

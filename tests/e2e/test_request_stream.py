@@ -1,12 +1,12 @@
-"""A 2025-era request's SSE response written directly (``api/request_stream.py``, ``sdk_compat``
-item 13): raw 2025-11-25 sessions over HTTP on 127.0.0.1 against the served gateway, so each
-test sees the bytes on the wire.
+"""A 2025-era request's SSE response on the data plane (``api/plane/era2025.py``): raw
+2025-11-25 sessions over HTTP on 127.0.0.1 against the served gateway, so each test sees the
+bytes on the wire.
 
-What is held: the wire form is the SDK's (the same events, byte for byte but the ids, as with the
-SDK's own pipeline), the response ends the stream; a relayed server→client request rides the
-call's own stream; a client that drops the stream and resumes with ``Last-Event-ID`` still gets
-the response; POSTs that are not plain requests (initialize, notifications, malformed bodies)
-get the SDK's own answers."""
+What is held: the wire form is the SDK server's (a priming event, then the response, which ends
+the stream); a relayed server→client request rides the call's own stream; a client that drops
+the stream and resumes with ``Last-Event-ID`` still gets the response (the call is not
+cancelled); POSTs that are not plain requests (notifications, malformed bodies) get the SDK
+server's answers."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import anyio
 import httpx2
 import pytest
 
-from mcp_reconciler.api.request_stream import PendingAnswers, RequestStream
+from mcp_reconciler.api.plane.channel import Replies
 from mcp_reconciler.api.server import serve_http
 from tests.e2e.conftest import WAIT, write_config
 from tests.e2e.support_resources import UPSTREAM_ARGS, new_token, resource_source
@@ -49,83 +49,59 @@ async def request_raw(s: RawSession, method: str, params: dict[str, Any], reques
     return response
 
 
-async def test_a_requests_stream_is_the_sdks_wire_form_and_ends_with_the_response(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    served_directly: list[RequestStream] = []
-    respond = RequestStream.respond
-
-    async def counting(self: RequestStream, *args: Any, **kw: Any) -> None:
-        served_directly.append(self)
-        await respond(self, *args, **kw)
-
-    monkeypatch.setattr(RequestStream, "respond", counting)
+async def test_a_requests_stream_is_the_sdks_wire_form_and_ends_with_the_response(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, sources=[resource_source("res", *UPSTREAM_ARGS["legacy"])])
     async with serve_http(cfg, port=0) as served, httpx2.AsyncClient(timeout=WAIT) as http:
-        manager = served.transport_sessions
-        assert manager is not None
-        bodies: dict[bool, httpx2.Response] = {}
-        for direct in (True, False):
-            manager.direct_request_streams = direct
-            s = RawSession(http, served, new_token(served))
-            await s.open()
-            with anyio.fail_after(WAIT):
-                before = len(served_directly)
-                bodies[direct] = await request_raw(s, "tools/list", {}, 7)
-                assert len(served_directly) - before == (1 if direct else 0)
-        for response in bodies.values():
-            assert response.headers["content-type"].startswith("text/event-stream")
-            assert response.headers["cache-control"] == "no-cache, no-transform"
-        assert without_ids(bodies[True].content) == without_ids(bodies[False].content)
-        lines = without_ids(bodies[True].content)
+        s = RawSession(http, served, new_token(served))
+        await s.open()
+        with anyio.fail_after(WAIT):
+            response = await request_raw(s, "tools/list", {}, 7)
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["cache-control"] == "no-cache, no-transform"
+        lines = without_ids(response.content)
         assert lines[:3] == ["id: _", "data: ", ""], lines  # the priming event (2025-11-25)
-        answer = json.loads(next(line for line in lines if line.startswith("data: {"))[6:])
+        assert lines[3:6] == ["id: _", "event: message", lines[5]] and lines[5].startswith("data: {"), lines
+        answer = json.loads(lines[5][6:])
         assert answer["id"] == 7 and "result" in answer
+        assert lines[6:] == ["", ""], lines  # the response ends the stream
 
 
 async def test_posts_that_are_not_plain_requests_get_the_sdks_answers(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, sources=[resource_source("res", *UPSTREAM_ARGS["legacy"])])
     async with serve_http(cfg, port=0) as served, httpx2.AsyncClient(timeout=WAIT) as http:
-        manager = served.transport_sessions
-        assert manager is not None
-        answers: dict[bool, list[tuple[int, Any]]] = {}
-        for direct in (True, False):
-            manager.direct_request_streams = direct
-            s = RawSession(http, served, new_token(served))
-            await s.open()
-            h = {**s.headers, "content-type": "application/json"}
-            request = {"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {}}
-            posts = [
-                (b"{not json", h),
-                (json.dumps({"jsonrpc": "2.0", "id": 3}).encode(), h),
-                (json.dumps({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}).encode(), h),
-                (json.dumps(request).encode(), {**h, "accept": "application/json"}),
-                (json.dumps(request).encode(), {**h, "mcp-session-id": "nope"}),
-                (json.dumps(request).encode(), {**h, "content-type": "text/plain"}),
-            ]
-            got = []
-            for body, headers in posts:
-                r = await http.post(s.url, content=body, headers=headers)
-                got.append((r.status_code, error_code(r)))
-            answers[direct] = got
-        assert answers[True] == answers[False]
-        assert [status for status, _ in answers[True]] == [400, 400, 202, 406, 404, 400], answers[True]
-        assert answers[True][0][1] == -32700
+        s = RawSession(http, served, new_token(served))
+        await s.open()
+        h = {**s.headers, "content-type": "application/json"}
+        request = {"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {}}
+        posts = [
+            (b"{not json", h),
+            (json.dumps({"jsonrpc": "2.0", "id": 3}).encode(), h),
+            (json.dumps({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}).encode(), h),
+            (json.dumps(request).encode(), {**h, "accept": "application/json"}),
+            (json.dumps(request).encode(), {**h, "mcp-session-id": "nope"}),
+            (json.dumps(request).encode(), {**h, "content-type": "text/plain"}),
+        ]
+        got = []
+        for body, headers in posts:
+            r = await http.post(s.url, content=body, headers=headers)
+            got.append((r.status_code, error_code(r)))
+        assert [status for status, _ in got] == [400, 400, 202, 406, 404, 400], got
+        assert got[0][1] == -32700
 
 
 async def test_a_relayed_request_rides_the_calls_stream_and_a_resumed_stream_gets_the_response(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The request is asked on the call's stream directly, and the client's answer POST is taken
-    by the session's pending table (not the SDK's dispatcher) — even after the stream dropped."""
+    """The request is asked on the call's stream, and the client's answer POST is taken by the
+    session's ``Replies`` — even after the stream dropped (which does not cancel the call)."""
     taken: list[object] = []
-    take = PendingAnswers.take
+    deliver = Replies.deliver
 
-    async def counting(self: PendingAnswers, message: object) -> None:
+    def counting(self: Replies, message: Any) -> bool:
         taken.append(message)
-        await take(self, message)
+        return deliver(self, message)
 
-    monkeypatch.setattr(PendingAnswers, "take", counting)
+    monkeypatch.setattr(Replies, "deliver", counting)
     ups = RelayUpstreams(tmp_path)
     try:
         src = await upstream(ups, "http", "legacy")

@@ -1,6 +1,6 @@
 """Search mode end to end (issue 31, ADR 0029): a gateway over a 2,000-tool upstream (the test
 upstream serving ``tests/support/search_catalog.py``'s catalog over stdio), SDK clients of both
-protocol eras over streamable HTTP, both settings of the fast lane. A session in search mode
+protocol eras over streamable HTTP. A session in search mode
 lists ``find_tools`` and the always-visible tools, finds a tool by a natural-language request,
 is told ``tools/list_changed``, sees the found tools listed and calls one as an ordinary tool."""
 
@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from mcp import MCPError
 
-from mcp_reconciler.api.frontdoor.fastlane import FAST_LANE_ENV
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.search_index import LIMIT_MAX, QUERY_CHARS_MAX
 from tests.e2e.conftest import downstream, payload, tool_names, upstream_source, write_config
@@ -21,12 +20,6 @@ from tests.support.search_catalog import catalog, labelled, name_of
 
 pytestmark = pytest.mark.anyio
 TOOLS = 2000
-
-
-@pytest.fixture(params=["1", "0"], ids=["fast-lane", "normal-lane"])
-def lane(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv(FAST_LANE_ENV, request.param)
-    return str(request.param)
 
 
 def search_config(tmp: Path, **extra: Any) -> Path:
@@ -46,7 +39,7 @@ def found_names(result: Any) -> list[str]:
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_I21_search_mode_finds_and_calls_the_right_tool_over_2000_tools(
-    mode: str, lane: str, tmp_path: Path
+    mode: str, tmp_path: Path
 ) -> None:
     cfg = search_config(tmp_path)
     async with serve_http(cfg, port=0) as served:
@@ -81,7 +74,7 @@ async def test_I21_search_mode_finds_and_calls_the_right_tool_over_2000_tools(
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_a_view_in_mode_all_lists_everything_and_has_no_find_tools(mode: str, lane: str, tmp_path: Path) -> None:
+async def test_a_view_in_mode_all_lists_everything_and_has_no_find_tools(mode: str, tmp_path: Path) -> None:
     cfg = search_config(tmp_path)
     async with serve_http(cfg, port=0) as served:
         async with downstream(served.url + "/plain", mode) as (client, _changes):

@@ -1,11 +1,11 @@
-"""The 2025-era GET stream written directly (``api/standalone_stream.py``; issue 11's fan-out
-target): raw 2025-11-25 sessions over HTTP on 127.0.0.1 against the served gateway with a real
-resource upstream, so each test sees the exact bytes on the wire.
+"""The 2025-era GET stream on the data plane (``api/plane/era2025.py``): raw 2025-11-25 sessions
+over HTTP on 127.0.0.1 against the served gateway with a real resource upstream, so each test
+sees the exact bytes on the wire.
 
-What is held: the wire form is the SDK's (the same event, byte for byte but the id, as with the
-SDK's own pipeline); events leave in event-id order; a client that resumes with Last-Event-ID
-gets what it missed; one GET stream per session (409), and a closed one frees its slot; a client
-that stops reading loses its stream, never its events, and holds no writer past the bound."""
+What is held: events are SSE ``message`` frames carrying one JSON-RPC notification and leave in
+event-id order; a client that resumes with Last-Event-ID gets what it missed; one GET stream per
+session (409), and a closed one frees its slot; a client that stops reading holds a bounded
+backlog and never blocks the sender."""
 
 from __future__ import annotations
 
@@ -19,17 +19,20 @@ import anyio
 import httpx2
 import pytest
 
-from mcp_reconciler.api import standalone_stream
-from mcp_reconciler.api.event_store import BoundedEventStore
-from mcp_reconciler.api.sdk_compat import resource_updated_message
+from mcp_reconciler.api.plane.channel import FrameChannel
+from mcp_reconciler.api.plane.sessions import PUSH_BACKLOG
 from mcp_reconciler.api.server import Served, serve_http
-from mcp_reconciler.api.standalone_stream import StandaloneStream
 from tests.e2e.conftest import WAIT, write_config
 from tests.e2e.support_resources import UPSTREAM_ARGS, new_token, resource_source, until
 
 pytestmark = pytest.mark.anyio
 
 ACCEPT = "application/json, text/event-stream"
+
+
+def resource_updated(uri: str) -> dict[str, Any]:
+    """The ``notifications/resources/updated`` message for ``uri`` as the wire carries it."""
+    return {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}}
 
 
 class RawSession:
@@ -113,30 +116,20 @@ async def touch(s: RawSession, uri: str = "note://a") -> None:
     await s.request("tools/call", {"name": "res__touch", "arguments": {"uri": uri}})
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "sdk-pipeline"])
-async def test_updates_leave_in_event_id_order_in_the_sdk_wire_form(direct: bool, tmp_path: Path) -> None:
+async def test_updates_leave_in_event_id_order_as_message_frames(tmp_path: Path) -> None:
     async with gateway(tmp_path) as (served, http):
-        manager = served.transport_sessions
-        assert manager is not None
-        manager.direct_standalone_streams = direct
         s = await subscribed_session(served, http)
         async with s.get() as stream:
             assert stream.status_code == 200
             assert stream.headers["content-type"].startswith("text/event-stream")
             assert stream.headers["mcp-session-id"] == s.sid
-            assert (manager.standalone_stream(s.sid) is not None) is direct
             for _ in range(3):
                 await touch(s)
             got = await events(stream, 3)
         ids = [int(e["id"].rsplit(":", 1)[1]) for e in got]
         assert ids == sorted(ids) and len(set(ids)) == 3
-        _, data = resource_updated_message("note://a")
-        assert [(e["event"], e["data"]) for e in got] == [("message", data)] * 3
-        assert json.loads(data) == {
-            "jsonrpc": "2.0",
-            "method": "notifications/resources/updated",
-            "params": {"uri": "note://a"},
-        }
+        assert [e["event"] for e in got] == ["message"] * 3
+        assert [json.loads(e["data"]) for e in got] == [resource_updated("note://a")] * 3
 
 
 async def test_a_client_that_resumes_with_last_event_id_misses_nothing(tmp_path: Path) -> None:
@@ -161,7 +154,7 @@ async def test_a_client_that_resumes_with_last_event_id_misses_nothing(tmp_path:
         async with s.get(**{"last-event-id": written[-1]["id"]}) as again:
             priming, update = await events(again, 2)  # nothing to replay; the priming event; the held update
         assert priming["data"] == ""
-        assert update["data"] == written[0]["data"]
+        assert json.loads(update["data"]) == resource_updated("note://a")
         assert int(update["id"].rsplit(":", 1)[1]) > int(written[-1]["id"].rsplit(":", 1)[1])
 
 
@@ -172,37 +165,25 @@ async def test_one_get_stream_per_session_and_a_closed_one_frees_the_slot(tmp_pa
         s = await subscribed_session(served, http)
         async with s.get() as first:
             assert first.status_code == 200
-            assert isinstance(manager.standalone_stream(s.sid), StandaloneStream)
+            assert manager.standalone_stream_open(s.sid) is True
             async with s.get() as second:
                 assert second.status_code == 409
-        await until(lambda: manager.standalone_stream(s.sid) is None, "the direct stream ended with its client")
         await until(lambda: manager.standalone_stream_open(s.sid) is False, "the slot is free")
         async with s.get() as again:
             assert again.status_code == 200
             await touch(s)
             (event,) = await events(again, 1)
-            assert event["data"] == resource_updated_message("note://a")[1]
+            assert json.loads(event["data"]) == resource_updated("note://a")
 
 
-async def test_a_client_that_stops_reading_loses_its_stream_not_its_events(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(standalone_stream, "WRITE_TIMEOUT_S", 0.05)
-    never = anyio.Event()
-
-    async def stalled_send(message: Any) -> None:  # a connection whose buffers are full
-        await never.wait()
-
-    store = BoundedEventStore()
-    stream = StandaloneStream(stalled_send, store, "_GET_stream")
-    message, data = resource_updated_message("note://a")
-    with anyio.fail_after(WAIT), pytest.raises(anyio.ClosedResourceError):
-        await stream.push(message, data)
-    assert stream.closed
-    assert await stream.push(message, data) is False  # ended: nothing more is stored or written
-    replayed: list[Any] = []
-
-    async def collect(event: Any) -> None:
-        replayed.append(event)
-
-    # The one event written into the stalled stream is in the store, for the client's resumption.
-    assert await store.replay_events_after("nothing-before", collect) is None
-    assert [m for _, _, m in store._events] == [message]
+async def test_a_client_that_stops_reading_holds_a_bounded_backlog_and_never_blocks_the_sender() -> None:
+    """A GET stream's channel (as ``SessionTable.open`` makes it) never blocks a push: beyond
+    ``PUSH_BACKLOG`` unsent frames, pushes are dropped (I18) — the client re-lists on resume."""
+    channel = FrameChannel(None, None, PUSH_BACKLOG, wait=False)
+    message = resource_updated("note://a")
+    with anyio.fail_after(WAIT):
+        for _ in range(PUSH_BACKLOG + 5):
+            await channel.notify(message["method"], message["params"])
+    assert channel.frames.statistics().current_buffer_used == PUSH_BACKLOG
+    held = [channel.frames.receive_nowait() for _ in range(PUSH_BACKLOG)]
+    assert all(json.loads(f.split(b"data: ", 1)[1]) == message for f in held)

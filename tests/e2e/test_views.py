@@ -1,7 +1,7 @@
 """Curation and named views end to end (issue 27, ADR 0026), with real upstreams over stdio: the
 bundled example servers (``examples/upstreams``: clock with tools and a prompt, notes with
 resources) and the test upstream (which can change its tools at runtime), behind a gateway on
-127.0.0.1, clients of both protocol eras, and both settings of the fast lane."""
+127.0.0.1 and clients of both protocol eras."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import pytest
 from mcp import MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.api.frontdoor.fastlane import FAST_LANE_ENV
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.authority import GrantPolicy, principal_id
 from mcp_reconciler.reconciler.metadata import PROVENANCE_META
@@ -81,15 +80,9 @@ def unknown_tool(error: MCPError) -> bool:
     return "unknown tool" in error.error.message
 
 
-@pytest.fixture(params=["1", "0"], ids=["fast-lane", "normal-lane"])
-def lane(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv(FAST_LANE_ENV, request.param)
-    return str(request.param)
-
-
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_view_lists_exactly_its_entries_calls_a_renamed_tool_and_refuses_a_denied_one(
-    mode: str, lane: str, tmp_path: Path
+    mode: str, tmp_path: Path
 ) -> None:
     cfg = curated_config(tmp_path, work_deny=["up__b"])
     async with serve_http(cfg, port=0) as served:

@@ -17,11 +17,11 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp.server import Server
+from mcp.server.streamable_http import EventMessage, EventStore
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import ServerMessageMetadata
 
-from mcp_reconciler.api.event_store import BoundedEventStore
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.peer import PeerSwitch
@@ -118,11 +118,33 @@ class Peer:
         pass
 
 
+class MemoryEventStore(EventStore):
+    """The upstream SDK server's event store (resumption of its streams): every event kept."""
+
+    def __init__(self) -> None:
+        self._events: list[tuple[str, str, Any]] = []
+
+    async def store_event(self, stream_id: str, message: Any) -> str:
+        event_id = f"{stream_id}:{len(self._events) + 1}"
+        self._events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
+        index = next((i for i, (eid, _, _) in enumerate(self._events) if eid == last_event_id), None)
+        if index is None:
+            return None
+        stream_id = self._events[index][1]
+        for event_id, sid, message in self._events[index + 1 :]:
+            if sid == stream_id and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
+
+
 @asynccontextmanager
 async def connection(upstream: Upstream, peer: Peer, *, stateless: bool = False) -> AsyncIterator[UpstreamConnection]:
     manager = StreamableHTTPSessionManager(
         upstream.server(),
-        event_store=None if stateless else BoundedEventStore(),
+        event_store=None if stateless else MemoryEventStore(),
         retry_interval=None if stateless else 10,
         stateless=stateless,
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),

@@ -427,11 +427,11 @@ async def test_legacy_sdk_client_gets_pushes_on_its_get_stream(tmp_path: Path, h
 
 
 @pytest.mark.parametrize("bound", ["max_sessions_per_client", "max_sessions"])
-async def test_I18_legacy_sessions_are_bounded_per_principal_and_in_total(
+async def test_I18_legacy_sessions_are_bounded_per_client_and_in_total(
     bound: str, tmp_path: Path, http_upstreams: HttpUpstreams
 ) -> None:
-    """N sessions open; N+1 is refused (503, retryable) until one is deleted — per principal and
-    in total."""
+    """N sessions open; N+1 is refused (429 per client, 503 in total; retryable) until one is
+    deleted."""
     limit = 2
     async with three_ways(tmp_path, http_upstreams, **{bound: limit}) as (_d, _o, new, _front):
         async with httpx2.AsyncClient(timeout=WAIT) as http:
@@ -439,7 +439,7 @@ async def test_I18_legacy_sessions_are_bounded_per_principal_and_in_total(
             init = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "o", "version": "1"}}
             body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
             refused = await http.post(new, json=body, headers=LEGACY_HEADERS)
-            assert refused.status_code == 503
+            assert refused.status_code == (429 if bound == "max_sessions_per_client" else 503)
             assert "mcp-session-id" not in refused.headers
             assert (await http.delete(new, headers=opened[0][0])).status_code == 200
             assert (await http.post(new, json=body, headers=LEGACY_HEADERS)).status_code == 200
@@ -513,9 +513,10 @@ async def test_get_stream_resumes_from_last_event_id(tmp_path: Path, http_upstre
                     assert (await http.post(new, json=call, headers=headers)).status_code == 200
                     event_id, pushed = await read_event(stream.aiter_lines())
             assert pushed["method"] == "notifications/tools/list_changed"
-            assert event_id is not None and event_id.startswith(headers["mcp-session-id"] + "/")
-            sid, _, seq = event_id.partition("/")
-            for last, replayed in ((f"{sid}/{int(seq) - 1}", True), (event_id, False), (f"other/{seq}", False)):
+            # <session>.<stream>:<n>, stream 0 being the GET stream (api/plane/sessions.py)
+            assert event_id is not None and event_id.startswith(headers["mcp-session-id"] + ".0:")
+            head, _, seq = event_id.rpartition(":")
+            for last, replayed in ((f"{head}:{int(seq) - 1}", True), (event_id, False), (f"other.0:{seq}", False)):
                 with anyio.move_on_after(1.0 if not replayed else WAIT) as waited:  # no replay: nothing comes
                     while True:  # the previous GET is closed once the server has seen it go (409 until then)
                         async with http.stream("GET", new, headers={**sse_headers, "last-event-id": last}) as stream:

@@ -380,7 +380,7 @@ def build_http_app(upstream: UpstreamServer, port: int) -> Any:
     from starlette.applications import Starlette
     from starlette.routing import Route
 
-    from mcp_reconciler.api.event_store import BoundedEventStore
+    from tests.support.event_store import BoundedEventStore
 
     resumable = getattr(upstream, "resumable", False)  # the relay server (same builder) has none
     manager = StreamableHTTPSessionManager(

@@ -126,6 +126,7 @@ async def test_transport_owned_sessions_do_not_use_up_api_session_slots() -> Non
     from mcp_reconciler.reconciler.desired import StaticDesiredState
     from mcp_reconciler.reconciler.engine import open_engine
     from mcp_reconciler.reconciler.model import SourceSpec
+    from tests.support.plane_memory import PlaneTransport
     from tests.support.servers import DynamicServer
 
     srv = DynamicServer("a", ["x"])
@@ -138,10 +139,10 @@ async def test_transport_owned_sessions_do_not_use_up_api_session_slots() -> Non
             await tg.start(front.run)
             with anyio.fail_after(30):
                 async with (
-                    Client(front.server, mode="legacy") as c1,
-                    Client(front.server, mode="legacy") as c2,
-                    Client(front.server, mode="legacy") as c3,
-                    Client(front.server, mode="legacy") as c4,
+                    Client(PlaneTransport(front), mode="legacy") as c1,
+                    Client(PlaneTransport(front), mode="legacy") as c2,
+                    Client(PlaneTransport(front), mode="legacy") as c3,
+                    Client(PlaneTransport(front), mode="legacy") as c4,
                 ):
                     for c in (c1, c2, c3, c4):  # 4 connections, 4 transport-owned sessions > bound 3
                         assert [t.name for t in (await c.list_tools()).tools] == ["a__x"]
@@ -149,7 +150,7 @@ async def test_transport_owned_sessions_do_not_use_up_api_session_slots() -> Non
                         engine.sessions.create(f"owner{i}", engine.current.generation)  # type: ignore[union-attr]
                     with pytest.raises(Exception, match="at most 3 sessions"):
                         engine.sessions.create("owner3", None)
-                    async with Client(front.server, mode="auto") as modern:  # not -32603
+                    async with Client(PlaneTransport(front), mode="auto") as modern:  # not -32603
                         assert (await modern.call_tool("a__x", {"x": "1"})).is_error is False
             tg.cancel_scope.cancel()
 # -- standing grants: follow (I9) ------------------------------------------------------------------

@@ -61,7 +61,8 @@ class Writer:
         self.got = anyio.Event()
         self.ctx: Any = SimpleNamespace(
             request_id=7,
-            session=SimpleNamespace(_request_outbound=SimpleNamespace(sink=self.sink), send_notification=self._notify),
+            channel=SimpleNamespace(sink=self.sink),  # as the data plane's LinkedContext names it
+            session=SimpleNamespace(send_notification=self._notify),
         )
 
     async def _notify(self, notification: Any, related_request_id: Any = None) -> None:

@@ -2,8 +2,8 @@
 
 The SDK hands one ``event_store`` to every session, and stream ids are only unique within a
 session, so a shared store can replay one session's notification to another. Each session gets
-its own :class:`BoundedEventStore` (installed by ``sdk_compat.GatewaySessionManager``, which
-owns the SDK hook that makes that possible), bounded so a client that never reconnects costs a
+its own :class:`BoundedEventStore`. Test support for the SDK servers the tests run upstream (the
+gateway keeps its own, api/plane/sessions.py), bounded so a client that never reconnects costs a
 fixed amount of memory."""
 
 from __future__ import annotations
