@@ -78,3 +78,10 @@ def dump_json(path: str, data: dict[str, Any]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2, sort_keys=False)
         f.write("\n")
+
+
+def json_if_asked(argv: Sequence[str], data: dict[str, Any]) -> None:
+    """Dump ``data`` where ``--json PATH`` on ``argv`` asks for it (nothing without one)."""
+    path = json_out_path(argv)
+    if path:
+        dump_json(path, data)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol
 
 import anyio
@@ -42,7 +42,7 @@ from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.listen import ListenStreams
 from mcp_reconciler.api.frontdoor.sessions import Binding
 from mcp_reconciler.reconciler import telemetry
-from mcp_reconciler.reconciler.authority import Authority, Session
+from mcp_reconciler.reconciler.authority import Authority, Session, View
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import EntryKind
 
@@ -72,6 +72,9 @@ class Notifier:
         self._gate: PushGate | None = None
         self._buses: dict[str, ListenStreams] = {}
         self._wake = anyio.Event()
+        #: What identifies a grant set in the per-pass view memo: the object (the default) or,
+        #: set by the front door, the page cache's content digest (equal sets share one view).
+        self.grant_key: Callable[[Mapping[str, str]], Hashable] = id
         # Subscribed now, not when the loop starts: a publication in between still wakes it.
         self._unsubscribe = catalog.on_publish(self.touch)
 
@@ -158,10 +161,24 @@ class Notifier:
         live = self._catalog.current()
         if live is None:
             return
+        # One view per distinct set of inputs per pass, not per binding: a view walks every grant
+        # of the session (a thousand sessions seeing a thousand tools were a million steps per
+        # publication, ADR 0038); sessions with equal grants, view and search state share it.
+        views: dict[Hashable, View] = {}
         for binding in list(self._bindings.values()):
-            if binding.session.pinned_revision is not None:
+            session = binding.session
+            if session.pinned_revision is not None:
                 continue  # a pinned session's view does not follow publications
-            view = self._authority.view(binding.session, live.generation)
+            key = (
+                self.grant_key(session.grants),
+                session.view,
+                (frozenset(session.found), self._authority.discovery.always_visible)
+                if self._authority.searching(session)
+                else None,
+            )
+            view = views.get(key)
+            if view is None:
+                view = views[key] = self._authority.view(session, live.generation)
             binding.pending |= view.changed_kinds(binding.last_view)
             binding.last_view = view
             if binding.pending and await self._deliver(binding):

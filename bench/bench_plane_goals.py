@@ -1,0 +1,443 @@
+"""Issue 26's scale goals for the data plane, measured: big lists, list_changed fan-out, idle sessions.
+
+Run from the repo root:  python bench/bench_plane_goals.py [--quick | --smoke] [--only list,fanout,idle] [--json PATH]
+
+Every gateway is a process of its own on 127.0.0.1 that binds port 0 and reports the port it got:
+``mcp-reconciler serve`` (the "gateway" row) and, while ``bench/plane_gateway.py`` exists, the
+new plane in a gateway of its own on the same config (the "new plane" row; issue 26's switch
+makes ``serve`` that plane and removes the row). Sources are ``tests.support.upstream_server``
+over streamable HTTP. Clients speak raw HTTP (no SDK client), so what is timed is the gateway.
+
+1. ``list``: ``tools/list`` of 1,000 tools (one source of 993 + its 7 control tools) with 1,000
+   2025-era sessions open: p50/p99 of the time to the last byte over a sample spread across the
+   sessions (first list per session, then a second pass), and one 2026-era (sessionless) pass;
+   the gateway's CPU per list. Goal p50 <= 1 ms, p99 <= 5 ms.
+2. ``fanout``: one ``notifications/tools/list_changed`` reaching N open sessions, both eras
+   (2025: N standalone GET streams; 2026: N ``subscriptions/listen`` streams), held by two
+   driver processes (this file with ``--driver``) that timestamp each arrival (wall clock). A
+   round: the upstream's ``set_tools`` is called through the gateway (the upstream announces to
+   the gateway, which re-lists and tells every session); per round, each session's arrival is
+   measured from the trigger and from the round's first arrival (the fan-out itself, without
+   the re-list). Goal p99 <= 20 ms.
+3. ``idle``: N idle 2025-era sessions (initialize + initialized, then nothing): the gateway's RSS
+   before, with N open, after they were reaped (``session_idle_s``), with N open again, and
+   after reaping again — growth per session, what reaping gave back, and whether the second N
+   reused the first N's memory. Goal <= 60 MB growth for 10,000, given back or reused.
+
+``--quick`` runs smaller sizes; ``--smoke`` tiny ones (the test suite runs it so the bench
+cannot rot). The box is shared: loadavg is printed with every figure. Benchmarks print; they
+never assert (docs/DESIGN.md "Layout")."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+SELF = Path(__file__).resolve()
+REPO_ROOT = SELF.parent.parent
+sys.path.insert(0, str(SELF.parent))
+
+import anyio  # noqa: E402
+import httpx2  # noqa: E402
+from _ports import port_args, reported_port  # noqa: E402
+from _stats import json_if_asked, pct  # noqa: E402
+from anyio.streams.text import TextReceiveStream  # noqa: E402
+from bench_dataplane import child  # noqa: E402
+from bench_fastpath import cpu_s, list_once, loadavg, raw_session  # noqa: E402
+
+SMOKE = "--smoke" in sys.argv
+QUICK = "--quick" in sys.argv
+#: (sessions open, sessions sampled, tools) for ``list``; sessions and rounds for ``fanout``;
+#: sessions and the idle timeout for ``idle``.
+LIST = (6, 6, 30) if SMOKE else (300, 60, 1000) if QUICK else (1000, 200, 1000)
+FANOUT = (4, 2) if SMOKE else (300, 8) if QUICK else (1000, 12)
+IDLE = (20, 2.0) if SMOKE else (2000, 30.0) if QUICK else (10000, 90.0)
+PLANE_GATEWAY = SELF.parent / "plane_gateway.py"
+UPSTREAM = [sys.executable, "-m", "tests.support.upstream_server", "--transport", "http"]
+CONTROL_TOOLS = 7  # the upstream's own control tools, listed beside the catalog
+DRIVERS = 2
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+META_2026 = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+MIB = 1024 * 1024
+
+
+def gateways() -> list[str]:
+    """The rows: ``serve`` always, the bench-only new-plane gateway while it exists (not in a
+    smoke run: it checks the bench, not the plane)."""
+    return ["gateway", *(["new plane"] if PLANE_GATEWAY.exists() and not SMOKE else [])]
+
+
+def rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+@contextlib.asynccontextmanager
+async def process(argv: list[str], port_file: Path) -> AsyncIterator[tuple[int, int]]:
+    """``argv`` (told to bind port 0 and report it in ``port_file``) running; yields (pid, port)."""
+    async with child(argv) as proc:
+        yield proc.pid, await reported_port(port_file, lambda: proc.returncode)
+
+
+@contextlib.asynccontextmanager
+async def gateway(
+    tmp: Path, row: str, upstream_args: list[str], limits: dict[str, Any], policy: str = "current"
+) -> AsyncIterator[Any]:
+    """An upstream and the ``row`` gateway in front of it (source ``h``, anonymous access with
+    ``policy``, ``limits`` as ``gateway.limits``, no reconcile cooldown); yields (gateway pid,
+    /mcp URL, an HTTP client)."""
+    async with contextlib.AsyncExitStack() as stack:
+        up_file, gw_file = tmp / f"{row}-up.port", tmp / f"{row}-gw.port"
+        _, up_port = await stack.enter_async_context(process([*UPSTREAM, *port_args(up_file), *upstream_args], up_file))
+        cfg = tmp / f"{row}.yaml"
+        gateway_cfg = {"anonymous": {"grant_policy": policy}, "cooldown_s": 0, "limits": limits}
+        source = {"name": "h", "http": {"url": f"http://127.0.0.1:{up_port}/mcp"}}
+        cfg.write_text(json.dumps({"gateway": gateway_cfg, "sources": [source]}))
+        if row == "gateway":
+            argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), *port_args(gw_file)]
+        else:
+            argv = [sys.executable, str(PLANE_GATEWAY), "--config", str(cfg), "--port-file", str(gw_file)]
+        pid, port = await stack.enter_async_context(process(argv, gw_file))
+        limits_http = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
+        http = await stack.enter_async_context(httpx2.AsyncClient(timeout=60, limits=limits_http))
+        url = f"http://127.0.0.1:{port}/mcp"
+        with anyio.fail_after(60):  # the source is published
+            while True:
+                with contextlib.suppress(httpx2.HTTPError, KeyError):
+                    if (await list_once(http, url, await raw_session(http, url), 0))[1] > CONTROL_TOOLS:
+                        break
+                await anyio.sleep(0.2)  # waiting on another process: bounded polling
+        yield pid, url, http
+
+
+async def open_sessions(http: httpx2.AsyncClient, url: str, n: int, width: int = 32) -> list[str]:
+    sids: list[str] = []
+    claimed = 0
+
+    async def worker() -> None:
+        nonlocal claimed
+        while claimed < n:
+            claimed += 1
+            sids.append(await raw_session(http, url))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(min(width, n)):
+            tg.start_soon(worker)
+    return sids
+
+
+# -- 1. tools/list at 1,000 sessions ---------------------------------------------------------------
+
+
+async def list_2026(http: httpx2.AsyncClient, url: str, i: int) -> tuple[float, int]:
+    headers = {**HEADERS, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"}
+    body = {"jsonrpc": "2.0", "id": i, "method": "tools/list", "params": {"_meta": META_2026}}
+    s = time.perf_counter()
+    r = await http.post(url, json=body, headers=headers)
+    text = r.text
+    return (time.perf_counter() - s) * 1000, text.count('"inputSchema"')
+
+
+async def bench_list(tmp: Path, row: str) -> dict[str, Any]:
+    n_sessions, n_sample, n_tools = LIST
+    names = tmp / "tools.json"
+    names.write_text(json.dumps([f"t{i:04d}" for i in range(n_tools - CONTROL_TOOLS)]))
+    limits = {"transport_sessions": n_sessions + 100, "transport_sessions_per_client": n_sessions + 100}
+    async with gateway(tmp, f"list-{row}", ["--tools-file", str(names), "--page-size", "5000"], limits) as (
+        pid,
+        url,
+        http,
+    ):
+        sids = await open_sessions(http, url, n_sessions)
+        sample = sids[:: max(1, len(sids) // n_sample)][:n_sample]
+        out: dict[str, Any] = {"sessions_open": len(sids), "tools": n_tools}
+        print(f"\n[list {row}] tools/list of {n_tools} tools, {len(sids)} sessions open, {len(sample)} sampled")
+        passes: list[tuple[str, Any]] = [
+            ("2025 first list per session", lambda i, sid: list_once(http, url, sid, i, parse=False)),
+            ("2025 second pass", lambda i, sid: list_once(http, url, sid, i, parse=False)),
+            ("2026 sessionless", lambda i, sid: list_2026(http, url, i)),
+        ]
+        for phase, call in passes:
+            lat, c0 = [], cpu_s(pid)
+            for i, sid in enumerate(sample):
+                dt, n = await call(i + 2, sid)
+                if n != n_tools:
+                    raise RuntimeError(f"{phase}: listed {n} tools, not {n_tools}")
+                lat.append(dt)
+            cpu = (cpu_s(pid) - c0) * 1000 / len(sample)
+            p50, p99 = pct(lat, 50), pct(lat, 99)
+            verdict = "MET" if p50 <= 1 and p99 <= 5 else "not met"
+            print(
+                f"  {phase:28} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  gw CPU/list {cpu:6.2f} ms  "
+                f"[{verdict}] (goal p50 <= 1, p99 <= 5)  loadavg {loadavg()}"
+            )
+            out[phase] = {"p50_ms": p50, "p99_ms": p99, "gw_cpu_ms": cpu, "loadavg": loadavg()}
+        return out
+
+
+# -- 2. list_changed fan-out -----------------------------------------------------------------------
+
+
+async def _driver(url: str, era: str, n: int) -> None:
+    """Hold ``n`` sessions of ``era`` listening for ``tools/list_changed``; print ``ready``, then
+    each arrival's round and wall-clock time as it comes (until stdin closes)."""
+    limits = httpx2.Limits(max_connections=2 * n + 8, max_keepalive_connections=2 * n + 8)
+    ready = [anyio.Event() for _ in range(n)]
+    seen = [0] * n
+
+    def arrived(i: int) -> None:
+        _emit({"session": i, "round": seen[i], "t": time.time()})
+        seen[i] += 1
+
+    async def session_2025(i: int, http: httpx2.AsyncClient) -> None:
+        sid = await raw_session(http, url)
+        headers = {
+            **HEADERS,
+            "mcp-session-id": sid,
+            "mcp-protocol-version": "2025-11-25",
+            "accept": "text/event-stream",
+        }
+        async with http.stream("GET", url, headers=headers) as stream:
+            ready[i].set()  # the GET stream is open: the gateway answered its head
+            async for line in stream.aiter_lines():
+                if line.startswith("data:") and "notifications/tools/list_changed" in line:
+                    arrived(i)
+
+    async def session_2026(i: int, http: httpx2.AsyncClient) -> None:
+        headers = {**HEADERS, "mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen"}
+        params = {"notifications": {"toolsListChanged": True}, "_meta": META_2026}
+        body = {"jsonrpc": "2.0", "id": f"listen-{i}", "method": "subscriptions/listen", "params": params}
+        async with http.stream("POST", url, json=body, headers=headers) as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("data:") and "notifications/subscriptions/acknowledged" in line:
+                    ready[i].set()
+                elif line.startswith("data:") and "notifications/tools/list_changed" in line:
+                    arrived(i)
+
+    async with httpx2.AsyncClient(timeout=None, limits=limits) as http, anyio.create_task_group() as tg:
+        for i in range(n):
+            tg.start_soon(session_2025 if era == "2025" else session_2026, i, http)
+            if i % 25 == 24:
+                await ready[i].wait()  # open in waves: a burst of 500 only measures the accept queue
+        for r in ready:
+            await r.wait()
+        _emit({"ready": n})
+        await anyio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)  # closed: stop
+        tg.cancel_scope.cancel()
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+class Driver:
+    """One driver process; :attr:`arrivals` holds ``round -> [times]`` as they are reported."""
+
+    def __init__(self, url: str, era: str, n: int) -> None:
+        self.argv = [sys.executable, str(SELF), "--driver", url, era, str(n)]
+        self.n = n
+        self.arrivals: dict[int, list[float]] = {}
+        self.ready = anyio.Event()
+        self.news = anyio.Event()
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with await anyio.open_process(self.argv, cwd=REPO_ROOT, stderr=None) as proc:
+            assert proc.stdout is not None and proc.stdin is not None
+            task_status.started()
+            buffer = ""
+            try:
+                async for chunk in TextReceiveStream(proc.stdout):
+                    *lines, buffer = (buffer + chunk).split("\n")
+                    for line in lines:
+                        msg = json.loads(line)
+                        if "ready" in msg:
+                            self.ready.set()
+                        else:
+                            self.arrivals.setdefault(msg["round"], []).append(msg["t"])
+                            self.news.set()
+                            self.news = anyio.Event()
+            finally:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    await proc.stdin.aclose()
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+
+    async def round_done(self, k: int) -> list[float]:
+        while len(self.arrivals.get(k, [])) < self.n:
+            await self.news.wait()
+        return self.arrivals[k]
+
+
+async def bench_fanout(tmp: Path, row: str) -> dict[str, Any]:
+    n, rounds = FANOUT
+    limits = {"transport_sessions": n + 100, "transport_sessions_per_client": n + 100, "connections": 2 * n + 256}
+    out: dict[str, Any] = {}
+    # ``follow``: a new upstream tool changes every session's view, so every session is told.
+    async with gateway(tmp, f"fanout-{row}", ["--tools", "echo"], limits, "follow") as (pid, url, http):
+        sid = await raw_session(http, url)
+        trigger_headers = {**HEADERS, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+        for era in ("2025", "2026"):
+            drivers = [Driver(url, era, n // DRIVERS + (i < n % DRIVERS)) for i in range(DRIVERS)]
+            from_trigger: list[float] = []
+            spread: list[float] = []
+            gw_cpu: list[float] = []  # the gateway's CPU per round: re-list, publication, N writes
+            async with anyio.create_task_group() as tg:
+                for d in drivers:
+                    await tg.start(d.run)
+                with anyio.fail_after(300):
+                    for d in drivers:
+                        await d.ready.wait()
+                for k in range(rounds + 1):  # round 0 warms up
+                    names = ["echo", f"r{era}x{k}"]
+                    call = {"name": "h__set_tools", "arguments": {"names": names}}
+                    body = {"jsonrpc": "2.0", "id": k + 10, "method": "tools/call", "params": call}
+                    sent, c0 = time.time(), cpu_s(pid)
+                    (await http.post(url, json=body, headers=trigger_headers)).raise_for_status()
+                    with anyio.fail_after(60):
+                        times = [t for d in drivers for t in await d.round_done(k)]
+                    if k:
+                        gw_cpu.append((cpu_s(pid) - c0) * 1000)
+                        from_trigger += [(t - sent) * 1000 for t in times]
+                        spread += [(t - min(times)) * 1000 for t in times]
+                tg.cancel_scope.cancel()
+            p99 = pct(spread, 99)
+            verdict = "MET" if p99 <= 20 else "not met"
+            print(
+                f"\n[fanout {row}] {era} era: one tools/list_changed to {n} sessions, {rounds} rounds, "
+                f"loadavg {loadavg()}\n"
+                f"  from the trigger (re-list included)   p50 {pct(from_trigger, 50):7.2f} ms  "
+                f"p99 {pct(from_trigger, 99):7.2f} ms\n"
+                f"  after the round's first arrival       p50 {pct(spread, 50):7.2f} ms  "
+                f"p99 {p99:7.2f} ms  [{verdict}] (goal p99 <= 20)\n"
+                f"  gateway CPU per round {pct(gw_cpu, 50):7.1f} ms median (the rest of the spread is"
+                f" the {DRIVERS} receiving driver processes on the same cores)"
+            )
+            out[era] = {
+                "sessions": n,
+                "rounds": rounds,
+                "from_trigger_p50_ms": pct(from_trigger, 50),
+                "from_trigger_p99_ms": pct(from_trigger, 99),
+                "fanout_p50_ms": pct(spread, 50),
+                "fanout_p99_ms": p99,
+                "gw_cpu_ms_per_round": pct(gw_cpu, 50),
+                "loadavg": loadavg(),
+            }
+    return out
+
+
+# -- 3. idle 2025-era sessions ----------------------------------------------------------------------
+
+
+async def alive(http: httpx2.AsyncClient, url: str, sid: str) -> bool:
+    headers = {**HEADERS, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+    r = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers)
+    return r.status_code == 200
+
+
+async def reaped(
+    http: httpx2.AsyncClient, url: str, sids: list[str], idle_s: float, last_touch: float
+) -> tuple[int, int]:
+    """Wait out the idle timeout after the last request on ``sids`` (plus the reaper's period),
+    then until the reaper is through: fresh sessions are probed (a request on a reaped session
+    is 404; one still open is touched by the probe, so none is probed twice) until 20 in a row
+    are gone, bounded. Returns (gone, probed)."""
+    await anyio.sleep(max(0.0, last_touch + idle_s + 1.5 - time.monotonic()))  # the gateway's clock, not an event
+    order = sids[:: max(1, len(sids) // 400)]  # spread over the opening order
+    gone = probed = streak = 0
+    deadline = time.monotonic() + 30 + len(sids) / 50  # closing N sessions takes a while under load
+    for sid in order:
+        probed += 1
+        if await alive(http, url, sid):
+            streak = 0
+            if time.monotonic() > deadline:
+                break
+            await anyio.sleep(0.5)  # the reaper is still closing sessions
+        else:
+            gone, streak = gone + 1, streak + 1
+            if streak >= 20:
+                break
+    return gone, probed
+
+
+async def bench_idle(tmp: Path, row: str) -> dict[str, Any]:
+    n, idle_s = IDLE
+    limits = {"transport_sessions": n + 100, "transport_sessions_per_client": n + 100, "session_idle_s": idle_s}
+    async with gateway(tmp, f"idle-{row}", ["--tools", "echo"], limits) as (pid, url, http):
+        await open_sessions(http, url, min(n, 50))  # warm: first-use allocations are not per session
+        marks = [("start", rss(pid))]
+        figures: dict[str, Any] = {}
+        for cycle in (1, 2):
+            t0 = time.monotonic()
+            sids = await open_sessions(http, url, n)
+            opened_s = time.monotonic() - t0
+            marks.append((f"{n} open ({cycle})", rss(pid)))
+            still = sum([await alive(http, url, s) for s in (sids[0], sids[-1])])
+            gone, sampled = await reaped(http, url, sids, idle_s, time.monotonic())
+            marks.append((f"reaped ({cycle})", rss(pid)))
+            figures[f"cycle{cycle}"] = {
+                "opened_s": opened_s,
+                "oldest_and_newest_open": still,
+                "reaped_sample": [gone, sampled],
+            }
+        base = marks[0][1]
+        print(f"\n[idle {row}] {n} idle 2025-era sessions, session_idle_s {idle_s}, loadavg {loadavg()}")
+        for label, value in marks:
+            print(f"  RSS {label:18} {value / MIB:8.1f} MiB  ({(value - base) / MIB:+7.1f} MiB)")
+        growth = (marks[1][1] - base) / MIB
+        regrowth = (marks[3][1] - marks[2][1]) / MIB
+        verdict = "MET" if growth * 10000 / n <= 60 else "not met"
+        print(
+            f"  growth for {n}: {growth:.1f} MiB ({growth * 1024 * 1024 / n / 1024:.1f} KiB/session, "
+            f"{growth * 10000 / n:.1f} MiB per 10,000) [{verdict}] (goal <= 60 MB per 10,000); "
+            f"given back after reaping {(marks[1][1] - marks[2][1]) / MIB:.1f} MiB; "
+            f"second {n} grew {regrowth:+.1f} MiB (reused: {'yes' if regrowth <= 0.25 * max(growth, 1) else 'no'}); "
+            f"open at peak {figures['cycle1']['oldest_and_newest_open']}/2, reaped "
+            f"{figures['cycle1']['reaped_sample'][0]}/{figures['cycle1']['reaped_sample'][1]} probed"
+        )
+        figures |= {"rss_mib": {k: v / MIB for k, v in marks}, "growth_mib": growth, "regrowth_mib": regrowth}
+        figures["loadavg"] = loadavg()
+        return figures
+
+
+async def amain(only: set[str]) -> dict[str, Any]:
+    parts = {"list": bench_list, "fanout": bench_fanout, "idle": bench_idle}
+    out: dict[str, Any] = {}
+    print(f"bench_plane_goals: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
+    with tempfile.TemporaryDirectory(prefix="bench-plane-goals-") as d:
+        for name, fn in parts.items():
+            if name in only:
+                for row in gateways():
+                    out[f"{name} {row}"] = await fn(Path(d), row)
+    return {"loadavg_end": loadavg(), **out}
+
+
+def main() -> int:
+    if "--driver" in sys.argv:
+        i = sys.argv.index("--driver")
+        anyio.run(_driver, sys.argv[i + 1], sys.argv[i + 2], int(sys.argv[i + 3]))
+        return 0
+    only = {"list", "fanout", "idle"}
+    if "--only" in sys.argv:
+        only = set(sys.argv[sys.argv.index("--only") + 1].split(","))
+    json_if_asked(sys.argv, anyio.run(amain, only))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
