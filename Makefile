@@ -10,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: run test system-deps check lint typecheck pytest config-reference bench bench-fastpath bench-dataplane conformance image image-base image-test clean
+.PHONY: run test system-deps check lint typecheck pytest config-reference bench bench-fastpath bench-dataplane bench-plane-goals conformance image image-base image-test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ bench-fastpath: $(VENV)/.installed
 # Gateway CPU per forwarded call against a byte relay on the same stack and the SDK upstream (issue 26).
 bench-dataplane: $(VENV)/.installed
 	$(PY) bench/bench_dataplane.py
+
+# Issue 26's scale goals: tools/list at 1,000 sessions, list_changed fan-out, 10,000 idle sessions.
+bench-plane-goals: $(VENV)/.installed
+	$(PY) bench/bench_plane_goals.py
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py

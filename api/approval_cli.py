@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.operator_cli import EXIT_OK, ago, emit_json, table
 from mcp_reconciler.api.session_cli import add_leaf_common
+from mcp_reconciler.sdk import wire
 from mcp_reconciler.sdk.client import ReconcilerClient
 
 

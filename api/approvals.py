@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Principal
 from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.reconciler.approvals import ApprovalRegistry, ApprovalRequest
 from mcp_reconciler.reconciler.errors import ApprovalStateError
+from mcp_reconciler.sdk import wire
 
 if TYPE_CHECKING:
     from mcp_reconciler.api.control import Control

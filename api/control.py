@@ -1,6 +1,6 @@
 """The control API's handlers: JSON over HTTP under ``/v1`` (operators and session owners).
 
-Each handler authenticates, validates its input against the wire models (``api/wire.py``) and
+Each handler authenticates, validates its input against the wire models (``sdk/wire.py``) and
 talks to the engine facade (``reconciler/engine.py``) — never to the reconciler, its queue or
 its runtime — and to the front door for session notifications. Handlers raise
 :class:`~mcp_reconciler.api.errors.ApiError`; the route table and the glue that turns errors into
@@ -22,7 +22,6 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.approvals import ApprovalsApi
 from mcp_reconciler.api.auth import PRINCIPAL_KEY, Authenticator, Principal
 from mcp_reconciler.api.errors import ApiError
@@ -46,6 +45,7 @@ from mcp_reconciler.reconciler.errors import (
 from mcp_reconciler.reconciler.holds import HoldRegistry
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 from mcp_reconciler.reconciler.workqueue import ALL
+from mcp_reconciler.sdk import wire
 
 MAX_BODY_BYTES = 256 * 1024
 _INT = re.compile(r"-?[0-9]{1,18}")

@@ -44,13 +44,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator, Principal
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.errors import StreamLimitError
 from mcp_reconciler.reconciler.events import EngineEvent
 from mcp_reconciler.reconciler.quotas import Quota
+from mcp_reconciler.sdk import wire
 
 log = logging.getLogger("mcp_reconciler.events")
 

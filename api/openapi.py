@@ -12,10 +12,10 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.events import EVENT_MODELS
 from mcp_reconciler.api.routes import EVENTS_PATH, ROUTES
 from mcp_reconciler.api.version import __version__ as VERSION
+from mcp_reconciler.sdk import wire
 
 _ERRORS = {
     400: "invalid parameter or body",

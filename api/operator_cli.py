@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from mcp_reconciler.api import wire
+from mcp_reconciler.sdk import wire
 from mcp_reconciler.sdk.auth import CommandTokenProvider, TokenProvider, TokenProviderError
 from mcp_reconciler.sdk.client import ReconcilerClient
 from mcp_reconciler.sdk.errors import ReconcilerAPIError, RefreshTimeout, Unreachable

@@ -19,13 +19,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import PRINCIPAL_KEY, Principal
 from mcp_reconciler.api.control import Control
 from mcp_reconciler.api.errors import ApiError
 from mcp_reconciler.api.ui import ui_routes
 from mcp_reconciler.reconciler import audit
 from mcp_reconciler.reconciler.errors import QuotaError, ReconcilerError
+from mcp_reconciler.sdk import wire
 
 log = logging.getLogger("mcp_reconciler.control")
 

@@ -13,7 +13,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,6 @@ from typing import Any
 import anyio
 import uvicorn
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.bundled_demo import BundledDemo, bundled_demo, describe
 from mcp_reconciler.api.console import Console
@@ -44,11 +43,12 @@ from mcp_reconciler.api.observability import LimitGauges, Observability, observe
 from mcp_reconciler.api.plane.sessions import SessionTable
 from mcp_reconciler.api.plane.stdio import StdioPlane
 from mcp_reconciler.api.routes import routes as control_routes
-from mcp_reconciler.api.stdio_input import StdinLines, stdin_lines
+from mcp_reconciler.api.stdio_input import stdio_wire
 from mcp_reconciler.api.views import owner_view, status_out
 from mcp_reconciler.reconciler.config import GatewaySettings, TelemetryConfig
 from mcp_reconciler.reconciler.gateway import Gateway
 from mcp_reconciler.reconciler.telemetry import state_gauges
+from mcp_reconciler.sdk import wire
 
 log = logging.getLogger("mcp_reconciler.server")
 
@@ -492,6 +492,7 @@ async def _stdio(config_path: Path, view: str | None = None) -> int:
                 print(f"mcp-reconciler: no view named {view!r} in the config (declared: {declared})", file=sys.stderr)
                 return 2
             front = _front(gw, view)
+            line_bytes = (gw.settings or GatewaySettings()).limits.body_bytes  # a line is a body (I18)
             async with anyio.create_task_group() as tg:
 
                 async def on_signals() -> None:
@@ -502,29 +503,8 @@ async def _stdio(config_path: Path, view: str | None = None) -> int:
                 await tg.start(front.run)
                 tg.start_soon(on_signals)
                 # stdin read on the event loop, so a signal can stop an idle session (stdio_input.py)
-                with stdin_lines() as lines:
-                    await StdioPlane(front).serve(_stdin_bytes(lines), _stdout_writer())
+                with stdio_wire(line_bytes) as (lines, write):
+                    await StdioPlane(front).serve(lines, write)
                 tg.cancel_scope.cancel()
     return 0
 
-
-async def _stdin_bytes(lines: StdinLines | None) -> AsyncIterator[bytes]:
-    """stdin's lines for the plane: read on the event loop when stdin is a pipe or a socket, else
-    (a file, a terminal) through a worker thread."""
-    if lines is not None:
-        async for line in lines:
-            yield line.encode()
-        return
-    async for raw in anyio.wrap_file(sys.stdin.buffer):
-        yield raw
-
-
-def _stdout_writer() -> Callable[[bytes], Awaitable[None]]:
-    """Whole lines to stdout, flushed each (the stdio wire)."""
-    out = anyio.wrap_file(sys.stdout.buffer)
-
-    async def write(data: bytes) -> None:
-        await out.write(data)
-        await out.flush()
-
-    return write

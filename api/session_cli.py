@@ -12,8 +12,8 @@ import argparse
 import time
 from typing import Any
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.operator_cli import EXIT_OK, ago, emit_json, table
+from mcp_reconciler.sdk import wire
 from mcp_reconciler.sdk.client import ReconcilerClient
 
 POLICIES = ("current", "none", "explicit", "follow")

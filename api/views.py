@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.reconciler.authority import DriftPolicy, Session
 from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.model import EntryKind
 from mcp_reconciler.reconciler.status import EngineStatus
+from mcp_reconciler.sdk import wire
 
 
 def status_out(st: EngineStatus) -> wire.StatusOut:

@@ -1,6 +1,6 @@
 """What the gateway's data plane costs per forwarded call, against its floor and its upstream (issue 26).
 
-Run from the repo root:  python bench/bench_dataplane.py [--quick] [--json PATH]
+Run from the repo root:  python bench/bench_dataplane.py [--quick | --smoke] [--json PATH]  (make bench-dataplane)
 
 Set-up, all on 127.0.0.1, every server on a port the kernel picked (reported, never chosen first):
 an SDK server (``tests.support.upstream_server``, the ``echo`` tool) over streamable HTTP; a byte
@@ -41,8 +41,13 @@ from bench_fastpath import cpu_s, loadavg, open_client, run_calls  # noqa: E402
 from mcp import Client  # noqa: E402
 
 QUICK = "--quick" in sys.argv
-CALLS, BLOCKS, WARMUP = (300, 3, 30) if QUICK else (1200, 6, 100)
-DURATION_S = 1.0 if QUICK else 3.0
+SMOKE = "--smoke" in sys.argv  # tiny sizes: the test suite runs it so the bench cannot rot
+CALLS, BLOCKS, WARMUP = (12, 2, 2) if SMOKE else (300, 3, 30) if QUICK else (1200, 6, 100)
+DURATION_S = 0.3 if SMOKE else 1.0 if QUICK else 3.0
+SESSIONS = 4 if SMOKE else 32  # the throughput row's concurrent sessions
+#: The new plane's bench-only gateway, measured as its own row while it exists; once ``serve``
+#: runs the new plane (issue 26's switch), "gateway" is that plane and this row goes away.
+PLANE_GATEWAY = REPO_ROOT / "bench" / "plane_gateway.py"
 STARTUP_S = 60.0
 
 
@@ -114,7 +119,7 @@ async def bench_era(era: str, rows: list[Row], up_pid: int) -> dict[str, Any]:
                 "upstream_cpu_ms": upc,
             }
         many = {
-            label: [clients[label]] + [await open_client(stack, url, era) for _ in range(31)]
+            label: [clients[label]] + [await open_client(stack, url, era) for _ in range(SESSIONS - 1)]
             for label, url, _, _ in rows
         }
         tput: dict[str, float] = {}
@@ -132,16 +137,33 @@ async def bench_era(era: str, rows: list[Row], up_pid: int) -> dict[str, Any]:
             "gw_tput32_over_direct": tput["gateway"] / tput[direct],
             "relay_tput32_over_direct": tput["byte relay"] / tput[direct],
         }
+        if "gateway new plane" in out:
+            plane = out["gateway new plane"]
+            ratios |= {
+                "plane_cpu_over_relay": plane["own_cpu_ms"] / relay["own_cpu_ms"],
+                "plane_cpu_over_upstream": plane["own_cpu_ms"] / up_direct,
+                "plane_cpu_over_sdk_plane": plane["own_cpu_ms"] / gw["own_cpu_ms"],
+                "plane_added_p50_ms": plane["added_p50_ms"],
+                "plane_tput32_over_direct": tput["gateway new plane"] / tput[direct],
+            }
         out["ratios"] = ratios
 
-        print("  throughput at 32 sessions, calls/s: " + ", ".join(f"{k} {v:.0f}" for k, v in tput.items()))
+        print(f"  throughput at {SESSIONS} sessions, calls/s: " + ", ".join(f"{k} {v:.0f}" for k, v in tput.items()))
         goals = [
             ("gateway CPU / byte relay CPU", "gw_cpu_over_relay", "<=", 1.3),
             ("gateway CPU / upstream SDK CPU", "gw_cpu_over_upstream", "<=", 0.5),
             ("byte relay CPU / upstream SDK CPU", "relay_cpu_over_upstream", "", 0.0),
             ("gateway added p50 ms", "gw_added_p50_ms", "<=", 0.5),
-            ("gateway tput@32 / direct", "gw_tput32_over_direct", ">=", 0.9),
+            (f"gateway tput@{SESSIONS} / direct", "gw_tput32_over_direct", ">=", 0.9),
         ]
+        if "plane_cpu_over_relay" in ratios:
+            goals += [
+                ("new plane CPU / byte relay CPU", "plane_cpu_over_relay", "<=", 1.3),
+                ("new plane CPU / upstream SDK CPU", "plane_cpu_over_upstream", "<=", 0.5),
+                ("new plane CPU / SDK-based plane CPU", "plane_cpu_over_sdk_plane", "", 0.0),
+                ("new plane added p50 ms", "plane_added_p50_ms", "<=", 0.5),
+                (f"new plane tput@{SESSIONS} / direct", "plane_tput32_over_direct", ">=", 0.9),
+            ]
         for text, key, op, target in goals:
             v = ratios[key]
             if not op:
@@ -157,6 +179,7 @@ async def amain() -> dict[str, Any]:
         tmp = Path(d)
         print(f"bench_dataplane: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
         up_file, relay_file, gw_file = tmp / "up.port", tmp / "relay.port", tmp / "gw.port"
+        plane_file = tmp / "plane.port"
         up_argv = [sys.executable, "-m", "tests.support.upstream_server", "--transport", "http"]
         async with child([*up_argv, *port_args(up_file), "--tools", "echo"]) as up:
             up_url = f"http://127.0.0.1:{await reported_port(up_file, lambda: up.returncode)}/mcp"
@@ -167,24 +190,30 @@ async def amain() -> dict[str, Any]:
             )
             relay_argv = [sys.executable, str(REPO_ROOT / "bench" / "byte_relay.py"), "--upstream", up_url]
             gw_argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg)]
-            async with (
-                child([*relay_argv, "--port-file", str(relay_file)]) as relay,
-                child([*gw_argv, *port_args(gw_file)]) as gw,
-            ):
+            # The new data plane (issue 26) in a gateway process of its own on the same config.
+            plane_argv = [sys.executable, str(PLANE_GATEWAY), "--config", str(cfg)]
+            async with contextlib.AsyncExitStack() as procs:
+                relay = await procs.enter_async_context(child([*relay_argv, "--port-file", str(relay_file)]))
+                gw = await procs.enter_async_context(child([*gw_argv, *port_args(gw_file)]))
                 relay_url = f"http://127.0.0.1:{await reported_port(relay_file, lambda: relay.returncode)}/mcp"
                 gw_url = f"http://127.0.0.1:{await reported_port(gw_file, lambda: gw.returncode)}/mcp"
-                async with Client(gw_url, mode="legacy") as c:  # the source is published
-                    with anyio.fail_after(STARTUP_S):
-                        while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
-                            await anyio.sleep(0.1)
                 rows: list[Row] = [
                     ("direct", up_url, "echo", None),
                     ("byte relay", relay_url, "echo", relay.pid),
-                    ("gateway", gw_url, "h__echo", gw.pid),  # `serve`: the gateway's own data plane (issue 26)
+                    ("gateway", gw_url, "h__echo", gw.pid),
                 ]
+                if PLANE_GATEWAY.exists():
+                    pg = await procs.enter_async_context(child([*plane_argv, "--port-file", str(plane_file)]))
+                    plane_url = f"http://127.0.0.1:{await reported_port(plane_file, lambda: pg.returncode)}/mcp"
+                    rows.append(("gateway new plane", plane_url, "h__echo", pg.pid))  # its own gateway process
+                for _, url, _, _ in rows[2:]:
+                    async with Client(url, mode="legacy") as c:  # the source is published
+                        with anyio.fail_after(STARTUP_S):
+                            while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
+                                await anyio.sleep(0.1)
                 result: dict[str, Any] = {}
                 for era in ("legacy", "2026-07-28"):
-                    result[f"{era}+plane"] = await bench_era(era, rows, up.pid)
+                    result[era] = await bench_era(era, rows, up.pid)
         return {"loadavg_end": loadavg(), **result}
 
 

@@ -48,13 +48,13 @@ import httpx2  # noqa: E402
 from _stats import dump_json, environment, json_out_path, summary, verdict  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
 from mcp_reconciler.api.auth import Authenticator  # noqa: E402
 from mcp_reconciler.api.oauth import ResourceServer  # noqa: E402
 from mcp_reconciler.api.server import serve_http  # noqa: E402
 from mcp_reconciler.reconciler.authority import GrantPolicy  # noqa: E402
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig  # noqa: E402
+from mcp_reconciler.sdk.http_client import mcp_http_client  # noqa: E402
 from tests.support.authz_server import authz_server  # noqa: E402
 
 STATIC = "static-operator-token-0123456789abcdef"
@@ -177,7 +177,7 @@ async def wired(az: Any, quick: bool) -> dict[str, Any]:
                 for mode in ("legacy", "auto"):
                     for kind, token in tokens.items():
                         http = await stack.enter_async_context(
-                            create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+                            mcp_http_client(headers={"Authorization": f"Bearer {token}"})
                         )
                         client = await stack.enter_async_context(
                             Client(streamable_http_client(served.url, http_client=http), mode=mode)

@@ -23,8 +23,8 @@ import anyio
 import httpx2
 from pydantic import BaseModel
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.reconciler.backoff import exponential_delay
+from mcp_reconciler.sdk import wire
 from mcp_reconciler.sdk.auth import BearerAuth, TokenProvider
 from mcp_reconciler.sdk.errors import NotFound, ReconcilerAPIError, Unreachable, error_for
 

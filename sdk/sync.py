@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from mcp_reconciler.api import wire
+from mcp_reconciler.sdk import wire
 from mcp_reconciler.sdk.auth import TokenProvider
 from mcp_reconciler.sdk.client import ReconcilerClient
 

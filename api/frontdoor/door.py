@@ -34,6 +34,7 @@ from mcp_reconciler.api.frontdoor.logs import LogRelay
 from mcp_reconciler.api.frontdoor.notify import Notifier, PushGate
 from mcp_reconciler.api.frontdoor.observe import OperationObserver
 from mcp_reconciler.api.frontdoor.pages import ListCache, freeze_after_publication
+from mcp_reconciler.api.frontdoor.passthrough import RawResult
 from mcp_reconciler.api.frontdoor.relay import Relay
 from mcp_reconciler.api.frontdoor.search import FindTools
 from mcp_reconciler.api.frontdoor.sessions import Binding, Sessions
@@ -226,10 +227,11 @@ class FrontDoor:
         self.tasks.forget(session_id)
 
     async def call_tool(
-        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams, *, raw: bool = False
+    ) -> types.CallToolResult | types.InputRequiredResult | RawResult:
         """``tools/call``: ``find_tools`` and the control tools are answered here, a tool that
-        runs only as a task through ``tasks``, everything else is forwarded."""
+        runs only as a task through ``tasks``, everything else is forwarded (``raw``: its
+        result may be the upstream's JSON, ``Forwarder.call_tool``)."""
         if params.name == self.find_tools.name:
             binding = self.sessions.binding(ctx)
             if self.find_tools.shown(binding):
@@ -242,7 +244,7 @@ class FrontDoor:
         elif self.tasks.runs_as_task(params.name):  # a tool that requires a task, called plainly
             self._no_task_if_approval(ctx, params.name)
             return await self.tasks.call_required(ctx, params, lambda c: self.forwarder.call_tool(c, params))
-        return await self.forwarder.call_tool(ctx, params)
+        return await self.forwarder.call_tool(ctx, params, raw=raw)
 
     async def task_guard(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
         """``Tasks.middleware``, after refusing a task-augmented call of a tool that needs an

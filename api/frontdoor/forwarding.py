@@ -22,7 +22,7 @@ records) is attributed to it through the ``relay`` (the operation is registered 
 duration) and reaches this caller only; log records still being relayed are delivered before
 the result. A 2026-era upstream's ``InputRequiredResult`` is fulfilled for a legacy caller or
 passed to a 2026 caller with its state sealed; a 2026 caller on a 2025-era upstream runs as a
-held exchange (``exchanges``). The fast lane (ADR 0019) runs the same operation (``raw=True``).
+held exchange (``exchanges``). ``raw=True`` (the data plane's ``tools/call``) keeps a simple result as JSON.
 Every call, read and get passes ``rate_limits:`` here (ADR 0033), before anything is sent."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.exchanges import Exchanges
 from mcp_reconciler.api.frontdoor.logs import LOG_LEVEL_META, LogRelay
 from mcp_reconciler.api.frontdoor.observe import OperationObserver, OpFacts, inject
-from mcp_reconciler.api.frontdoor.passthrough import FastParams, RawResult, simple_call_result
+from mcp_reconciler.api.frontdoor.passthrough import RawResult, simple_call_result
 from mcp_reconciler.api.frontdoor.progress import PROGRESS_KEYS, progress_token, send_with_progress
 from mcp_reconciler.api.frontdoor.relay import Relay, RelayError
 from mcp_reconciler.api.frontdoor.revisions import DRIFT_META, REVISION_META, choose_generation
@@ -103,35 +103,17 @@ class Forwarder:
         self._observer = observer or OperationObserver()
 
     async def call_tool(
-        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        """``tools/call``, forwarded under the tool's upstream name."""
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams, *, raw: bool = False
+    ) -> types.CallToolResult | types.InputRequiredResult | RawResult:
+        """``tools/call``, forwarded under the tool's upstream name. ``raw``: a result that
+        :func:`simple_call_result` accepts comes back as the upstream's JSON (a
+        :class:`RawResult`), never built into a model the caller would only dump again."""
         build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
             params=types.CallToolRequestParams(name=e.upstream_name, arguments=params.arguments, _meta=m, **x)
         )
         return await self.forward(  # type: ignore[no-any-return]
-            ctx, EntryKind.TOOL, params.name, params, build, types.CallToolResult
+            ctx, EntryKind.TOOL, params.name, params, build, types.CallToolResult, raw=raw
         )
-
-    async def call_tool_fast(
-        self,
-        ctx: ServerRequestContext[Any],
-        name: str,
-        arguments: dict[str, Any] | None,
-        meta: Any,
-        *,
-        input_responses: Any = None,
-        request_state: str | None = None,
-    ) -> Any:
-        """:meth:`call_tool` keeping the upstream's JSON (unused since the data plane serves every
-        call through :meth:`call_tool`; kept for the plane's raw results, ADR 0035): the result
-        stays the upstream's JSON (a ``RawResult``) when it is a ``simple_call_result``.
-        ``input_responses`` (validated) and ``request_state`` carry a sealed retry."""
-        build = lambda e, m, x: types.CallToolRequest(  # noqa: E731
-            params=types.CallToolRequestParams(name=e.upstream_name, arguments=arguments, _meta=m, **x)
-        )
-        params, result_type = FastParams(meta, input_responses, request_state, arguments), types.CallToolResult
-        return await self.forward(ctx, EntryKind.TOOL, name, params, build, result_type, raw=True)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams

@@ -1,7 +1,7 @@
-"""What the fast lane passes through as the upstream's JSON (ADR 0019): the check that decides
-it (:func:`simple_call_result`), the result that carries it (:class:`RawResult`) and the params
-stand-in of a lane call (:class:`FastParams`). Kept apart from ``forwarding`` so that module is
-about the operation, this one about what a result may skip."""
+"""What a ``tools/call`` passes through as the upstream's JSON (ADR 0019, ADR 0038): the check
+that decides it (:func:`simple_call_result`) and the result that carries it (:class:`RawResult`).
+Kept apart from ``forwarding`` so that module is about the operation, this one about what a
+result may skip."""
 
 from __future__ import annotations
 
@@ -54,16 +54,3 @@ def simple_call_result(raw: Any) -> bool:
         and isinstance(raw.get("_meta", {}), dict)
         and raw.get("resultType", "complete") == "complete"
     )
-
-
-@dataclass(frozen=True, slots=True)
-class FastParams:
-    """The fast lane's stand-in for typed request params: ``_meta``, and for a 2026 client's
-    retry of a sealed multi-round call its validated ``input_responses`` and ``request_state``
-    (the lane takes no retry of a *held* exchange: that one is the normal lane's); the call's
-    ``arguments`` (an approval names their digest, ADR 0034)."""
-
-    meta: dict[str, Any] | None
-    input_responses: Any = None
-    request_state: str | None = None
-    arguments: dict[str, Any] | None = None

@@ -13,7 +13,10 @@ dispatcher adds nothing of its own to an operation. Per request it:
 3. runs the operation with a :class:`~mcp.server.ServerRequestContext` the plane built (public
    SDK constructors: the operations take that type), and
 4. shapes the result for the wire: the version's result surface (``serialize_server_result``),
-   ``resultType`` on every 2026-era result, the ``serverInfo`` stamp (spec #3002).
+   ``resultType`` on every 2026-era result, the ``serverInfo`` stamp (spec #3002). A
+   ``tools/call`` result the upstream sent in the simple form (``passthrough.simple_call_result``:
+   text content, structured content, the error flag) stays the upstream's JSON: it is already
+   its wire form, so no model is built to be dumped again (ADR 0038's profile).
 
 Errors leave as ``MCPError``/``ValidationError``; :func:`error_data` maps them, and anything else
 becomes a bare ``INTERNAL_ERROR`` with the cause in the log (I12)."""
@@ -23,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -38,6 +42,7 @@ from pydantic import BaseModel, ValidationError
 
 from mcp_reconciler.api.frontdoor.link import LinkedContext
 from mcp_reconciler.api.frontdoor.pages import LIST_METHODS
+from mcp_reconciler.api.frontdoor.passthrough import RawResult
 from mcp_reconciler.api.plane import jsonrpc
 
 if TYPE_CHECKING:
@@ -74,7 +79,7 @@ class Dispatcher:
             "ping": Route(types.RequestParams, self._ping),
             "server/discover": Route(types.RequestParams, self._discover),
             "tools/list": Route(types.PaginatedRequestParams, listing.list_tools),
-            "tools/call": Route(types.CallToolRequestParams, front.call_tool),
+            "tools/call": Route(types.CallToolRequestParams, partial(front.call_tool, raw=True)),
             "resources/list": Route(types.PaginatedRequestParams, listing.list_resources),
             "resources/templates/list": Route(types.PaginatedRequestParams, listing.list_templates),
             "resources/read": Route(types.ReadResourceRequestParams, forwarder.read_resource),
@@ -132,15 +137,19 @@ class Dispatcher:
 
     def wire_result(self, method: str, version: str, result: Any) -> dict[str, Any]:
         """``result`` shaped for the wire at ``version`` (step 4)."""
+        passthrough = isinstance(result, RawResult)
         if isinstance(result, BaseModel):
             dumped: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        elif isinstance(result, RawResult):  # already the wire form at every version but resultType
+            dumped = {k: v for k, v in result.data.items() if k != "resultType"}
+            dumped.setdefault("isError", False)  # the model's default, always on the wire
         elif result is None:
             dumped = {}
         else:
             dumped = dict(result)
         kind = dumped.get("resultType")
         core = not _modern(version) or not isinstance(kind, str) or kind in _CORE_RESULT_TYPES
-        if method in methods.SPEC_CLIENT_METHODS and core:
+        if method in methods.SPEC_CLIENT_METHODS and core and not passthrough:
             try:
                 dumped = methods.serialize_server_result(method, version, dumped)
             except ValidationError:

@@ -2,16 +2,27 @@
 a byte stream pair (the gateway's stdin and stdout).
 
 One client, the local user (``ctx.request`` is ``None``: the front door's local identity).
-Both eras, as the SDK's dual-era loop serves them: a request whose ``_meta`` names a 2026-07-28
-protocol version is served on its own connection built from that envelope; anything else
-belongs to the handshake session — ``initialize`` first (a request before it is refused with
-``INVALID_PARAMS``, as the SDK server does), ``notifications/initialized`` binds the session so
-pushes reach it at once. Each request runs in its own task (a slow call never holds up a
-``ping``); ``notifications/cancelled`` cancels the request it names. Notifications an operation
-emits and pushes are written as lines; one lock keeps every line whole.
+Both eras, as the SDK's dual-era loop serves them (``mcp.server.runner.serve_dual_era_loop``):
+the client's first request decides the connection's era, once. A request carrying the
+2026-07-28 ``_meta`` envelope (other than ``initialize``) opens a 2026 connection: every request
+passes the SDK's envelope ladder (``classify_inbound_request``) and is served on a connection
+built from its own envelope, and a later ``initialize`` gets ``UNSUPPORTED_PROTOCOL_VERSION``
+naming the served versions (so a client whose ``server/discover`` probe timed out re-probes
+instead of settling for the handshake era). Anything else opens the handshake session:
+``initialize`` first (a request before it is refused with ``INVALID_PARAMS``, as the SDK server
+does), an enveloped request is refused with ``INVALID_REQUEST``, ``notifications/initialized``
+binds the session so pushes reach it at once. Each request runs in its own task (a slow call
+never holds up a ``ping``); ``notifications/cancelled`` cancels the request it names.
+Notifications an operation emits and pushes are written as lines; one lock keeps every line
+whole.
 
 The relay's server→client requests (sampling, elicitation, roots) go out as lines under their
-own ids; the client's response lines are handed to the session's ``Replies``."""
+own ids; the client's response lines are handed to the session's ``Replies``.
+
+A line over the input bound (``api/stdio_input.py``, I18) arrives as a
+:class:`~reconciler.stdio_peer.Refused`: a request it names gets ``INVALID_REQUEST`` naming the
+bound, a response it names fails the gateway's request waiting on it, anything else is logged;
+the session goes on."""
 
 from __future__ import annotations
 
@@ -23,6 +34,7 @@ import anyio
 import mcp_types as types
 from mcp import MCPError
 from mcp.server.connection import Connection
+from mcp.shared.inbound import InboundLadderRejection, InboundModernRoute, classify_inbound_request
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.transport_context import TransportContext
@@ -32,11 +44,16 @@ from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.plane import jsonrpc
 from mcp_reconciler.api.plane.channel import Channel, Replies
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
+from mcp_reconciler.reconciler import telemetry
+from mcp_reconciler.reconciler.stdio_peer import Refused, envelope
 
 log = logging.getLogger("mcp_reconciler.plane")
 
+_refused = telemetry.meter.create_counter(
+    "plane.stdio.lines_refused", description="stdio lines refused at the line bound (gateway.limits.body_bytes)"
+)
+
 Write = Callable[[bytes], Awaitable[None]]
-_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 
 
 class LineChannel(Channel):
@@ -53,10 +70,42 @@ class LineChannel(Channel):
         await self._write(jsonrpc.encode(message) + b"\n")
 
 
-def _modern_version(params: Mapping[str, Any] | None) -> str | None:
+def _has_envelope(params: Mapping[str, Any] | None) -> bool:
+    """Whether ``params._meta`` carries the 2026-07-28 protocol-version key (the SDK's era signal)."""
     meta = params.get("_meta") if params else None
-    version = meta.get(_VERSION_META) if isinstance(meta, Mapping) else None
-    return version if version in MODERN_PROTOCOL_VERSIONS else None
+    return isinstance(meta, Mapping) and types.PROTOCOL_VERSION_META_KEY in meta
+
+
+def _era_refusal(modern: bool, call: jsonrpc.Call) -> types.ErrorData | None:
+    """The error a request of the other era gets on this connection (the SDK server's)."""
+    if modern and call.method == "initialize":
+        requested = (call.params or {}).get("protocolVersion")
+        data: dict[str, Any] = {"supported": list(MODERN_PROTOCOL_VERSIONS)}
+        if isinstance(requested, str):
+            data["requested"] = requested
+        return types.ErrorData(
+            code=types.UNSUPPORTED_PROTOCOL_VERSION,
+            message="connection is serving the 2026-07-28 protocol; the initialize handshake is not accepted",
+            data=data,
+        )
+    if not modern and call.method != "initialize" and _has_envelope(call.params):
+        return types.ErrorData(
+            code=types.INVALID_REQUEST,
+            message="this connection serves the handshake protocol era; "
+            "requests carrying the 2026-07-28 envelope are not accepted on it",
+        )
+    return None
+
+
+def _admit(modern: bool, call: jsonrpc.Call) -> tuple[types.ErrorData | None, InboundModernRoute | None]:
+    """The refusal ``call`` gets on a connection of this era, or (2026) its envelope's route."""
+    refusal = _era_refusal(modern, call)
+    if refusal is not None or not modern:
+        return refusal, None
+    route = classify_inbound_request(call.raw)
+    if isinstance(route, InboundLadderRejection):
+        return types.ErrorData(code=route.code, message=route.message, data=route.data), None
+    return None, route
 
 
 class StdioPlane:
@@ -66,7 +115,7 @@ class StdioPlane:
         self._front = front
         self._dispatcher = Dispatcher(front)
 
-    async def serve(self, lines: AsyncIterator[bytes], write_out: Write) -> None:
+    async def serve(self, lines: AsyncIterator[bytes | Refused], write_out: Write) -> None:
         """Serve until ``lines`` ends (stdin's EOF); then every request still running is
         cancelled and the session's connection is closed (its binding goes, I14)."""
         lock = anyio.Lock()
@@ -79,9 +128,13 @@ class StdioPlane:
         standalone = LineChannel(write, replies)
         connection = Connection.for_loop(standalone)
         running: dict[types.RequestId, anyio.CancelScope] = {}
+        modern: bool | None = None  # the era, decided by the first request
         try:
             async with anyio.create_task_group() as tg:
                 async for line in lines:
+                    if isinstance(line, Refused):
+                        await self._refuse(line, replies, write)
+                        continue
                     if not line.strip():
                         continue
                     message = jsonrpc.decode(line)
@@ -93,16 +146,39 @@ class StdioPlane:
                         await replies.progress(message.params)  # on a request the gateway asked (relay)
                     elif isinstance(message, jsonrpc.Notice):
                         self._notice(connection, standalone, message, running)
+                    if not isinstance(message, jsonrpc.Call):
+                        continue
+                    if modern is None:
+                        modern = message.method != "initialize" and _has_envelope(message.params)
+                    refusal, route = _admit(modern, message)
+                    if refusal is not None:
+                        await write(jsonrpc.encode(jsonrpc.error_message(message.id, refusal)) + b"\n")
                     elif message.method == "initialize":
                         await write(jsonrpc.encode(self._initialize(connection, message)) + b"\n")
                     else:
                         scope = anyio.CancelScope()
                         running[message.id] = scope
-                        tg.start_soon(self._request, connection, replies, message, write, scope, running)
+                        tg.start_soon(self._request, connection, replies, message, route, write, scope, running)
                 tg.cancel_scope.cancel()  # stdin ended: nothing left to answer
         finally:
             with anyio.CancelScope(shield=True):
                 await connection.exit_stack.aclose()
+
+    async def _refuse(self, refused: Refused, replies: Replies, write: Write) -> None:
+        """Answer what a line over the bound names (module docstring)."""
+        head = envelope(refused.prefix)
+        error = types.ErrorData(
+            code=types.INVALID_REQUEST,
+            message=f"message too large: lines are limited to {refused.limit} bytes ({refused.bound})",
+        )
+        log.warning("stdio: a line over %s (%d bytes) was refused", refused.bound, refused.limit)
+        _refused.add(1, {"bound": refused.bound})
+        if head.id is None:
+            return  # a notification, or unattributable: nothing is owed back
+        if head.has_method:
+            await write(jsonrpc.encode(jsonrpc.error_message(head.id, error)) + b"\n")
+        else:  # the client's answer to a request of ours: that request fails now
+            replies.deliver(jsonrpc.Reply(head.id, None, error.model_dump(by_alias=True, exclude_none=True)))
 
     def _initialize(self, connection: Connection, call: jsonrpc.Call) -> dict[str, Any]:
         try:
@@ -136,20 +212,15 @@ class StdioPlane:
         connection: Connection,
         replies: Replies,
         call: jsonrpc.Call,
+        route: InboundModernRoute | None,
         write: Write,
         scope: anyio.CancelScope,
         running: dict[types.RequestId, anyio.CancelScope],
     ) -> None:
-        version = _modern_version(call.params)
-        channel = LineChannel(write, replies if version is None else None, call.id)  # 2026: no back-channel
+        channel = LineChannel(write, replies if route is None else None, call.id)  # 2026: no back-channel
         channel.progress_token = progress_token_from_params(call.params)
-        if version is not None:  # a 2026-07-28 request: its own connection, from its envelope
-            meta = (call.params or {}).get("_meta", {})
-            conn = Connection.from_envelope(
-                version,
-                meta.get("io.modelcontextprotocol/clientInfo"),
-                meta.get("io.modelcontextprotocol/clientCapabilities"),
-            )
+        if route is not None:  # a 2026-07-28 request: its own connection, from its envelope
+            conn = Connection.from_envelope(route.protocol_version, route.client_info, route.client_capabilities)
         else:
             conn = connection
         ctx = context(channel, conn, call.method, call.params, call.id, None)

@@ -560,7 +560,8 @@ class LimitsConfig(_Frozen):
     body_bytes: int = Field(
         default=4 * 1024 * 1024,
         ge=1024,
-        description="`/mcp` request body, in bytes (413 beyond, answered while the body streams).",
+        description="`/mcp` request body, in bytes (413 beyond, answered while the body streams); also a request "
+        "line of `mcp-reconciler stdio` (INVALID_REQUEST beyond, the rest of the line skipped).",
     )
     transport_sessions: int = Field(
         default=4096,

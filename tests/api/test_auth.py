@@ -8,10 +8,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.auth import Authenticator
 from mcp_reconciler.api.routes import ROUTES
-from mcp_reconciler.sdk import Forbidden, NotFound, ReconcilerClient, Unauthenticated
+from mcp_reconciler.sdk import Forbidden, NotFound, ReconcilerClient, Unauthenticated, wire
 from tests.api.conftest import (
     ALICE,
     ALL_TOKENS,

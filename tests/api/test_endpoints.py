@@ -11,7 +11,6 @@ import anyio
 import httpx2
 import pytest
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.reconciler.runtime import LiveState
 from mcp_reconciler.sdk import (
     Conflict,
@@ -20,6 +19,7 @@ from mcp_reconciler.sdk import (
     ReconcilerClient,
     SyncReconcilerClient,
     Unreachable,
+    wire,
 )
 from tests.api.conftest import (
     OPERATOR_TOKEN,

@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcp_reconciler.api import openapi, wire
+from mcp_reconciler.api import openapi
 from mcp_reconciler.api.routes import EVENTS_PATH, ROUTES
+from mcp_reconciler.sdk import wire
 from tests.api.conftest import (
     ALICE,
     ALL_TOKENS,
@@ -44,7 +45,7 @@ def test_committed_openapi_matches_the_code() -> None:
     committed = COMMITTED.read_text()
     assert rendered == committed, (
         "api/openapi.json is out of date with the route table and wire models "
-        "(api/control.py ROUTES, api/wire.py). If the change is intended, regenerate it:\n\n"
+        "(api/control.py ROUTES, sdk/wire.py). If the change is intended, regenerate it:\n\n"
         "    python -m mcp_reconciler.api.openapi > api/openapi.json\n\n"
         "and review the diff: removing or renaming a path, field or enum value breaks API clients."
     )

@@ -9,8 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_reconciler.api import wire
-from mcp_reconciler.sdk import RefreshTimeout
+from mcp_reconciler.sdk import RefreshTimeout, wire
 from mcp_reconciler.sdk.client import ReconcilerClient
 from tests.api.conftest import OPERATOR_TOKEN, WAIT, served_gateway, wait_until, write_config
 

@@ -243,10 +243,10 @@ def test_limits_defaults() -> None:
 def test_quota_blocks() -> None:
     """The quota refusal the README shows is the one the session quota raises at its default
     per-principal bound (ADR 0032), and the session JSON fields it shows exist."""
-    from mcp_reconciler.api.wire import SessionOut, error
     from mcp_reconciler.reconciler.authority import Authority
     from mcp_reconciler.reconciler.bounds import Bounds
     from mcp_reconciler.reconciler.errors import SessionLimitError
+    from mcp_reconciler.sdk.wire import SessionOut, error
 
     authority = Authority(Bounds())
     for _ in range(Bounds().sessions_per_principal):

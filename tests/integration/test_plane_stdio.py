@@ -1,8 +1,11 @@
-"""The new data plane on stdio (``api/plane/stdio.py``, issue 26) against the SDK-based stdio
-gateway (``mcp-reconciler stdio``): the same config (one stdio upstream), the SDK's own client
-over the SDK's ``stdio_client`` to each process, the same request sequence in both protocol
-eras — results and protocol errors equal (the upstream's pid aside: each gateway starts its own).
-Progress notifications reach the caller before the result."""
+"""``mcp-reconciler stdio`` (the data plane on stdio, ``api/plane/stdio.py``, issue 26) against the
+same gateway over streamable HTTP (``serve_http``, ``/mcp``): the same config (one stdio
+upstream), the SDK's own client over the SDK's ``stdio_client`` to the stdio gateway and over
+``streamable_http_client`` to ``/mcp``, the same request sequence in both protocol eras —
+results and protocol errors equal (the upstream's pid aside: each gateway starts its own).
+Progress notifications reach the caller before the result. (Until the switch-over this compared
+the SDK-based stdio gateway with the plane; the SDK server directly is the oracle of
+``test_plane_oracle.py``.)"""
 
 from __future__ import annotations
 
@@ -17,8 +20,10 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
-from tests.e2e.conftest import upstream_source
+from mcp_reconciler.api.server import serve_http
+from tests.e2e.conftest import ANONYMOUS_CURRENT, upstream_source
 from tests.integration.conftest import REPO_ROOT
 from tests.integration.test_stdio_oracle import scrub  # the upstream's pid differs between the two gateways
 
@@ -33,6 +38,12 @@ async def client(argv: list[str], mode: str) -> AsyncIterator[Client]:
     with open(os.devnull, "w") as errlog:  # noqa: ASYNC230 - /dev/null never blocks
         async with Client(stdio_client(params, errlog=errlog), mode=mode) as c:
             yield c
+
+
+@contextlib.asynccontextmanager
+async def http_client(cfg: Path, mode: str) -> AsyncIterator[Client]:
+    async with serve_http(cfg, port=0) as served, Client(streamable_http_client(served.url), mode=mode) as c:
+        yield c
 
 
 async def sequence(c: Client) -> list[Any]:
@@ -67,15 +78,14 @@ async def sequence(c: Client) -> list[Any]:
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
-async def test_stdio_plane_answers_as_the_sdk_based_stdio_gateway(mode: str, tmp_path: Path) -> None:
+async def test_stdio_answers_as_the_gateway_over_http(mode: str, tmp_path: Path) -> None:
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(json.dumps({"sources": [upstream_source("s", "--tools", "a,b")]}))
-    old_argv = ["-m", "mcp_reconciler.api.cli", "stdio", "--config", str(cfg)]
-    new_argv = ["-m", "tests.support.plane_stdio", "--config", str(cfg)]
-    async with client(old_argv, mode) as old:
-        before = await sequence(old)
-    async with client(new_argv, mode) as new:
-        after = await sequence(new)
+    doc = {"gateway": {"anonymous": ANONYMOUS_CURRENT}, "sources": [upstream_source("s", "--tools", "a,b")]}
+    cfg.write_text(json.dumps(doc))
+    async with http_client(cfg, mode) as http:
+        before = await sequence(http)
+    async with client(["-m", "mcp_reconciler.api.cli", "stdio", "--config", str(cfg)], mode) as stdio:
+        after = await sequence(stdio)
     assert after == before
     assert len(after[-1][1]) == 3  # the three progress notifications arrived before the result
     assert "SECRET" not in json.dumps(after)

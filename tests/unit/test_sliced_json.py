@@ -154,7 +154,9 @@ async def test_a_30_MB_string_is_parsed_with_the_loop_getting_turns() -> None:
     parsed, own, spent = await own_cpu_between_turns(lambda: parse_message(line))
     assert parsed["result"]["content"][0]["text"] == text
     assert len(own) > 20, "the ticker never ran while the message was parsed"
-    assert max(own) < max(spent / 4, 0.05), (max(own), spent)
+    # A third of the whole: unsliced, one stretch is all of it; a GC pass or a page fault on a
+    # loaded 2-core box can make one slice 70 ms (seen), which is not what this test is about.
+    assert max(own) < max(spent / 3, 0.1), (max(own), spent)
 
 
 @pytest.mark.parametrize("escaped", ["\\", '"', "\n", "é", "😀", "😀😀", "\\\\😀"])

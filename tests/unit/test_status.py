@@ -7,7 +7,6 @@ import dataclasses
 
 import pytest
 
-from mcp_reconciler.api import wire
 from mcp_reconciler.api.views import status_json, status_out
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.desired import DesiredState, StaticDesiredState
@@ -15,6 +14,7 @@ from mcp_reconciler.reconciler.engine import Engine
 from mcp_reconciler.reconciler.model import Diagnostic, SourceSpec, SourceState
 from mcp_reconciler.reconciler.reconcile import Reconciler
 from mcp_reconciler.reconciler.status import EngineStatus, build_status
+from mcp_reconciler.sdk import wire
 from tests.support.fakes import FakeReader, spec
 
 pytestmark = pytest.mark.anyio

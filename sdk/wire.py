@@ -2,7 +2,9 @@
 from these and the route table in ``api/control.py`` (``api/openapi.json``).
 
 It is over 400 lines because it holds every model of the API's wire format in one module: the
-OpenAPI document, the SDK and the CLI all read the same definitions, and each model is small."""
+OpenAPI document, the SDK and the CLI all read the same definitions, and each model is small.
+It lives in ``sdk/`` so the Python SDK imports nothing of ``api/`` (the gateway's ``api/``
+imports it; issue 26, ADR 0009); it imports only pydantic."""
 
 from __future__ import annotations
 
