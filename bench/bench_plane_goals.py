@@ -107,7 +107,7 @@ async def gateway(
         gateway_cfg = {"anonymous": {"grant_policy": policy}, "cooldown_s": 0, "limits": limits}
         source = {"name": "h", "http": {"url": f"http://127.0.0.1:{up_port}/mcp"}}
         cfg.write_text(json.dumps({"gateway": gateway_cfg, "sources": [source]}))
-        if row.rpartition("-")[2] == "gateway":  # "list-gateway": the part names the file, not the row
+        if row.rsplit("-", 1)[-1] == "gateway":  # rows arrive as "<bench>-<row>"
             argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), *port_args(gw_file)]
         else:
             argv = [sys.executable, str(PLANE_GATEWAY), "--config", str(cfg), "--port-file", str(gw_file)]

@@ -16,7 +16,7 @@ A. Freshness latency. A real 100-tool upstream (``tests.support.upstream_server`
 
 B. RSS after 1,000 reconnect cycles of a dying upstream, in process. The upstream is a real
    ``mcp.server.Server`` (100 tools) served over in-memory streams by a target factory whose
-   read stream is wrapped in the reconciler's own ``ObservedReadStream``; each cycle the bench
+   session's end is observed by the reconciler's own session (``channel_target``); each cycle the bench
    stops that server (its streams close), the reader sees the stream end (the production death
    path), marks the source dirty, and the reconciler reconnects (``Backoff`` with zero delays),
    re-lists and publishes. RSS (``/proc/self/statm``) is sampled after ``gc.collect()`` every
@@ -65,7 +65,7 @@ from mcp_reconciler.reconciler.model import SourceSpec, SourceStatus  # noqa: E4
 from mcp_reconciler.reconciler.reconcile import Reconciler, new_trigger_queue  # noqa: E402
 from mcp_reconciler.reconciler.runtime import LiveGeneration, Runtime  # noqa: E402
 from mcp_reconciler.reconciler.throttle import Backoff  # noqa: E402
-from mcp_reconciler.reconciler.transports import ObservedReadStream  # noqa: E402
+from mcp_reconciler.reconciler.transports import channel_target  # noqa: E402
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader  # noqa: E402
 
 SERVER_MODULE = "tests.support.upstream_server"
@@ -423,9 +423,9 @@ class DyingTargets:
         self._latest: anyio.CancelScope | None = None
         self.made = 0
 
-    def __call__(self, _spec: SourceSpec, on_end: Callable[[], None]) -> Any:
+    def __call__(self, spec: SourceSpec, on_end: Callable[[], None]) -> Any:
         self.made += 1
-        return self._transport(on_end)
+        return channel_target(self._transport, spec.name, on_end)
 
     def kill_latest(self) -> None:
         scope, self._latest = self._latest, None
@@ -433,7 +433,7 @@ class DyingTargets:
             scope.cancel()
 
     @asynccontextmanager
-    async def _transport(self, on_end: Callable[[], None]) -> AsyncIterator[tuple[Any, Any]]:
+    async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
         server = self._server
         scope = anyio.CancelScope()
         self._latest = scope
@@ -451,7 +451,7 @@ class DyingTargets:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run_server)
                 try:
-                    yield ObservedReadStream(client_read, on_end), client_write
+                    yield client_read, client_write
                 finally:
                     scope.cancel()
 

@@ -65,7 +65,7 @@ from mcp_reconciler.reconciler.errors import SourceReadError  # noqa: E402
 from mcp_reconciler.reconciler.listing import capability_kinds, list_source  # noqa: E402
 from mcp_reconciler.reconciler.model import SourceSpec  # noqa: E402
 from mcp_reconciler.reconciler.peer_contract import MessageBoundError  # noqa: E402
-from mcp_reconciler.reconciler.transports import ObservedReadStream, stdio_parameters  # noqa: E402
+from mcp_reconciler.reconciler.transports import channel_target, stdio_parameters  # noqa: E402
 from mcp_reconciler.reconciler.upstream import UpstreamReader  # noqa: E402
 
 SERVER_MODULE = "tests.support.upstream_server"
@@ -91,10 +91,10 @@ def sdk_targets(spec: SourceSpec, on_end: Any) -> Any:
     @asynccontextmanager
     async def connect() -> Any:
         with open(os.devnull, "w") as errlog:  # noqa: ASYNC230 - /dev/null never blocks
-            async with stdio_client(stdio_parameters(spec.transport), errlog=errlog) as (read, write):
-                yield ObservedReadStream(read, on_end), write
+            async with stdio_client(stdio_parameters(spec.transport), errlog=errlog) as pair:
+                yield pair
 
-    return connect()
+    return channel_target(connect, spec.name, on_end)
 
 
 class Lateness:

@@ -79,6 +79,15 @@ MAX_RESUME_FAILURES = 2
 OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class StreamEnd:
+    """How a ``GET`` stream ended (:meth:`JsonRpcPoster.stream`)."""
+
+    status: int
+    last_event_id: str | None
+    retry_ms: int | None
+
+
 class ResponseError(Exception):
     """The upstream answered with a JSON-RPC error (``error`` is its error object) or with an HTTP
     status the SDK also maps to an error (``error`` is the SDK's stand-in)."""
@@ -267,6 +276,7 @@ class JsonRpcPoster:
         *,
         resume: bool = False,
         bound: tuple[str, int] | None = None,
+        on_headers: Callable[[Mapping[bytes, bytes]], None] | None = None,
     ) -> dict[str, Any]:
         """Send ``message`` (a JSON-RPC request with an ``id``) with ``headers`` added and return
         its response's ``result``. Every other message on an SSE response stream (a log record
@@ -276,7 +286,9 @@ class JsonRpcPoster:
         resumed as the 2025-11-25 era does it (:meth:`_resume`). Raises :class:`ResponseError`
         for a JSON-RPC error, :class:`UpstreamUnavailableError` when the exchange breaks.
         ``bound``: (config key, bytes) a message of this exchange is held to instead of
-        ``limits.upstream_message_bytes`` (a list page: ``bytes_per_candidate``)."""
+        ``limits.upstream_message_bytes`` (a list page: ``bytes_per_candidate``). ``on_headers``
+        sees the final response's headers (lower-case names) before its result is read (the
+        handshake takes the session's ``Mcp-Session-Id`` from them)."""
         bound = bound or (MESSAGE_BOUND_KEY, self._max_message_bytes)
         headers = await self._authorized(headers)
         for _ in range(MAX_REDIRECTS + 2):
@@ -289,6 +301,8 @@ class JsonRpcPoster:
             location = response.headers.get(b"location") if response.status in (307, 308) else None
             if location is None or not self._follow(location.decode("latin-1")):
                 self.exchanges += 1
+                if on_headers is not None and 200 <= response.status < 300:
+                    on_headers(response.headers)
                 if resume and await response.unanswered() and response.last_event_id is not None:
                     response = await self._resume(response, headers, on_message, bound)
                 return await _result_of(response)
@@ -354,6 +368,30 @@ class JsonRpcPoster:
                 return response.status
         return 310  # too many redirects: what the caller sees as a non-2xx status
 
+    async def stream(
+        self, headers: Mapping[str, str], on_message: OnMessage, last_event_id: str | None = None
+    ) -> StreamEnd:
+        """``GET`` the endpoint as a server-sent event stream (a 2025-era session's standalone
+        stream) and hand every message on it to ``on_message``, in order, until the server ends
+        it; from ``last_event_id`` on when given (``Last-Event-ID``: the server replays what
+        came after). Each event is held to ``limits.upstream_message_bytes``. Returns how it
+        ended: the HTTP status, the last event id seen (where to resume) and the server's
+        ``retry`` delay. :class:`UpstreamUnavailableError` when the exchange breaks."""
+        head = {**(await self._authorized(headers)), "accept": "text/event-stream"}
+        if last_event_id is not None:
+            head["last-event-id"] = last_event_id
+        bound = (MESSAGE_BOUND_KEY, self._max_message_bytes)
+        response = await self._post_once(self._encode_bodyless(b"GET", head), None, on_message, bound)
+        await response.unanswered()  # an event the stream's end completed
+        return StreamEnd(response.status, response.last_event_id or last_event_id, response.retry_ms)
+
+    async def delete(self, headers: Mapping[str, str]) -> int:
+        """``DELETE`` the endpoint (a 2025-era client ending its session); the HTTP status."""
+        head = await self._authorized(headers)
+        bound = (MESSAGE_BOUND_KEY, self._max_message_bytes)
+        response = await self._post_once(self._encode_bodyless(b"DELETE", head), None, None, bound)
+        return response.status
+
     def _follow(self, location: str) -> bool:
         """Adopt a same-origin redirect target for this and every later request (as the SDK's
         transport follows same-origin redirects); ``False`` for another origin."""
@@ -397,9 +435,12 @@ class JsonRpcPoster:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _encode_get(self, headers: Mapping[str, str]) -> bytes:
+        return self._encode_bodyless(b"GET", headers)
+
+    def _encode_bodyless(self, verb: bytes, headers: Mapping[str, str]) -> bytes:
         merged = {**self._fixed, **{k.lower(): v for k, v in headers.items()}}
         merged.pop("content-type", None)
-        head = b"GET " + self._target + b" HTTP/1.1\r\n"
+        head = verb + b" " + self._target + b" HTTP/1.1\r\n"
         return head + "".join(f"{k}: {v}\r\n" for k, v in merged.items()).encode("latin-1") + b"\r\n"
 
     def _encode(self, message: Mapping[str, Any], headers: Mapping[str, str]) -> bytes:

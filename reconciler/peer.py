@@ -12,9 +12,9 @@ Unattached (an engine with no front door, or after the front door detached), req
 refused with a clear JSON-RPC error naming what is missing, and log records are dropped: the
 upstream is never left waiting on an answer nobody will give.
 
-The switch and the peer run inside the SDK's callback tasks; contextvars set by the task that
-sent the upstream request are visible there when the transport routed the message on that
-request's own stream (see ``api/frontdoor/relay.py``). Nothing here imports an HTTP framework."""
+The switch and the peer run inside the session's tasks (``reconciler/jsonrpc_peer.py``);
+contextvars set by the task that sent the upstream request are visible there when the message
+arrived on that request's own stream (see ``api/frontdoor/relay.py``). Nothing here imports an HTTP framework."""
 
 from __future__ import annotations
 
@@ -42,9 +42,10 @@ class UpstreamPeer(Protocol):
         ...
 
     async def on_log(self, conn: UpstreamConnection, params: types.LoggingMessageNotificationParams) -> None:
-        """A ``notifications/message`` from ``conn``'s server. Runs in the SDK's per-notification
-        task (the connection's read loop is not waiting on it), so it may relay before returning;
-        anything it queues must be bounded."""
+        """A ``notifications/message`` from ``conn``'s server. Runs in a notification task of the
+        session (stream wires) or in the calling task (a record on an HTTP request's stream);
+        either way no read loop waits on it, so it may relay before returning; anything it
+        queues must be bounded."""
         ...
 
     async def on_notification(self, conn: UpstreamConnection, notification: types.ServerNotification) -> None:

@@ -1,12 +1,12 @@
 """The contract every upstream channel keeps (ADR 0025), and the error a bound produces.
 
 An upstream *channel* is what one connected source speaks JSON-RPC through: the pair of
-streams the MCP client session reads :class:`~mcp.shared.message.SessionMessage` items (or
-transport ``Exception`` values) from and writes them to. The stdio channel is ours
-(``reconciler/stdio_peer.py``); every request to a streamable-HTTP source goes through that
-source's peer (``reconciler/http_peer.py``, ADR 0030), which keeps guarantees 1, 2 and 4 per
-request (a refused message drops its connection: 3 is "recycled"); see ADR 0030 for the streams
-the SDK's client still reads.
+streams the gateway's session (``reconciler/jsonrpc_peer.py::StreamSession``, ADR 0037) reads
+:class:`~mcp.shared.message.SessionMessage` items (or transport ``Exception`` values) from and
+writes them to. The stdio channel is ours (``reconciler/stdio_peer.py``); every exchange with a
+streamable-HTTP source goes through that source's peer (``reconciler/http_peer.py``, ADR 0030),
+which keeps guarantees 1, 2 and 4 per exchange (a refused message drops its connection: 3 is
+"recycled"); legacy SSE's channel is the SDK's ``sse_client`` (the documented exception).
 
 Guarantees of a channel that keeps :class:`UpstreamChannel` (the stdio one does; the tests in
 ``tests/integration/test_stdio_peer.py`` check each):

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
-from mcp.client.subscriptions import ResourceUpdated
 
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.errors import UpstreamUnavailableError
@@ -294,13 +293,13 @@ class UpstreamSubscriptions:
         with anyio.CancelScope() as scope:
             started = False
             try:
-                async with conn.client.listen(resource_subscriptions=sorted(uris)) as sub:
-                    honored = frozenset(sub.honored.resource_subscriptions or ())
+                async with conn.listen(resource_subscriptions=sorted(uris)) as sub:
+                    honored = frozenset((sub.honored.resource_subscriptions if sub.honored else None) or ())
                     started = True
                     task_status.started((scope, honored))
-                    async for event in sub:
+                    async for method, uri in sub:
                         # Only the newest stream speaks: during a replacement both are open.
-                        key = (conn.source, event.uri) if isinstance(event, ResourceUpdated) else None
+                        key = (conn.source, uri) if method == "notifications/resources/updated" and uri else None
                         if key is not None and held.stream is scope and key in self._refs:
                             self._on_update(*key)
             except Exception as exc:

@@ -1,18 +1,21 @@
-"""Transports for upstream connections, built from a spec's transport description.
+"""Transports for upstream connections, built from a spec's transport description, each with the
+gateway's own JSON-RPC session over it (``reconciler/jsonrpc_peer.py``, ADR 0037).
 
-Every transport's read stream is wrapped so that its end (stdio EOF or process exit, HTTP
-stream end) is observed: the SDK has no public "closed" hook, and a dead upstream must mark its
-source dirty instead of failing silently on the next call.
+- **stdio**: our channel (``reconciler/stdio_peer.py``, ADR 0025) under a
+  :class:`~reconciler.jsonrpc_peer.StreamSession`. Processes are started in their own session
+  (process group), their output read line by line under ``limits.upstream_message_bytes``, and
+  stopped the way docs/DESIGN.md (I14, I15) says: close stdin, wait, SIGTERM the group, wait,
+  SIGKILL. The gateway never signals any other process (I15). stderr is a pipe read by
+  :func:`~reconciler.logsource.pump_stderr` (one task per connection): every line becomes a
+  log record labeled with the source, redacted and rate-limited.
+- **streamable HTTP**: :class:`~reconciler.http_session.HttpSession` over the source's
+  keep-alive pool (``reconciler/fasthttp.py``; TLS, OAuth, both eras).
+- **legacy SSE** (deprecated by the spec): the SDK's ``sse_client`` transport — the one
+  documented exception (ADR 0037) — under a :class:`~reconciler.jsonrpc_peer.StreamSession`.
 
-stdio processes are started by our stdio channel (``reconciler/stdio_peer.py``, ADR 0025) in
-their own session (process group), their output read line by line under
-``limits.upstream_message_bytes``, and stopped the way docs/DESIGN.md (I14, I15) says: close
-stdin, wait, SIGTERM the group, wait, SIGKILL.
-The gateway never signals any other process (I15).
-
-A stdio upstream's stderr is a pipe read by :func:`~reconciler.logsource.pump_stderr` (one task
-per connection, owned by the transport's context): every line becomes a log record labeled with
-the source, redacted and rate-limited, instead of raw bytes on the gateway's stderr."""
+The end of a stream wire (stdio EOF or process exit, the SSE stream's end) ends the session,
+which calls ``on_end``: a dead upstream marks its source dirty instead of failing silently on
+the next call."""
 
 from __future__ import annotations
 
@@ -20,19 +23,17 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Self, TextIO
+from typing import Any, TextIO
 
 import anyio
-import httpx2
 from mcp import StdioServerParameters
 from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 
-from mcp_reconciler.reconciler.direct_answers import DirectAnswers, SessionHeaders
 from mcp_reconciler.reconciler.failure_cause import Evidence
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.http_peer import HttpPeer
-from mcp_reconciler.reconciler.keepalive import KeepAliveTransport
+from mcp_reconciler.reconciler.http_session import HttpSession
+from mcp_reconciler.reconciler.jsonrpc_peer import Inbound, PeerSession, StreamSession
 from mcp_reconciler.reconciler.logsource import StderrSink, pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.peer_contract import DEFAULT_UPSTREAM_MESSAGE_BYTES
@@ -40,53 +41,6 @@ from mcp_reconciler.reconciler.stdio_peer import stdio_channel
 from mcp_reconciler.reconciler.upstream_auth import ClientCredentialsAuth, client_credentials_auth
 
 STREAM_TYPES = ("stdio", "http", "sse")
-
-
-class ObservedReadStream:
-    """Wraps a transport read stream (the SDK's ``ReadStream`` protocol) and calls ``on_end``
-    once when it ends or breaks. ``last_context`` is forwarded for the HTTP transports."""
-
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_end = on_end
-        self._ended = False
-
-    @property
-    def last_context(self) -> Any:
-        """The inner stream's ``last_context`` (the HTTP transports expose one), or None."""
-        return getattr(self._inner, "last_context", None)
-
-    def _end(self) -> None:
-        if not self._ended:
-            self._ended = True
-            self._on_end()
-
-    async def receive(self) -> Any:
-        """The next message; when the stream ends or breaks, ``on_end`` runs (once) and the error propagates."""
-        try:
-            return await self._inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._end()
-            raise
-
-    async def aclose(self) -> None:
-        """Close the inner stream (does not call ``on_end``)."""
-        await self._inner.aclose()
-
-    def __aiter__(self) -> ObservedReadStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 def stdio_parameters(transport: Mapping[str, Any]) -> StdioServerParameters:
@@ -160,8 +114,8 @@ def http_peer_for(
 ) -> JsonRpcPoster:
     """The keep-alive pool of ``spec``'s streamable-HTTP peer (``reconciler/http_peer.py``):
     its URL (``http://`` or ``https://``), headers, connect timeout, message bound and OAuth
-    token (``auth``, the same one the SDK's transport uses for the handshake, so one token
-    serves both); each request's HTTP status goes to ``evidence``."""
+    token (``auth``: the handshake, the streams and every request share it); each exchange's
+    HTTP status goes to ``evidence``."""
     t = spec.transport
     timeouts = t.get("timeouts") or {}
     return JsonRpcPoster(
@@ -183,8 +137,8 @@ def transport_for(
     message_bytes: int = DEFAULT_UPSTREAM_MESSAGE_BYTES,
     list_bytes: int | None = None,
     list_entries: int | None = None,
-) -> Any:
-    """An ``mcp.Client`` transport for ``spec`` whose end calls ``on_end``.
+) -> Target:
+    """The :class:`Target` for ``spec``: its session's end calls ``on_end``.
 
     ``transport["kind"]`` is ``stdio`` (command, args, env, cwd), ``http`` (url, headers, oauth)
     or ``sse`` (url, headers, oauth). Anything else is a configuration error. ``oauth`` makes
@@ -197,21 +151,20 @@ def transport_for(
     if kind not in STREAM_TYPES:
         raise ValueError(f"source {spec.name!r}: unknown transport kind {kind!r} (use stdio, http or sse)")
 
-    target = Target()
+    target = Target(on_end)
 
     @asynccontextmanager
-    async def connect() -> AsyncIterator[tuple[ObservedReadStream, Any]]:
+    async def streams() -> AsyncIterator[tuple[Any, Any]]:
         if kind == "stdio" and errlog is not None:
-            params = stdio_parameters(t)
             async with stdio_channel(
                 spec.name,
-                params,
+                stdio_parameters(t),
                 message_bytes=message_bytes,
                 list_bytes=list_bytes,
                 list_entries=list_entries,
                 stderr=errlog,
-            ) as (read, write):
-                yield ObservedReadStream(read, on_end), write
+            ) as pair:
+                yield pair
         elif kind == "stdio":
             async with _stdio_with_stderr_pump(
                 spec.name,
@@ -221,40 +174,8 @@ def transport_for(
                 list_entries=list_entries,
                 evidence=target.evidence,
                 noise=t.get("stderr_noise") or (),
-            ) as (read, write):
-                yield ObservedReadStream(read, on_end), write
-        elif kind == "http":
-            timeouts = t.get("timeouts") or {}
-            timeout = httpx2.Timeout(float(timeouts.get("connect_s", 10.0)), read=float(timeouts.get("call_s", 300.0)))
-            # An explicit pool: httpx2's default of 100 connections (one held by the listen stream)
-            # would make the 100th concurrent call wait silently for a free connection.
-            limits = httpx2.Limits(max_connections=int(t.get("max_connections", 1024)), max_keepalive_connections=64)
-            auth = client_credentials_auth(t.get("oauth"))
-            # Keep-alive for request streams the SDK closes before their last bytes (keepalive.py).
-            transport = KeepAliveTransport(limits=limits)
-            # Answers to the server's requests go up without the SDK's writer (direct_answers.py).
-            session = SessionHeaders()
-            hooks: dict[str, list[Any]] = {
-                "request": [session.observe],
-                "response": [target.observe_response, session.observe_response],
-            }
-            poster = http_peer_for(spec, auth, message_bytes=message_bytes, evidence=target.evidence)
-            try:
-                async with httpx2.AsyncClient(
-                    headers=_headers(t), timeout=timeout, transport=transport, auth=auth, event_hooks=hooks
-                ) as http:
-                    # The SDK's own bound on one SSE event is 1 MiB; the gateway's is the config's.
-                    # (This client carries the handshake, the 2025 GET stream and 2026 listen
-                    # streams only: every request goes through the peer, ADR 0030.)
-                    async with streamable_http_client(
-                        str(t["url"]), http_client=http, max_sse_event_size=message_bytes
-                    ) as (read, write):
-                        out = DirectAnswers(write, poster, session)
-                        target.peer = HttpPeer(out, source=spec.name, list_bytes=list_bytes, list_entries=list_entries)
-                        yield ObservedReadStream(read, on_end), out
-            finally:
-                target.peer = None
-                await poster.aclose()
+            ) as pair:
+                yield pair
         else:
             timeouts = t.get("timeouts") or {}
             async with sse_client(
@@ -263,35 +184,105 @@ def transport_for(
                 timeout=float(timeouts.get("connect_s", 10.0)),
                 sse_read_timeout=float(timeouts.get("call_s", 300.0)),
                 auth=client_credentials_auth(t.get("oauth")),
-            ) as (read, write):
-                yield ObservedReadStream(read, on_end), write
+            ) as pair:
+                yield pair
 
-    target.connect = connect()
+    @asynccontextmanager
+    async def open_session(inbound: Inbound) -> AsyncIterator[PeerSession]:
+        if kind == "http":
+            poster = http_peer_for(
+                spec, client_credentials_auth(t.get("oauth")), message_bytes=message_bytes, evidence=target.evidence
+            )
+            try:
+                async with anyio.create_task_group() as tg:
+                    session = HttpSession(
+                        poster, inbound, tg, source=spec.name, list_bytes=list_bytes, list_entries=list_entries,
+                        on_end=target.on_end,
+                    )  # fmt: skip
+                    target.peer = session.peer
+                    try:
+                        yield session
+                    finally:
+                        await session.close()
+                        tg.cancel_scope.cancel()
+            finally:
+                target.peer = None
+                await poster.aclose()
+            return
+        async with over_channel(streams(), inbound, source=spec.name, on_end=target.on_end) as stream_session:
+            yield stream_session
+
+    target.open = open_session
     return target
 
 
 class Target:
-    """What ``mcp.Client`` connects to (a ``Transport``: entered once), and the peer every
-    request to a streamable-HTTP source goes through while its transport is open
-    (``reconciler/http_peer.py``; ``None`` for stdio and SSE, whose requests go through the SDK's
-    session over the transport)."""
+    """What an upstream connection opens (:meth:`open`: the transport and the gateway's session
+    over it), and what the transport saw of its upstream (:attr:`evidence`). ``peer`` is the
+    streamable-HTTP peer every request goes through while its session is open (``None`` for
+    stdio and SSE)."""
 
-    def __init__(self) -> None:
-        self.connect: AbstractAsyncContextManager[tuple[ObservedReadStream, Any]] | None = None
+    def __init__(self, on_end: Callable[[], None]) -> None:
+        self.on_end = on_end
+        self.open: Callable[[Inbound], AbstractAsyncContextManager[PeerSession]] = _unset
         self.peer: HttpPeer | None = None
         #: What the transport saw of its upstream, for a failure's cause (``failure_cause.py``).
         self.evidence = Evidence()
 
-    async def observe_response(self, response: httpx2.Response) -> None:
-        """httpx2 response hook: note a POST's status (the SDK turns an error status into a
-        generic JSON-RPC error; the operator needs "HTTP 401")."""
-        if response.request.method == "POST":
-            self.evidence.observe_status(response.status_code)
 
-    async def __aenter__(self) -> tuple[ObservedReadStream, Any]:
-        assert self.connect is not None
-        return await self.connect.__aenter__()
+def _unset(inbound: Inbound) -> AbstractAsyncContextManager[PeerSession]:
+    raise RuntimeError("target has no transport")
 
-    async def __aexit__(self, *exc: Any) -> bool | None:
-        assert self.connect is not None
-        return await self.connect.__aexit__(*exc)
+
+@asynccontextmanager
+async def over_channel(
+    channel: AbstractAsyncContextManager[tuple[Any, Any]], inbound: Inbound, *, source: str, on_end: Callable[[], None]
+) -> AsyncIterator[StreamSession]:
+    """A :class:`~reconciler.jsonrpc_peer.StreamSession` over a message channel (the (read,
+    write) pair ``channel`` yields: ``SessionMessage`` items both ways), its reader running
+    until the channel ends or the block is left."""
+    async with channel as (read, write), anyio.create_task_group() as tg:
+        session = StreamSession(read, write, inbound, tg, source=source, on_end=on_end)
+        tg.start_soon(session.run)
+        try:
+            yield session
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def channel_target(
+    channel: Callable[[], AbstractAsyncContextManager[tuple[Any, Any]]], source: str, on_end: Callable[[], None]
+) -> Target:
+    """A :class:`Target` over any message channel ``channel()`` opens (benchmarks comparing
+    another transport, embeddings)."""
+    target = Target(on_end)
+
+    def open_session(inbound: Inbound) -> AbstractAsyncContextManager[PeerSession]:
+        return over_channel(channel(), inbound, source=source, on_end=target.on_end)
+
+    target.open = open_session
+    return target
+
+
+def in_process(server: Any, source: str, on_end: Callable[[], None]) -> Target:
+    """A :class:`Target` for an in-process low-level ``mcp.server.Server`` (tests, embeddings):
+    the server runs on a pair of memory streams (its public ``run``), and the session speaks to
+    it as to any message channel."""
+
+    @asynccontextmanager
+    async def channel() -> AsyncIterator[tuple[Any, Any]]:
+        to_server, server_read = anyio.create_memory_object_stream[Any](16)
+        server_write, from_server = anyio.create_memory_object_stream[Any](16)
+        async with anyio.create_task_group() as tg:
+
+            async def serve() -> None:
+                async with server_read, server_write:
+                    await server.run(server_read, server_write, server.create_initialization_options())
+
+            tg.start_soon(serve)
+            try:
+                yield from_server, to_server
+            finally:
+                tg.cancel_scope.cancel()
+
+    return channel_target(channel, source, on_end)

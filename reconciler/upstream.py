@@ -1,7 +1,8 @@
 """Upstream connections and the reader that lists sources through them.
 
-An :class:`UpstreamConnection` is one live MCP client session to a source, held open by a task
-in its owner's task group (structured concurrency: the owner awaits it). It turns the upstream's
+An :class:`UpstreamConnection` is one live session to a source — the gateway's own JSON-RPC
+session (``reconciler/jsonrpc_peer.py``, ADR 0037) over the source's transport — held open by a
+task in its owner's task group (structured concurrency: the owner awaits it). It turns the upstream's
 ``list_changed`` notifications — pushed (2025-11-25) or over ``subscriptions/listen``
 (2026-07-28) — and its death into dirty marks for its source, but only while it is the current
 connection for that source; notifications from superseded connections are ignored. Whoever
@@ -9,8 +10,9 @@ holds resource subscriptions on a connection registers for its pushed
 ``notifications/resources/updated`` (:meth:`UpstreamConnection.on_resource_updated`).
 
 Every connection declares the client capabilities a direct client would — sampling (with tools),
-elicitation (form and URL) and roots (with ``listChanged``) — so servers enable those features,
-and hands what its server starts (those requests, log records, elicitation-complete notices) to
+elicitation (form and URL) and roots (with ``listChanged``;
+``jsonrpc_peer.client_capabilities``) — so servers enable those features, and hands what its
+server starts (those requests, log records, elicitation-complete notices) to
 the engine's :class:`~reconciler.peer.PeerSwitch`, where the front door answers them
 (``api/frontdoor/relay.py``) — except ``roots/list`` for a source with ``roots`` configured,
 which the connection answers itself with those. The upstream's log level is the peer's to set.
@@ -20,52 +22,50 @@ connection whose spec and watched inputs are unchanged and opens a new one other
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import math
 import time
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
 import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
-from mcp import Client, MCPError
-from mcp.client.session import ClientRequestContext
-from mcp.client.subscriptions import SubscriptionLost
-from mcp.shared.dispatcher import ProgressFnT
+from mcp import MCPError
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from mcp_reconciler.reconciler import sdk_client, telemetry
+from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.errors import ReconnectThrottledError, SourceReadError, UpstreamUnavailableError
 from mcp_reconciler.reconciler.failure_cause import ConnectTimeoutError, Evidence, startup_allowance
-from mcp_reconciler.reconciler.fasthttp import ResponseError
 from mcp_reconciler.reconciler.http_peer import HttpPeer
+from mcp_reconciler.reconciler.jsonrpc_peer import PeerSession, ProgressFn, Subscription, SubscriptionLost
 from mcp_reconciler.reconciler.listing import capability_kinds, list_source
 from mcp_reconciler.reconciler.logsource import current_source
 from mcp_reconciler.reconciler.model import SourceSpec, SourceState
 from mcp_reconciler.reconciler.peer import PeerSwitch
 from mcp_reconciler.reconciler.peer_contract import MessageBoundError, bound_unit
+from mcp_reconciler.reconciler.result_check import check_result
 from mcp_reconciler.reconciler.task_support import honest_listing, runs_tool_tasks
 from mcp_reconciler.reconciler.tasks import background_tasks
 from mcp_reconciler.reconciler.throttle import Backoff
-from mcp_reconciler.reconciler.transports import Target, transport_for
+from mcp_reconciler.reconciler.transports import Target, in_process, transport_for
 
 log = logging.getLogger("mcp_reconciler.upstream")
 
 R = TypeVar("R", bound=BaseModel)
 
-#: Builds what ``mcp.Client`` connects to for a spec: any ``Transport`` (default: stdio, HTTP or
-#: SSE from ``spec.transport``) or, in tests and embeddings, an in-process ``Server``. The second
-#: argument is the callback to invoke when the transport's stream ends (death detection).
+#: Builds what a connection opens for a spec: a :class:`~reconciler.transports.Target` (default:
+#: stdio, HTTP or SSE from ``spec.transport``) or, in tests and embeddings, an in-process
+#: low-level ``Server``. The second argument is the callback to invoke when the transport's
+#: stream ends (death detection).
 TargetFactory = Callable[[SourceSpec, Callable[[], None]], Any]
 
 
-def default_targets(spec: SourceSpec, on_end: Callable[[], None]) -> Any:
+def default_targets(spec: SourceSpec, on_end: Callable[[], None]) -> Target:
     """The default :data:`TargetFactory`: the stdio, HTTP or SSE transport ``spec.transport`` names."""
     return transport_for(spec, on_end)
 
@@ -119,7 +119,7 @@ class UpstreamConnection:
         self._mode = mode
         self._on_event = on_event
         self._connect_timeout_s = connect_timeout_s
-        self._client: Client | None = None
+        self._session: PeerSession | None = None
         self._stop = anyio.Event()
         self._done = anyio.Event()
         self._closing = False
@@ -145,14 +145,19 @@ class UpstreamConnection:
     @property
     def alive(self) -> bool:
         """True while the session is open and neither dead nor closing; once dead or closing, never again."""
-        return self._client is not None and not self.dead and not self._closing
+        return self._session is not None and not self.dead and not self._closing
 
     @property
-    def client(self) -> Client:
-        """The open MCP client session; UpstreamUnavailableError if the connection is not :attr:`alive`."""
-        if self._client is None or self.dead or self._closing:
+    def session(self) -> PeerSession:
+        """The open session; UpstreamUnavailableError if the connection is not :attr:`alive`."""
+        if self._session is None or self.dead or self._closing:
             raise UpstreamUnavailableError(f"connection {self._id} is not open")
-        return self._client
+        return self._session
+
+    def _open(self) -> AbstractAsyncContextManager[PeerSession]:
+        if isinstance(self._target, Target):
+            return self._target.open(self)
+        return in_process(self._target, self.source, self._transport_ended).open(self)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Connect, report started, then hold the session until :meth:`aclose` or death.
@@ -160,37 +165,33 @@ class UpstreamConnection:
         Connection failures before ``started`` propagate to the starter; failures afterwards are
         recorded as death (never raised into the owner's task group)."""
         started = False
-        # Every task the transport and client start from here inherits the source: what they
-        # log (the SDK's reader on malformed output, say) is labeled and rate-limited per source.
+        # Every task the transport and session start from here inherits the source: what they
+        # log (the channel's reader on malformed output, say) is labeled and rate-limited per source.
         current_source.set(self.source)
         try:
             # The connect deadline scope must enclose the whole session (a scope may not exit
             # before the contexts entered inside it), so it is lifted once connected.
             with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout_s) as connect_scope:
-                async with Client(
-                    self._target,
-                    mode=self._mode,
-                    message_handler=self._on_message,
-                    cache=None,
-                    # Declaring the callbacks declares the capabilities (the SDK derives them):
-                    # sampling with tools, elicitation form + url, roots with listChanged.
-                    sampling_callback=self._on_sampling,
-                    sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability()),
-                    elicitation_callback=self._on_elicitation,
-                    list_roots_callback=self._on_list_roots,
-                ) as client:
+                async with self._open() as session:
+                    with telemetry.tracer.start_as_current_span(
+                        "upstream.handshake", attributes={"source": self.source}
+                    ):
+                        await session.negotiate(self._mode)
                     connect_scope.deadline = math.inf
-                    self._client = client
-                    self.protocol_version = client.protocol_version
-                    self.capabilities = client.server_capabilities
-                    started = True
-                    self.connected_at = anyio.current_time()
-                    task_status.started()
+                    self._session = session
+                    self.protocol_version = session.protocol_version
+                    self.capabilities = session.capabilities
                     async with anyio.create_task_group() as tg:
-                        if not self.protocol_version.startswith("2025"):
-                            tg.start_soon(self._listen, client)
+                        if not session.legacy:
+                            # Listening before the connection is reported started: a change made
+                            # after the first listing cannot fall between that listing and the
+                            # stream's acknowledgment (there is no replay).
+                            await tg.start(self._listen, session)
+                        started = True
+                        self.connected_at = anyio.current_time()
+                        task_status.started()
                         if self._health_interval_s:
-                            tg.start_soon(self._health_loop, client, self._health_interval_s)
+                            tg.start_soon(self._health_loop, self._health_interval_s)
                         await self._stop.wait()
                         tg.cancel_scope.cancel()
             if connect_scope.cancelled_caught and not started:
@@ -200,7 +201,7 @@ class UpstreamConnection:
                 raise
             log.info("upstream connection %s ended: %s", self._id, type(exc).__name__)
         finally:
-            self._client = None
+            self._session = None
             was_closing = self._closing
             self.dead = True
             self._done.set()
@@ -222,14 +223,20 @@ class UpstreamConnection:
     @property
     def http_peer(self) -> HttpPeer | None:
         """The peer every request goes through when the source speaks streamable HTTP
-        (``reconciler/http_peer.py``), else ``None`` (stdio, SSE, in-process: the SDK's session
-        over the transport)."""
+        (``reconciler/http_peer.py``), else ``None`` (stdio, SSE, in-process: the session over a
+        message channel)."""
         return self._target.peer if isinstance(self._target, Target) else None
 
+    async def serve(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``Inbound.serve``: :meth:`serve_request`, as the wire's dict."""
+        answer = await self.serve_request(request)
+        return answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+
     async def serve_request(self, message: dict[str, Any]) -> types.JSONRPCResponse | types.JSONRPCError:
-        """Answer a server→client request that arrived on a request's stream (the HTTP peer's,
-        2025 era) as the SDK's session answers one: ``ping`` at once, the rest through the
-        session's callbacks (:meth:`_on_sampling` and its siblings)."""
+        """Answer a server→client request, wherever it arrived: ``ping`` at once, sampling,
+        elicitation and roots through the peer switch (:meth:`_on_sampling` and its siblings;
+        configured roots answer ``roots/list`` here). A request the gateway does not know is
+        ``METHOD_NOT_FOUND``, a known one with bad params ``INVALID_PARAMS``."""
         request_id = message["id"]
         try:
             request = _REQUEST.validate_python(
@@ -244,17 +251,21 @@ class UpstreamConnection:
             )
             return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
         answer: Any
-        if isinstance(request, types.PingRequest):
-            answer = types.EmptyResult()
-        else:
-            session, params = self.client.session, request.params
-            context = ClientRequestContext(session=session, request_id=request_id, meta=params.meta if params else None)
-            try:
-                answer = await session.dispatch_input_request(context, request)
-            except MCPError as exc:
-                answer = exc.error
-            except UpstreamUnavailableError:
-                answer = types.ErrorData(code=types.INTERNAL_ERROR, message="the gateway is closing this connection")
+        try:
+            if isinstance(request, types.PingRequest):
+                answer = types.EmptyResult()
+            elif isinstance(request, types.CreateMessageRequest):
+                answer = await self._on_sampling(request, request_id)
+            elif isinstance(request, types.ElicitRequest):
+                answer = await self._on_elicitation(request, request_id)
+            elif isinstance(request, types.ListRootsRequest):
+                answer = await self._on_list_roots(request, request_id)
+            else:
+                answer = types.ErrorData(code=types.METHOD_NOT_FOUND, message="Method not found")
+        except MCPError as exc:
+            answer = exc.error
+        except UpstreamUnavailableError:
+            answer = types.ErrorData(code=types.INTERNAL_ERROR, message="the gateway is closing this connection")
         if isinstance(answer, types.ErrorData):
             return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=answer)
         result = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -266,7 +277,7 @@ class UpstreamConnection:
         request: Any,
         result_type: type[R],
         timeout_s: float | None = None,
-        progress_callback: ProgressFnT | None = None,
+        progress_callback: ProgressFn | None = None,
     ) -> R: ...
 
     @overload
@@ -275,7 +286,7 @@ class UpstreamConnection:
         request: Any,
         result_type: TypeAdapter[Any],
         timeout_s: float | None = None,
-        progress_callback: ProgressFnT | None = None,
+        progress_callback: ProgressFn | None = None,
     ) -> Any: ...
 
     async def send(
@@ -283,7 +294,7 @@ class UpstreamConnection:
         request: Any,
         result_type: Any,
         timeout_s: float | None = None,
-        progress_callback: ProgressFnT | None = None,
+        progress_callback: ProgressFn | None = None,
     ) -> Any:
         """Send a request on this connection and type its result as ``send_request`` would (no
         client-side caching or output-schema validation: a gateway passes results through).
@@ -295,63 +306,55 @@ class UpstreamConnection:
     def check(self, method: str, raw: dict[str, Any], result_type: Any) -> Any:
         """``raw``, a result of ``method`` on this connection, typed as ``send_request`` types it
         (``pydantic.ValidationError`` for one that does not conform to the negotiated version)."""
-        return sdk_client.check_result(self.client.session, method, raw, result_type)
+        return check_result(self.protocol_version or "2025-11-25", method, raw, result_type)
 
     async def send_raw(
-        self, request: Any, *, timeout_s: float | None = None, progress_callback: ProgressFnT | None = None
+        self, request: Any, *, timeout_s: float | None = None, progress_callback: ProgressFn | None = None
     ) -> dict[str, Any]:
         """Send ``request`` (an ``mcp_types`` request model) and return its raw result: the one
-        path of every request to an upstream (ADR 0030). A streamable-HTTP source's go through its
-        :attr:`http_peer`; the others through the SDK's session over the transport (stdio: our
-        channel, ADR 0025; SSE: the SDK's). Stamped as ``send_request`` stamps it; ``timeout_s``
-        (else the session's read timeout) raises ``MCPError`` ``REQUEST_TIMEOUT``; an error answer
+        path of every request to an upstream (ADR 0030, ADR 0037): the connection's session
+        (``reconciler/jsonrpc_peer.py``) over its wire — a streamable-HTTP source's
+        :attr:`http_peer`, our stdio channel (ADR 0025), the SDK's SSE transport. Stamped as the
+        SDK's ``send_request`` stamps it; ``timeout_s`` raises ``MCPError`` ``REQUEST_TIMEOUT``; an error answer
         raises ``MCPError``, a bound :class:`MessageBoundError`, a broken exchange
         :class:`UpstreamUnavailableError`. Cancelling the caller cancels upstream."""
-        session = self.client.session
-        peer = self.http_peer
+        session = self.session
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         try:
-            if peer is None:
-                return await sdk_client.send_raw_request(
-                    session, request, timeout_s=timeout_s, progress_callback=progress_callback
-                )
-            data, headers = sdk_client.stamp(session, request)
-            method, params = data["method"], data.get("params") or {}
-            message = {"jsonrpc": "2.0", "id": peer.new_id(), "method": method, "params": params}
-            timeout = timeout_s if timeout_s is not None else sdk_client.read_timeout(session)
-            try:
-                with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
-                    return await peer.request(
-                        message,
-                        headers,
-                        legacy=self.legacy,
-                        serve=self.serve_request,
-                        deliver=self.deliver,
-                        on_progress=progress_callback,
-                    )
-            except TimeoutError:
-                raise MCPError(code=types.REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
-            except ResponseError as exc:
-                raise MCPError.from_error_data(types.ErrorData.model_validate(exc.error)) from None
-        except MessageBoundError:
+            return await session.request(
+                data["method"], data.get("params"), timeout_s=timeout_s, on_progress=progress_callback
+            )
+        except UpstreamUnavailableError:
+            if session.ended:
+                self._transport_ended()
             raise
-        except MCPError as exc:
-            # A bound the channel enforced while reading: its own type, with the bound's name and size.
-            bound = MessageBoundError.from_mcp_error(exc)
-            if bound is None:
-                raise
-            raise bound from None
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
-            self.dead = True
-            self._emit("dead")
-            raise UpstreamUnavailableError(type(exc).__name__) from exc
 
     async def notify(self, notification: types.ClientNotification) -> None:
         """Send a notification to the server (e.g. progress on a request it sent us)."""
-        await self.client.session.send_notification(notification)
+        data = notification.model_dump(by_alias=True, mode="json", exclude_none=True)
+        await self.session.notify(data["method"], data.get("params"))
+
+    def listen(
+        self,
+        *,
+        tools_list_changed: bool = False,
+        resources_list_changed: bool = False,
+        prompts_list_changed: bool = False,
+        resource_subscriptions: list[str] | None = None,
+    ) -> AbstractAsyncContextManager[Subscription]:
+        """Open one ``subscriptions/listen`` stream on this connection (2026 era; see
+        :meth:`~reconciler.jsonrpc_peer.PeerSession.listen`)."""
+        notifications = types.SubscriptionFilter(
+            tools_list_changed=tools_list_changed or None,
+            resources_list_changed=resources_list_changed or None,
+            prompts_list_changed=prompts_list_changed or None,
+            resource_subscriptions=resource_subscriptions or None,
+        )
+        return self.session.listen(notifications)
 
     def on_resource_updated(self, listener: Callable[[UpstreamConnection, str], None]) -> Callable[[], None]:
         """Call ``listener(self, uri)`` for every ``notifications/resources/updated`` the server
-        sends (2026-era copies of listen-stream events included: the SDK tees them here too);
+        sends (2026-era copies of listen-stream events included: the session tees them here too);
         returns an idempotent remover. Listeners must not block or raise."""
         token = object()
         self._update_listeners[token] = listener
@@ -365,11 +368,11 @@ class UpstreamConnection:
             self._emit("dead")
             self._stop.set()
 
-    async def _health_loop(self, client: Client, interval_s: float) -> None:
+    async def _health_loop(self, interval_s: float) -> None:
         """Idle HTTP upstreams can die unnoticed; probe them (see :meth:`_probe`)."""
         while True:
             await anyio.sleep(interval_s)
-            if not await self._probe(client, max(1.0, interval_s)):
+            if not await self._probe(max(1.0, interval_s)):
                 if self._closing:
                     return
                 log.info("upstream connection %s failed its health check", self._id)
@@ -379,36 +382,40 @@ class UpstreamConnection:
     # -- server-initiated traffic, handed to the peer switch ------------------------------------
 
     async def _on_sampling(
-        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+        self, request: types.CreateMessageRequest, request_id: types.RequestId
     ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
-        answer = await self._peer.on_request(self, types.CreateMessageRequest(params=params), context.request_id)
+        answer = await self._peer.on_request(self, request, request_id)
         if isinstance(answer, types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData):
             return answer
         return _mismatch("sampling")
 
     async def _on_elicitation(
-        self, context: ClientRequestContext, params: types.ElicitRequestParams
+        self, request: types.ElicitRequest, request_id: types.RequestId
     ) -> types.ElicitResult | types.ErrorData:
-        answer = await self._peer.on_request(self, types.ElicitRequest(params=params), context.request_id)
+        answer = await self._peer.on_request(self, request, request_id)
         if isinstance(answer, types.ElicitResult | types.ErrorData):
             return answer
         return _mismatch("elicitation")
 
-    async def _on_list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+    async def _on_list_roots(
+        self, request: types.ListRootsRequest, request_id: types.RequestId
+    ) -> types.ListRootsResult | types.ErrorData:
         configured = self.spec.transport.get("roots")
         if configured is not None:  # the operator's roots for this source answer every roots/list
             return types.ListRootsResult(roots=[types.Root.model_validate(dict(r)) for r in configured])
-        params = types.RequestParams(_meta=context.meta) if context.meta else None
-        answer = await self._peer.on_request(self, types.ListRootsRequest(params=params), context.request_id)
+        answer = await self._peer.on_request(self, request, request_id)
         if isinstance(answer, types.ListRootsResult | types.ErrorData):
             return answer
         return _mismatch("roots")
 
+    async def notification(self, message: dict[str, Any]) -> None:
+        """``Inbound.notification``: :meth:`deliver`."""
+        await self.deliver(message)
+
     async def deliver(self, message: dict[str, Any]) -> None:
-        """Handle a notification that arrived outside the SDK's transport (the HTTP peer's
-        response streams) exactly as one that came through it: typed, then :meth:`_on_message`.
-        One that is not a valid server notification is logged at DEBUG and dropped, as the SDK
-        drops a malformed message."""
+        """Handle a notification the server sent, wherever it arrived: typed (``mcp_types``), then
+        :meth:`_on_message`. One that is not a valid server notification is logged at DEBUG and
+        dropped, as the SDK drops a malformed message."""
         try:
             typed = _NOTIFICATION.validate_python(message, by_name=False)
         except ValidationError:
@@ -430,11 +437,8 @@ class UpstreamConnection:
         elif isinstance(message, types.ResourceUpdatedNotification):
             for listener in list(self._update_listeners.values()):
                 listener(self, str(message.params.uri))
-        elif isinstance(message, Exception):
-            # One per malformed message: DEBUG, never a line per protocol message at INFO.
-            log.debug("upstream %s transport error: %s", self._id, type(message).__name__)
 
-    async def _listen(self, client: Client) -> None:
+    async def _listen(self, session: PeerSession, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """New-era change events (copies also reach the message handler; dirty marks are
         idempotent, so seeing one twice costs nothing).
 
@@ -446,15 +450,25 @@ class UpstreamConnection:
         never the listen stream alone, which would kill a healthy upstream with calls in flight."""
         delay = LISTEN_RETRY_MIN_S
         ever_acknowledged = False
+        reported = False
+
+        def report() -> None:  # started: once the first stream is acknowledged, or listening failed
+            nonlocal reported
+            if not reported:
+                reported = True
+                task_status.started()
+
         while True:
             acknowledged = False
             opened_at = anyio.current_time()
             try:
-                async with client.listen(
+                notifications = types.SubscriptionFilter(
                     tools_list_changed=True, resources_list_changed=True, prompts_list_changed=True
-                ) as sub:
+                )
+                async with session.listen(notifications) as sub:
                     acknowledged = ever_acknowledged = True
                     self.listens += 1
+                    report()
                     async for _event in sub:
                         self._emit("listen")
             except SubscriptionLost:
@@ -462,10 +476,12 @@ class UpstreamConnection:
             except Exception as exc:
                 if not ever_acknowledged:  # the server does not offer listen: rely on health checks and polls
                     log.info("upstream %s: listen unavailable (%s)", self._id, type(exc).__name__)
+                    report()
                     return
+            report()
             if self._closing or self.dead:
                 return
-            if not await self._probe(client):
+            if not await self._probe():
                 log.info("upstream connection %s: listen stream ended and the connection is gone", self._id)
                 self._die()
                 return
@@ -476,7 +492,7 @@ class UpstreamConnection:
             await anyio.sleep(delay)
             delay = min(delay * 2, LISTEN_RETRY_MAX_S)
 
-    async def _probe(self, client: Client, timeout_s: float = 10.0) -> bool:
+    async def _probe(self, timeout_s: float = 10.0) -> bool:
         """One liveness probe: ping in the legacy era, an uncached first-page tools/list in the
         new one (it has no ping)."""
         try:

@@ -491,7 +491,6 @@ class RedisStore:
             )
         )
 
-
     async def take_tokens(self, specs: Sequence[BucketSpec]) -> Refusal | None:
         """As :meth:`ClusterStore.take_tokens`: one ``EVALSHA`` (one round trip), bounded by
         :data:`TAKE_TOKENS_TIMEOUT_S`."""

@@ -22,13 +22,23 @@ from mcp import Client, MCPError
 
 from mcp_reconciler.api.frontdoor import REVISION_META
 from mcp_reconciler.api.server import Served, serve_http
-from mcp_reconciler.reconciler.sdk_client import send_raw_request
 from tests.e2e.conftest import REPO_ROOT, WAIT, write_config
 from tests.e2e.support_resources import session_client, until
 
 pytestmark = pytest.mark.anyio
 
 RELATED = "io.modelcontextprotocol/related-task"
+
+
+async def send_raw_request(session: Any, request: Any) -> dict[str, Any]:
+    """``request`` sent as ``send_request`` sends it (the session's stamp), its raw result back:
+    a task-augmented ``tools/call`` is answered with a ``CreateTaskResult`` that ``send_request``
+    would validate as a ``CallToolResult``. Test-only use of two SDK client privates, as the
+    SDK's own ``listen()`` uses them (the gateway's package uses none, ADR 0037)."""
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    opts: dict[str, Any] = {}
+    session._stamp(data, opts)
+    return dict(await session._dispatcher.send_raw_request(data["method"], data.get("params"), opts))
 
 
 def task_source(*args: str, uri_prefix: str | None = "t+") -> dict[str, Any]:

@@ -38,12 +38,13 @@ WAIT = 20.0
 PACKAGE = "mcp_reconciler."
 PEER = "mcp_reconciler.reconciler.http_peer"
 #: The issue's goal is 8; it is NOT met. Measured on this branch (the failure message lists them):
-#: 15 modules for a 2025-era call, 14 for a 2026 one, both including the peer (the lifecycle and
+#: 17 modules for a 2025-era call, 16 for a 2026 one, both including the peer (15 / 14 before
+#: issue 25's upstream session added reconciler/jsonrpc_peer.py and http_session.py) (the lifecycle and
 #: http_limits modules count once though the server's and the pipeline's gates both pass). The
 #: edge steps (drain, Host/Origin, body limit, credentials) and the front door's per-request
 #: duties (sessions, door, tasks, forwarding) are modules of their own. The bound below is the
 #: real figure, kept so a new hop fails this test; lower it as modules fold together.
-MAX_MODULES = {"legacy": 15, "modern": 14}
+MAX_MODULES = {"legacy": 17, "modern": 16}
 ENTRY = ("mcp_reconciler.api.lifecycle", "__call__")  # DrainGate: the app uvicorn calls
 
 _active: contextvars.ContextVar[bool] = contextvars.ContextVar("call_path", default=False)

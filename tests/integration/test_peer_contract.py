@@ -1,4 +1,4 @@
-"""The upstream connection contract, for every transport x protocol era (issue 25, ADR 0025).
+"""The upstream connection contract, for every transport x protocol era (issue 25, ADR 0025, ADR 0037).
 
 Each test runs against a real upstream process over stdio, streamable HTTP and legacy SSE, in
 the 2025-11-25 era (``legacy``) and the 2026-07-28 era (``auto``: discovered), through the
@@ -15,7 +15,12 @@ keeps checking the contract whichever peer implements it.
   and come back as an ``InputRequiredResult`` to answer and retry in the 2026 era;
 - cancellation both ways: a caller that gives up cancels the upstream's work, and an upstream
   that gives up on its own request to us cancels what answers it;
-- the message bound's exact error, and the list bound's exact diagnostic.
+- the message bound's exact error, and the list bound's exact diagnostic;
+- resumption and the resend rule (2025-era streamable HTTP, the wire whose streams resume): a
+  response stream dropped mid-call is resumed with ``Last-Event-ID`` and the request is not sent
+  again; the session's GET stream dropped by the server is resumed from the last event id;
+- upstream OAuth (HTTP and SSE, both eras): the source's own client-credentials token, renewed
+  once when the upstream refuses it with 401, the refused request sent again once.
 
 Where a combination is not supported yet, the test is an ``xfail`` (strict: it fails the day
 it passes, so the mark is removed) that names why."""
@@ -428,3 +433,77 @@ async def test_a_list_past_the_entry_bound_fails_with_the_bounds_diagnostic(
             await reader.read(spec, None, inputs_digest="-")
     assert caught.value.reason == "listing refused while reading: a page passed entries_per_generation (1000 entries)"
     assert caught.value.cause_kind == "bound_exceeded"
+
+
+# -- resumption and the resend rule (ADR 0019, ADR 0037) -------------------------------------------
+# Only a 2025-11-25 streamable-HTTP session has streams that resume (an event store upstream,
+# ``Last-Event-ID``): stdio and SSE have one stream for the connection's life, and a 2026-07-28
+# request's stream is its own (closing it is the request's cancellation).
+
+
+async def test_a_response_stream_dropped_mid_call_is_resumed_and_the_request_not_sent_again(
+    upstreams: Upstreams,
+) -> None:
+    spec = await upstreams.spec("http", UPSTREAM, "--resumable")
+    peer = AnsweringPeer()
+    async with connected(spec, "2025", peer=peer) as (_reader, conn):
+        with anyio.fail_after(WAIT):
+            result = payload(await conn.send(call("drop_call", {}), types.CallToolResult, timeout_s=WAIT))
+            assert result["runs"] == 1  # the stream was resumed (GET + Last-Event-ID), never re-POSTed
+            while "after drop" not in peer.logs:  # sent while no stream was open: replayed on resumption
+                await anyio.sleep(0.01)
+            assert payload(await conn.send(call("drop_call", {}), types.CallToolResult, timeout_s=WAIT))["runs"] == 2
+
+
+async def test_the_sessions_get_stream_dropped_is_resumed_with_last_event_id(upstreams: Upstreams) -> None:
+    spec = await upstreams.spec("http", UPSTREAM, "--resumable")
+    async with connected(spec, "2025") as (_reader, conn):
+        seen: list[str] = []
+        conn.on_resource_updated(lambda _conn, uri: seen.append(uri))
+        with anyio.fail_after(WAIT):
+            # The GET stream is open once a notification sent on it arrives.
+            n = 0
+            while not seen:
+                n += 1
+                await conn.send(call("drop_get", {"uri": f"mem://ready/{n}", "drop": False}), types.CallToolResult)
+                with anyio.move_on_after(0.5):
+                    while not seen:
+                        await anyio.sleep(0.01)
+            # Dropped, then the event is sent while no GET stream is open: only a resumption from
+            # the last event id the gateway saw replays it.
+            await conn.send(call("drop_get", {"uri": "mem://after-drop"}), types.CallToolResult, timeout_s=WAIT)
+            while "mem://after-drop" not in seen:
+                await anyio.sleep(0.01)
+
+
+# -- upstream OAuth: the source's own client-credentials token, renewed once on 401 -----------------
+
+OAUTH_SECRET = "gw-contract-s3cret-77"
+OAUTH_COMBOS = [pytest.param(t, e, id=f"{t}-{e}") for t in ("http", "sse") for e in ERAS]
+
+
+@pytest.mark.parametrize(("transport", "era"), OAUTH_COMBOS)
+async def test_an_oauth_upstream_sees_the_sources_token_renewed_once_on_401(transport: str, era: str) -> None:
+    from tests.support.authz_server import authz_server
+    from tests.support.protected_mcp import protected_mcp_server
+
+    async with authz_server() as az, protected_mcp_server(az, transport=transport) as ps:  # type: ignore[arg-type]
+        az.add_client("gateway", OAUTH_SECRET)
+        oauth = {
+            "token_url": az.token_url,
+            "client_id": "gateway",
+            "client_secret": OAUTH_SECRET,
+            "scopes": ["mcp"],
+            "resource": ps.url,
+        }
+        spec = SourceSpec(name="up", transport={"kind": transport, "url": ps.url, "oauth": oauth})
+        async with connected(spec, era) as (_reader, conn):
+            with anyio.fail_after(WAIT):
+                await conn.send(call("echo", {"x": "1"}), types.CallToolResult, timeout_s=WAIT)
+                assert len(az.issued) == 1
+                assert ps.authorizations and all(a == f"Bearer {az.issued[0]}" for a in ps.authorizations)
+                ps.revoked.add(az.issued[0])  # revoked early: the next request is refused with 401
+                await conn.send(call("echo", {"x": "2"}), types.CallToolResult, timeout_s=WAIT)
+                assert len(az.issued) == 2  # renewed once, and the refused request sent again with it
+                assert ps.authorizations[-1] == f"Bearer {az.issued[1]}"
+        assert [c for c in ps.server.calls if c[0] == "echo"] == [("echo", {"x": "1"}), ("echo", {"x": "2"})]

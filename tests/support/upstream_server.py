@@ -35,6 +35,20 @@ With ``--noisy``, four more control tools are listed:
 - ``noline`` writes ``bytes`` bytes to stdout with no newline (stdio only: a line that never
   ends), then answers (its answer lands on that same unfinished line).
 
+With ``--resumable`` (streamable HTTP: an event store, so streams resume with ``Last-Event-ID``;
+a 50 ms ``retry``), three more:
+
+- ``drop_call`` closes its own response stream, then sends a log record about the call
+  (``after drop``) and answers ``{"runs": n}``, n counting its runs (a client must resume the
+  stream, never send the request again);
+- ``drop_get`` closes the session's standalone GET stream (unless ``drop`` is false), then sends
+  ``notifications/resources/updated`` for ``uri`` there (a client must resume the GET stream
+  with ``Last-Event-ID`` to see it);
+- ``count`` answers ``{"runs": n}``, n counting its runs.
+
+``--keepalive-s S`` closes idle keep-alive connections after S seconds (uvicorn's
+``timeout_keep_alive``; its default is 5).
+
 ``--linger`` models an upstream that does not exit when its stdin closes: after stdin ends it
 ignores SIGTERM and sleeps (up to 10 minutes), so only a process-group SIGKILL stops it.
 ``--listen-backlog N`` caps the ``subscriptions/listen`` backlog per subscriber (the SDK's
@@ -86,6 +100,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 CONTROL_TOOLS = ("block", "crash", "flood", "set_tools", "progress", "fail_protocol", "fail_result")
 NOISY_TOOLS = ("garbage", "stderr", "big", "noline")  # listed only with --noisy
+RESUMABLE_TOOLS = ("drop_call", "drop_get", "count")  # listed only with --resumable
 BAD_TOOL_SECRET = "token=bad-tool-s3cr3t-0123456789"
 CRASH_EXIT_CODE = 3
 
@@ -166,8 +181,11 @@ class UpstreamServer:
         bad_tools: int = 0,
         listen_backlog: int = 100_000,
         noisy: bool = False,
+        resumable: bool = False,
     ) -> None:
-        self.control_tools = (*CONTROL_TOOLS, *(NOISY_TOOLS if noisy else ()))
+        self.control_tools = (*CONTROL_TOOLS, *(NOISY_TOOLS if noisy else ()), *(RESUMABLE_TOOLS if resumable else ()))
+        self.resumable = resumable
+        self.runs: dict[str, int] = {}
         if page_size < 1:
             raise ValueError("page size must be at least 1")
         self.snapshot = list(tools)  # what was loaded at spawn; never reloaded
@@ -251,6 +269,8 @@ class UpstreamServer:
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=str(args.get("text", "")))], is_error=True
             )
+        if name in RESUMABLE_TOOLS and name in self.control_tools:
+            return await self._resumable(ctx, name, args)
         if name == "garbage" and name in self.control_tools:
             n = int(args.get("n", 0))
             # Whole lines straight onto the protocol stream, between protocol messages (the SDK
@@ -279,6 +299,17 @@ class UpstreamServer:
         if traceparent is not None:  # the W3C trace context the caller sent (ADR 0031's hop test)
             payload["traceparent"] = traceparent
         return _text(payload)
+
+    async def _resumable(self, ctx: ServerRequestContext[Any], name: str, args: dict[str, Any]) -> types.CallToolResult:
+        self.runs[name] = runs = self.runs.get(name, 0) + 1
+        if name == "drop_call":
+            await ctx.close_sse_stream()  # the client must resume with Last-Event-ID
+            await ctx.session.send_log_message("info", "after drop", logger="up", related_request_id=ctx.request_id)
+        elif name == "drop_get":
+            if args.get("drop", True):
+                await ctx.close_standalone_sse_stream()
+            await ctx.session.send_resource_updated(str(args.get("uri", "mem://x")))
+        return _text({"tool": name, "runs": runs, "pid": os.getpid()})
 
 
 async def _block(args: dict[str, Any]) -> types.CallToolResult:
@@ -349,8 +380,15 @@ def build_http_app(upstream: UpstreamServer, port: int) -> Any:
     from starlette.applications import Starlette
     from starlette.routing import Route
 
+    from tests.support.event_store import BoundedEventStore
+
+    resumable = getattr(upstream, "resumable", False)  # the relay server (same builder) has none
     manager = StreamableHTTPSessionManager(
-        app=upstream.server, stateless=False, security_settings=_loopback_security(port)
+        app=upstream.server,
+        stateless=False,
+        security_settings=_loopback_security(port),
+        event_store=BoundedEventStore() if resumable else None,
+        retry_interval=50 if resumable else None,
     )
 
     @contextlib.asynccontextmanager
@@ -391,7 +429,12 @@ def build_sse_app(upstream: UpstreamServer, port: int) -> Any:
 
 
 async def serve_http(
-    upstream: UpstreamServer, port: int, pid_file: str | None, transport: str = "http", port_file: str | None = None
+    upstream: UpstreamServer,
+    port: int,
+    pid_file: str | None,
+    transport: str = "http",
+    port_file: str | None = None,
+    keepalive_s: float = 5.0,
 ) -> None:
     """Serve streamable HTTP (``transport="http"``) or SSE (``"sse"``) on 127.0.0.1:``port``
     (``0``: a port the kernel picks, bound here before anything else, and written to
@@ -408,7 +451,7 @@ async def serve_http(
     sock.bind(("127.0.0.1", port))
     port = int(sock.getsockname()[1])
     app = build_sse_app(upstream, port) if transport == "sse" else build_http_app(upstream, port)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_keep_alive=keepalive_s)
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: server.serve(sockets=[sock]))
@@ -438,6 +481,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bad-tools", type=int, default=0, help="also list N invalid tool definitions")
     p.add_argument("--linger", action="store_true", help="stdio: ignore stdin close and SIGTERM")
     p.add_argument("--noisy", action="store_true", help="also list the garbage and stderr control tools")
+    p.add_argument("--resumable", action="store_true", help="http: an event store, and the stream-dropping tools")
+    p.add_argument("--keepalive-s", type=float, default=5.0, help="http: close idle keep-alive connections after S s")
     p.add_argument(
         "--era", choices=("both", "legacy"), default="both", help="legacy: refuse server/discover (2025-11-25 only)"
     )
@@ -496,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         bad_tools=args.bad_tools,
         listen_backlog=args.listen_backlog,
         noisy=args.noisy,
+        resumable=args.resumable,
     )
     upstream.descriptions.update(descriptions)
     upstream.schemas.update(schemas)
@@ -504,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.transport == "stdio":
         anyio.run(serve_stdio, upstream, args.pid_file, args.linger)
     else:
-        anyio.run(serve_http, upstream, args.port, args.pid_file, args.transport, args.port_file)
+        anyio.run(serve_http, upstream, args.port, args.pid_file, args.transport, args.port_file, args.keepalive_s)
     return 0
 
 

@@ -8,7 +8,7 @@ without breaking the gateway (the ``mcp`` pin spans every 2.x release that passe
   from ``mcp``/``mcp_types``, and no access (``obj._x``, ``getattr(obj, "_x")``) to a private
   name the installed SDK defines and the package itself does not (a name both define cannot be
   told apart without types; the known SDK privates the gateway once reached are refused always).
-  Two files still reach privates until their switch-over lands: :data:`ALLOWED`."""
+  One file still reaches privates until its switch-over lands: :data:`ALLOWED`."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ PLANE = ROOT / "api" / "plane"
 SDK_ROOTS = ("mcp", "mcp_types")
 PACKAGES = ("reconciler", "api", "sdk")
 
-#: Emptied by issue 26/25 switch-over: the SDK-based HTTP plane's compat module (H1 deletes it)
-#: and the SDK client of the upstream side (H3 replaces it). Exact: a file listed here that no
+#: Emptied by issue 26/25 switch-over: the SDK-based HTTP plane's compat module is deleted and
+#: the upstream side's SDK client privates are gone (ADR 0037). Exact: a file listed here that no
 #: longer reaches a private (or is gone) fails the test until it leaves the list.
-ALLOWED = {"api/sdk_compat.py", "reconciler/sdk_client.py"}
+ALLOWED: set[str] = set()
 
 #: SDK privates the gateway reached before issue 26: refused even where the package defines a
 #: private of the same name.
