@@ -242,8 +242,14 @@ class FrameChannel(Channel):
         return self._streams()[1]
 
     async def emit(self, message: dict[str, Any]) -> None:
-        """One SSE frame onto the stream."""
+        """One SSE frame onto the stream (a notification without params, as ``list_changed``, is
+        one frame made once and written to every session's stream: ``sse.bare_notification``)."""
+        bare = message.keys() == _BARE_NOTIFICATION and message["jsonrpc"] == "2.0"
+        frame = sse.bare_notification(message["method"]) if bare else sse.frame(message)
         if self._wait:
-            await self.sink.send(sse.frame(message))
+            await self.sink.send(frame)
         else:
-            self.sink.send_nowait(sse.frame(message))
+            self.sink.send_nowait(frame)
+
+
+_BARE_NOTIFICATION = frozenset({"jsonrpc", "method"})
