@@ -41,7 +41,7 @@ typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 pytest: $(VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 # docs/config.schema.json and docs/config.md from the config models (tests/docs/test_config_reference.py
 # fails until they are regenerated after a config model changes).

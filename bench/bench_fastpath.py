@@ -13,9 +13,11 @@ sessions, ``auto`` = 2026-07-28). The gateway's CPU per call is its process's ow
 so they see the same background load; ``loadavg`` is printed with every table, because the box
 is shared. Compare ratios within one run, not absolute figures across runs.
 
-One gateway serves every request on its one path (issue 26 removed the fast/normal lane
-switch); to compare code before and after a change, run this file against each checkout in the
-same period.
+Two gateways run side by side on the same config and upstreams: one with the fast lane (the
+default) and one with ``MCP_RECONCILER_FAST_LANE=0`` (the front door's normal lane), so both are
+measured in the same run, interleaved. Since ADR 0030 the switch no longer touches the upstream
+side (every request to an HTTP source takes its peer either way); to compare upstream code
+before and after, run this file against each checkout in the same period.
 
 1. Sequential calls: p50/p99 per path, added p50 (gateway - direct HTTP, as in the issue), and
    the gateway's CPU ms per call.
@@ -25,7 +27,7 @@ same period.
    (one source serving 993 tools + its 7 control tools): p50/p99 of the first list of a sample of
    sessions spread over all 1,000, then of a second pass. Sessions are opened with raw HTTP
    (initialize + initialized), so the client side stays light.
-4. ``--profile`` (instead of 1-3): py-spy samples the gateway at 32
+4. ``--profile [--normal]`` (instead of 1-3): py-spy samples the fast (or normal) gateway at 32
    sessions; the frames with the most own time and the inclusive share per package are printed.
 
 Benchmarks print figures; they never assert (docs/DESIGN.md "Layout")."""
@@ -75,13 +77,14 @@ def cpu_s(pid: int) -> float:
 
 @contextlib.asynccontextmanager
 async def process(
-    argv: list[str], ready_path: str, port_file: Path
+    argv: list[str], ready_path: str, port_file: Path, fast_lane: bool = True
 ) -> AsyncIterator[tuple[int, int]]:
     """Start ``argv`` (a server told to bind port 0 and write the port it got to ``port_file``),
     wait until ``ready_path`` answers there (below 500 for ``/readyz``: published), yield its pid
-    and port; stop and reap it on exit."""
+    and port; stop and reap it on exit. ``fast_lane`` sets ``MCP_RECONCILER_FAST_LANE``."""
     await anyio.Path(port_file).unlink(missing_ok=True)  # a rerun (bench_list twice) writes it afresh
     env = {**os.environ, "MCP_RECONCILER_OPERATOR_TOKENS": "bench-operator"}
+    env["MCP_RECONCILER_FAST_LANE"] = "1" if fast_lane else "0"
     proc = await anyio.open_process(
         argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None
     )
@@ -233,7 +236,7 @@ async def list_once(http: httpx2.AsyncClient, url: str, sid: str, i: int, parse:
     return dt, len(json.loads(body).get("result", {}).get("tools", []))
 
 
-async def bench_list(tmp: Path) -> dict[str, Any]:
+async def bench_list(tmp: Path, fast_lane: bool) -> dict[str, Any]:
     names = tmp / "tools.json"
     names.write_text(json.dumps([f"t{i:04d}" for i in range(993)]))
     cfg = tmp / "list.yaml"
@@ -246,7 +249,7 @@ async def bench_list(tmp: Path) -> dict[str, Any]:
             f"sources:\n  - name: l\n    http: {{url: 'http://127.0.0.1:{up_port}/mcp'}}\n"
         )
         gw_pid, gw_port = await stack.enter_async_context(
-            process(gateway_argv(cfg, gw_file), "/readyz", gw_file)
+            process(gateway_argv(cfg, gw_file), "/readyz", gw_file, fast_lane)
         )
         url = f"http://127.0.0.1:{gw_port}/mcp"
         async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=50)) as http:
@@ -264,7 +267,8 @@ async def bench_list(tmp: Path) -> dict[str, Any]:
                         tg.start_soon(one)
             sample = sids[:: max(1, len(sids) // LIST_SAMPLE)][:LIST_SAMPLE]
             res: dict[str, Any] = {"sessions_open": len(sids)}
-            print(f"\ntools/list of 1,000 tools, {len(sids)} sessions open, {len(sample)} sampled")
+            lane = "fast lane" if fast_lane else "normal lane (MCP_RECONCILER_FAST_LANE=0)"
+            print(f"\ntools/list of 1,000 tools, {lane}, {len(sids)} sessions open, {len(sample)} sampled")
             print(f"  loadavg {loadavg()}")
             for phase in ("first list per session", "second pass"):
                 lat, c0 = [], cpu_s(gw_pid)
@@ -362,7 +366,7 @@ async def amain() -> dict[str, Any]:
         stdio = json.dumps([*UPSTREAM[1:], "--tools", "echo"])
         print(f"bench_fastpath: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
         if "--list-only" in sys.argv:
-            return {"list": await bench_list(tmp)}
+            return {"list": {"normal": await bench_list(tmp, False), "fast": await bench_list(tmp, True)}}
         up = [*UPSTREAM, "--transport", "http", *port_args(tmp / "up.port"), "--tools", "echo"]
         async with contextlib.AsyncExitStack() as stack:
             _, up_port = await stack.enter_async_context(process(up, "/mcp", tmp / "up.port"))
@@ -376,23 +380,32 @@ async def amain() -> dict[str, Any]:
             gw_pid, gw_port = await stack.enter_async_context(
                 process(gateway_argv(cfg, tmp / "gw.port"), "/readyz", tmp / "gw.port")
             )
-            gw_url = f"http://127.0.0.1:{gw_port}/mcp"
-            async with Client(gw_url, mode="legacy") as c:  # both sources published
-                with anyio.fail_after(60):
-                    while {"h__echo", "s__echo"} - {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
-                        await anyio.sleep(0.2)
+            slow_pid, slow_port = await stack.enter_async_context(
+                process(gateway_argv(cfg, tmp / "slow.port"), "/readyz", tmp / "slow.port", False)
+            )
+            gw_url, slow_url = f"http://127.0.0.1:{gw_port}/mcp", f"http://127.0.0.1:{slow_port}/mcp"
+            for url in (gw_url, slow_url):
+                async with Client(url, mode="legacy") as c:  # both sources published
+                    with anyio.fail_after(60):
+                        while {"h__echo", "s__echo"} - {
+                            t.name for t in (await c.list_tools(cache_mode="bypass")).tools
+                        }:
+                            await anyio.sleep(0.2)
             if "--profile" in sys.argv:
-                await profile(gw_url, gw_pid, tmp)
+                profile_pid = slow_pid if "--normal" in sys.argv else gw_pid
+                await profile(slow_url if "--normal" in sys.argv else gw_url, profile_pid, tmp)
                 return {}
             paths: list[Path_] = [
                 ("direct HTTP", up_url, "echo", None),
-                ("gateway -> HTTP upstream", gw_url, "h__echo", gw_pid),
-                ("gateway -> stdio upstream", gw_url, "s__echo", gw_pid),
+                ("gw normal lane -> HTTP upstream", slow_url, "h__echo", slow_pid),
+                ("gw fast lane   -> HTTP upstream", gw_url, "h__echo", gw_pid),
+                ("gw normal lane -> stdio upstream", slow_url, "s__echo", slow_pid),
+                ("gw fast lane   -> stdio upstream", gw_url, "s__echo", gw_pid),
             ]
             calls = await bench_calls(paths)
         if "--calls-only" in sys.argv:  # rows 1-2 only (e.g. the upstream side before/after)
             return {"loadavg_end": loadavg(), "calls": calls}
-        lists = await bench_list(tmp)
+        lists = {"normal": await bench_list(tmp, False), "fast": await bench_list(tmp, True)}
     return {"loadavg_end": loadavg(), "calls": calls, "list": lists}
 
 

@@ -169,6 +169,7 @@ class FrontDoor:
             self.sessions,
             show_extra=(lambda b: self.control is not None and self.may_use_control_tools(b)),
         )
+        self.notifier.grant_key = self.list_cache.grant_digest  # equal grant sets share a view per pass
         self.server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.tasks.get_task)
         self.server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self.tasks.task_result)
         self.server.add_request_handler("tasks/list", types.PaginatedRequestParams, self.tasks.list_tasks)

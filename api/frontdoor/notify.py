@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol
 
 import anyio
@@ -42,7 +42,7 @@ from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
 from mcp_reconciler.api.frontdoor.listen import ListenStreams
 from mcp_reconciler.api.frontdoor.sessions import Binding
 from mcp_reconciler.reconciler import telemetry
-from mcp_reconciler.reconciler.authority import Authority, Session
+from mcp_reconciler.reconciler.authority import Authority, Session, View
 from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import EntryKind
 
@@ -72,6 +72,9 @@ class Notifier:
         self._gate: PushGate | None = None
         self._buses: dict[str, ListenStreams] = {}
         self._wake = anyio.Event()
+        #: What identifies a grant set in the per-pass view memo: the object (the default) or,
+        #: set by the front door, the page cache's content digest (equal sets share one view).
+        self.grant_key: Callable[[Mapping[str, str]], Hashable] = id
         # Subscribed now, not when the loop starts: a publication in between still wakes it.
         self._unsubscribe = catalog.on_publish(self.touch)
 
@@ -89,8 +92,11 @@ class Notifier:
             while True:
                 with anyio.move_on_after(RETRY_S if self.any_pending() else float("inf")):
                     await self._wake.wait()
-                self._wake = anyio.Event()
-                await self._notify_all()
+                if self._wake.is_set():  # a publication or a grant change: views may differ
+                    self._wake = anyio.Event()
+                    await self._notify_all()
+                else:  # the retry tick: views are as last evaluated, only held kinds are owed
+                    await self._retry_held()
         finally:
             self._unsubscribe()
 
@@ -158,14 +164,47 @@ class Notifier:
         live = self._catalog.current()
         if live is None:
             return
+        # One view per distinct set of inputs per pass, not per binding: a view walks every grant
+        # of the session (a thousand sessions seeing a thousand tools were a million steps per
+        # publication, ADR 0038); sessions with equal grants, view and search state share it.
+        views: dict[Hashable, View] = {}
+        changes: dict[tuple[int, int], tuple[View, View | None, frozenset[EntryKind]]] = {}
         for binding in list(self._bindings.values()):
-            if binding.session.pinned_revision is not None:
+            session = binding.session
+            if session.pinned_revision is not None:
                 continue  # a pinned session's view does not follow publications
-            view = self._authority.view(binding.session, live.generation)
-            binding.pending |= view.changed_kinds(binding.last_view)
-            binding.last_view = view
+            key = (
+                self.grant_key(session.grants),
+                session.view,
+                (frozenset(session.found), self._authority.discovery.always_visible)
+                if self._authority.searching(session)
+                else None,
+            )
+            view = views.get(key)
+            if view is None:
+                view = views[key] = self._authority.view(session, live.generation)
+            last = binding.last_view
+            if last is not view:  # the same object: nothing changed (shared views share this too)
+                pair = (id(view), id(last))  # kept alive by the entry, so an id is never reused
+                memo = changes.get(pair)
+                if memo is None:
+                    memo = changes[pair] = (view, last, frozenset(view.changed_kinds(last)))
+                binding.pending |= memo[2]
+                binding.last_view = view
             if binding.pending and await self._deliver(binding):
                 # From the publication to this session being told (its list_changed lag).
+                telemetry.list_changed_lag.record(max(time.time() - live.generation.published_at, 0.0))
+
+    async def _retry_held(self) -> None:
+        """Deliver what bindings still hold (a legacy push waiting for its GET stream), without
+        re-evaluating any view: views change only on a publication or a grant change, each of
+        which wakes :meth:`_notify_all`. (Re-evaluating every binding on every tick while one
+        waited cost a full pass over all sessions ten times a second, ADR 0038.)"""
+        live = self._catalog.current()
+        if live is None:
+            return
+        for binding in list(self._bindings.values()):
+            if binding.pending and binding.session.pinned_revision is None and await self._deliver(binding):
                 telemetry.list_changed_lag.record(max(time.time() - live.generation.published_at, 0.0))
 
     async def _deliver(self, binding: Binding) -> bool:

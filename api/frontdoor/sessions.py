@@ -61,7 +61,7 @@ Era = Literal["legacy", "modern"]
 Transport = Literal["http", "stdio", "memory"]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Binding:
     """One downstream identity bound to a gateway session, with its notification state: the view
     it was last told about (``last_view``), the kinds whose change it has not been told yet

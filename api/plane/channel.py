@@ -17,7 +17,6 @@ channel without ``Replies`` (2026 era: no back-channel) refuses with ``NoBackCha
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
@@ -52,13 +51,16 @@ class Replies:
 
     def __init__(self, limit: int = MAX_PENDING_REPLIES) -> None:
         self._limit = limit
-        self._waiting: dict[types.RequestId, MemoryObjectSendStream[jsonrpc.Reply]] = {}
-        self._progress: dict[types.RequestId, OnProgress] = {}
-        self._ids = itertools.count(1)
+        # Created on the first request of the gateway (most sessions never get one: issue 26's
+        # idle sessions pay for two empty tables otherwise).
+        self._waiting: dict[types.RequestId, MemoryObjectSendStream[jsonrpc.Reply]] | None = None
+        self._progress: dict[types.RequestId, OnProgress] | None = None
+        self._minted = 0
 
     def mint(self) -> str:
         """A request id unique within the session (never an integer: the client's own are)."""
-        return f"gw-{next(self._ids)}"
+        self._minted += 1
+        return f"gw-{self._minted}"
 
     @contextlib.contextmanager
     def expect(
@@ -66,6 +68,8 @@ class Replies:
     ) -> Iterator[MemoryObjectReceiveStream[jsonrpc.Reply]]:
         """Wait for the reply to ``request_id`` while the block runs; the client's progress on it
         (its progress token is ``request_id``) goes to ``on_progress`` meanwhile."""
+        if self._waiting is None or self._progress is None:
+            self._waiting, self._progress = {}, {}
         if len(self._waiting) >= self._limit:
             raise MCPError(code=types.INTERNAL_ERROR, message="too many requests awaiting the client")
         send, receive = anyio.create_memory_object_stream[jsonrpc.Reply](1)
@@ -86,7 +90,7 @@ class Replies:
         progress up first); ``False`` when no such request waits."""
         token = params.get("progressToken") if params else None
         done = params.get("progress") if params else None
-        report = self._progress.get(token) if isinstance(token, str | int) else None
+        report = self._progress.get(token) if self._progress and isinstance(token, str | int) else None
         if report is None or params is None or isinstance(done, bool) or not isinstance(done, int | float):
             return False
         total, message = params.get("total"), params.get("message")
@@ -100,7 +104,7 @@ class Replies:
 
     def deliver(self, reply: jsonrpc.Reply) -> bool:
         """Hand ``reply`` to the request waiting for it; ``False`` when none is (late or unknown)."""
-        waiting = self._waiting.pop(reply.id, None)
+        waiting = self._waiting.pop(reply.id, None) if self._waiting else None
         if waiting is None:
             return False
         with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
@@ -114,9 +118,17 @@ class Channel:
     def __init__(self, request_id: types.RequestId | None, replies: Replies | None) -> None:
         self.request_id = request_id
         self.progress_token: types.ProgressToken | None = None
-        self.cancel_requested = anyio.Event()
+        self._cancel_requested: anyio.Event | None = None
         self.can_send_request = replies is not None
         self._replies = replies
+
+    @property
+    def cancel_requested(self) -> anyio.Event:
+        """Set when the request is cancelled; made on first use (an idle session's push channel
+        never needs one, and an event costs ~0.7 KiB: issue 26)."""
+        if self._cancel_requested is None:
+            self._cancel_requested = anyio.Event()
+        return self._cancel_requested
 
     async def emit(self, message: dict[str, Any]) -> None:
         """Write ``message`` (a subclass's); raise ``anyio.ClosedResourceError`` once gone."""
@@ -173,21 +185,9 @@ class Channel:
         return dict(reply.result or {})
 
 
-class _HttpChannel(Channel):
-    """What a channel on HTTP names: the request it answers and the transport."""
-
-    def __init__(self, request_id: types.RequestId | None, request: Request | None, replies: Replies | None) -> None:
-        super().__init__(request_id, replies)
-        self.message_metadata = ServerMessageMetadata(request_context=request)
-        self.transport = TransportContext(
-            kind="streamable-http", can_send_request=replies is not None, headers=request.headers if request else None
-        )
-
-
-class FrameChannel(_HttpChannel):
-    """A channel onto an SSE stream through a queue (module docstring). ``sink`` is where frames
-    go (the name the front door's listen streams look for), ``frames`` where the stream's writer
-    reads them."""
+class FrameChannel(Channel):
+    """A channel onto an SSE stream (module docstring). ``sink`` is where frames go (the name the
+    front door's listen streams look for), ``frames`` where the stream's writer reads them."""
 
     def __init__(
         self,
@@ -198,25 +198,73 @@ class FrameChannel(_HttpChannel):
         wait: bool,
         replies: Replies | None = None,
     ) -> None:
-        super().__init__(request_id, request, replies)
-        self.sink, self.frames = anyio.create_memory_object_stream[bytes](capacity)
+        super().__init__(request_id, replies)
+        self._request = request
+        self._capacity = capacity
         self._wait = wait
+        # Made on first use (issue 26: an idle session's GET-stream channel holds none of them
+        # until a push or its GET stream comes, ~1.5 KiB saved per idle session).
+        self._metadata: ServerMessageMetadata | None = None
+        self._transport: TransportContext | None = None
+        self._pair: tuple[MemoryObjectSendStream[bytes], MemoryObjectReceiveStream[bytes]] | None = None
+
+    @property
+    def message_metadata(self) -> ServerMessageMetadata:
+        """The SDK's per-message metadata: the HTTP request the channel answers (if any)."""
+        if self._metadata is None:
+            self._metadata = ServerMessageMetadata(request_context=self._request)
+        return self._metadata
+
+    @property
+    def transport(self) -> TransportContext:
+        """What the SDK's operations learn of the transport (streamable HTTP, the request's headers)."""
+        if self._transport is None:
+            request = self._request
+            self._transport = TransportContext(
+                kind="streamable-http",
+                can_send_request=self.can_send_request,
+                headers=request.headers if request else None,
+            )
+        return self._transport
+
+    def _streams(self) -> tuple[MemoryObjectSendStream[bytes], MemoryObjectReceiveStream[bytes]]:
+        if self._pair is None:
+            self._pair = anyio.create_memory_object_stream[bytes](self._capacity)
+        return self._pair
+
+    @property
+    def sink(self) -> MemoryObjectSendStream[bytes]:
+        """Where frames go (bounded by the channel's capacity)."""
+        return self._streams()[0]
+
+    @property
+    def frames(self) -> MemoryObjectReceiveStream[bytes]:
+        """Where the stream's writer reads the frames."""
+        return self._streams()[1]
 
     async def emit(self, message: dict[str, Any]) -> None:
-        """One SSE frame onto the stream."""
+        """One SSE frame onto the stream (a notification without params, as ``list_changed``, is
+        one frame made once and written to every session's stream: ``sse.bare_notification``)."""
+        bare = message.keys() == _BARE_NOTIFICATION and message["jsonrpc"] == "2.0"
+        frame = sse.bare_notification(message["method"]) if bare else sse.frame(message)
         if self._wait:
-            await self.sink.send(sse.frame(message))
+            await self.sink.send(frame)
         else:
-            self.sink.send_nowait(sse.frame(message))
+            self.sink.send_nowait(frame)
 
 
-class ResponseChannel(_HttpChannel):
+_BARE_NOTIFICATION = frozenset({"jsonrpc", "method"})
+
+
+class ResponseChannel(Channel):
     """A 2026-era request's channel straight onto its response (``response.LiveResponse``): each
     message is written as it is emitted, with the transport's back-pressure, no queue between.
     No back-channel (this era has none)."""
 
     def __init__(self, request_id: types.RequestId | None, request: Request, response: LiveResponse) -> None:
-        super().__init__(request_id, request, None)
+        super().__init__(request_id, None)
+        self.message_metadata = ServerMessageMetadata(request_context=request)
+        self.transport = TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers)
         self._response = response
 
     async def emit(self, message: dict[str, Any]) -> None:

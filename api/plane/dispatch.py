@@ -43,6 +43,7 @@ from pydantic import BaseModel, ValidationError
 from mcp_reconciler.api.frontdoor.link import LinkedContext
 from mcp_reconciler.api.frontdoor.pages import LIST_METHODS
 from mcp_reconciler.api.frontdoor.passthrough import RawResult
+from mcp_reconciler.api.plane import jsonrpc
 
 if TYPE_CHECKING:
     from mcp_reconciler.api.frontdoor import FrontDoor
@@ -110,9 +111,13 @@ class Dispatcher:
                 created: dict[str, Any] = await front.create_task(ctx)
                 return created
             if ctx.method in LIST_METHODS:
-                page: dict[str, Any] = await front.list_cache(ctx, self._run)
+                page: dict[str, Any] = await front.list_cache(ctx, self._run_encoded)
                 return page
             return await self._run(ctx)
+
+    async def _run_encoded(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+        """A list page with its JSON, so the cached page is never encoded again (ADR 0038)."""
+        return await jsonrpc.EncodedResult.of(await self._run(ctx))
 
     async def _run(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
         method, version, params = ctx.method, ctx.protocol_version, ctx.params

@@ -103,6 +103,25 @@ def _reply(message: dict[str, Any]) -> Reply | None:
     return Reply(id_, result, error)
 
 
+class EncodedResult(dict[str, Any]):
+    """A result that also carries its own compact JSON (``wire``, exactly ``encode(result)``):
+    :func:`encode` and :func:`encode_sliced` splice those bytes into a response instead of
+    encoding the result again. The list pages (``ListCache``, ADR 0019) are kept this way, so a
+    repeated ``tools/list`` is a lookup and a write (ADR 0038). Shared between requests, so
+    never written once made: the dict is for readers, the bytes are what goes out."""
+
+    __slots__ = ("wire",)
+
+    def __init__(self, result: Mapping[str, Any], wire: bytes) -> None:
+        super().__init__(result)
+        self.wire = wire
+
+    @classmethod
+    async def of(cls, result: Mapping[str, Any]) -> EncodedResult:
+        """``result`` with its JSON, encoded in slices (ADR 0040) — once, however often sent."""
+        return cls(result, b"".join(await encode_sliced(result)))
+
+
 def result_message(id_: RequestId, result: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON-RPC response carrying ``result``."""
     return {"jsonrpc": "2.0", "id": id_, "result": result}
@@ -125,7 +144,18 @@ def encode(message: Mapping[str, Any]) -> bytes:
     """Compact JSON, as the SDK server writes it, in one call: for the gateway's own small
     messages (notifications, refusals, the handshake). A result goes out by
     :func:`encode_sliced`."""
-    return _dumps(message).encode()
+    spliced = _spliced(message)
+    return b"".join(spliced) if spliced is not None else _dumps(message).encode()
+
+
+def _spliced(message: Mapping[str, Any]) -> list[bytes] | None:
+    """A response carrying an :class:`EncodedResult` as pieces around its bytes (no copy of
+    them), byte for byte what encoding the whole message writes; ``None`` for any other."""
+    result = message.get("result")
+    if not isinstance(result, EncodedResult) or list(message) != ["jsonrpc", "id", "result"]:
+        return None
+    head = _dumps({"jsonrpc": message["jsonrpc"], "id": message["id"], "result": 0})[:-2]  # up to ``"result":``
+    return [head.encode(), result.wire, b"}"]
 
 
 #: Estimated characters of JSON a value may take before it is encoded in pieces, with the
@@ -146,7 +176,11 @@ async def encode_sliced(message: Mapping[str, Any]) -> list[bytes]:
     way, whatever its size. A value whose JSON is estimated under :data:`PIECE_CHARS` is one
     ``json`` call; a longer one is written member by member (objects), in batches of elements
     (arrays), or :data:`PIECE_CHARS` at a time (a long string: a 30 MB text is about a hundred
-    pieces of a millisecond each, where one ``json.dumps`` held the loop 200 ms)."""
+    pieces of a millisecond each, where one ``json.dumps`` held the loop 200 ms). A response
+    carrying an :class:`EncodedResult` is its bytes, spliced."""
+    spliced = _spliced(message)
+    if spliced is not None:
+        return spliced
     out: list[str] = []
     slices = Slices()
     await _emit(message, out, slices)

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 import mcp_types as types
+from anyio import EventStatistics
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.connection import Connection
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
@@ -82,7 +84,44 @@ class RequestStream:
             self.follower = None
 
 
-@dataclass(eq=False)
+class LazyEvent(anyio.Event):
+    """An ``anyio.Event`` that makes the loop's event only when someone waits: the connection's
+    ``initialized`` is set by the handshake and only read with ``is_set()`` on the data plane, so
+    an idle session holds a flag, not an event and its waiter queue (~1 KiB, issue 26)."""
+
+    def __new__(cls) -> LazyEvent:
+        """A plain instance (``anyio.Event.__new__`` would hand back the backend's event)."""
+        return object.__new__(cls)
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._event: anyio.Event | None = None
+
+    def set(self) -> None:
+        """Set the flag (and wake a waiter, if any)."""
+        self._flag = True
+        if self._event is not None:
+            self._event.set()
+
+    def is_set(self) -> bool:
+        """Whether :meth:`set` was called."""
+        return self._flag
+
+    async def wait(self) -> None:
+        """Until :meth:`set` (at once when it was)."""
+        if self._flag:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
+
+    def statistics(self) -> EventStatistics:
+        """How many tasks wait (none until one does)."""
+        return self._event.statistics() if self._event is not None else EventStatistics(tasks_waiting=0)
+
+
+@dataclass(eq=False, slots=True)
 class LegacySession:
     """One 2025-era session: who opened it (and the client key it counts against), its
     connection (what the front door binds), its GET stream's channel and its kept events."""
@@ -98,7 +137,8 @@ class LegacySession:
     get_open: bool = False
     closed: bool = False
     events: int = 0
-    history: deque[tuple[int, int, Event]] = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
+    # Made with the first event kept: an idle session keeps none (a deque costs ~0.7 KiB: issue 26).
+    history: deque[tuple[int, int, Event]] | None = None
     live: dict[int, RequestStream] = field(default_factory=dict)  # request streams still running
     running: dict[types.RequestId, anyio.CancelScope] = field(default_factory=dict)
     _stream_keys: int = 0
@@ -111,6 +151,8 @@ class LegacySession:
     def remember(self, frame: Sequence[bytes], stream: int = GET_STREAM) -> Event:
         """``frame`` (its pieces) after the next event id of ``stream``, kept for ``Last-Event-ID``."""
         event = (f"id: {self.next_event_id(stream)}\r\n".encode(), *frame)
+        if self.history is None:
+            self.history = deque(maxlen=EVENT_HISTORY)
         self.history.append((self.events, stream, event))
         return event
 
@@ -138,7 +180,7 @@ class LegacySession:
         if sid != self.id or not seq.isdigit() or not key.isdigit():
             return GET_STREAM, []
         stream, after = int(key), int(seq)
-        return stream, [frame for n, s, frame in self.history if s == stream and n > after]
+        return stream, [frame for n, s, frame in self.history or () if s == stream and n > after]
 
 
 class SessionTable:
@@ -170,6 +212,7 @@ class SessionTable:
         replies = Replies()
         standalone = FrameChannel(None, None, PUSH_BACKLOG, wait=False, replies=replies)
         connection = Connection.for_loop(standalone, session_id=sid, protocol_version_hint=LATEST_HANDSHAKE_VERSION)
+        connection.initialized = LazyEvent()  # the SDK's event, made only if waited on (issue 26)
         session = LegacySession(sid, principal, client, connection, standalone, replies, anyio.current_time())
         self.sessions[sid] = session
         self._per_client[client] = self._per_client.get(client, 0) + 1

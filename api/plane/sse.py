@@ -7,6 +7,7 @@ Guarantee: a frame is complete (``\\r\\n\\r\\n``-terminated) and carries one mes
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -29,6 +30,13 @@ def frame(message: Mapping[str, Any], event_id: str | None = None) -> bytes:
     """One ``event: message`` frame carrying ``message``."""
     head = f"id: {event_id}\r\n" if event_id is not None else ""
     return f"{head}event: message\r\ndata: ".encode() + encode(message) + b"\r\n\r\n"
+
+
+@functools.lru_cache(maxsize=64)  # the gateway's own method names: a handful, bounded anyway
+def bare_notification(method: str) -> bytes:
+    """The frame of a notification without params (``notifications/tools/list_changed``): made
+    once, the same bytes for every stream it is written to."""
+    return frame({"jsonrpc": "2.0", "method": method})
 
 
 async def frame_sliced(message: Mapping[str, Any], event_id: str | None = None) -> list[bytes]:

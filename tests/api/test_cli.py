@@ -129,23 +129,24 @@ async def test_status_exit_codes_agree_with_readyz(tmp_path: Path) -> None:
     async with served_gateway(cfg) as served:
         env = {"url": served.base_url, "token": OPERATOR_TOKEN}
         async with httpx2.AsyncClient(base_url=served.base_url) as http:
-            degraded = await cli("status", **env)
+            # Commands that read the same state run at once (a Python start each is most of the time).
+            degraded, strict = await cli_all([(("status",), env), (("status", "--strict"), env)])
             assert (await http.get("/readyz")).status_code == 200
             assert degraded.code == 0 and "state       degraded" in degraded.out, degraded
-            strict = await cli("status", "--strict", **env)
             assert strict.code == 6, strict
 
             cfg.write_text("sources: [\n")  # invalid: the last good config keeps serving
             backdate(cfg)
             await served.gateway.engine.refresh()
             assert (await http.get("/readyz")).status_code == 200
-            r = await cli("status", **env)
+            r, j, strict = await cli_all(
+                [(("status",), env), (("status", "--json"), env), (("status", "--strict"), env)]
+            )
             assert r.code == 0, r
             assert "state       error" in r.out and "CONFIG ERROR" in r.out and "gateway.yaml:" in r.out
             assert "condition   config_invalid (last_good_config_serving)" in r.out  # typed, and printed
-            j = await cli("status", "--json", **env)
             assert j.code == 0 and json.loads(j.out)["config_error"]
-            assert (await cli("status", "--strict", **env)).code == 6
+            assert strict.code == 6, strict
 
             await served.gateway.engine.aclose()  # shutting down: HTTP still answers, nothing serves
             assert (await http.get("/readyz")).status_code == 503

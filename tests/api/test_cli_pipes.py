@@ -79,9 +79,14 @@ async def test_operator_commands_on_a_closed_pipe(tmp_path: Path) -> None:
 
 async def test_local_commands_on_a_closed_pipe(tmp_path: Path) -> None:
     cfg = write_config(tmp_path)
-    for args in (["--help"], ["--version"], ["status", "--help"], ["check-config", str(cfg)], ["demo"]):
+
+    async def one(args: list[str]) -> None:
         code, err = await on_closed_pipe(args, _env())
         _quiet(code, err, args)
+
+    async with anyio.create_task_group() as tg:  # independent processes: run at once
+        for args in (["--help"], ["--version"], ["status", "--help"], ["check-config", str(cfg)], ["demo"]):
+            tg.start_soon(one, args)
 
 
 async def test_gateway_commands_on_a_closed_pipe_stop_cleanly(tmp_path: Path) -> None:
@@ -107,9 +112,14 @@ async def test_gateway_commands_on_a_closed_pipe_stop_cleanly(tmp_path: Path) ->
 async def test_status_piped_into_head(tmp_path: Path) -> None:
     async with served_gateway(write_config(tmp_path)) as served:
         script = '"$@" | head -3 >/dev/null; echo "${PIPESTATUS[0]}"'
-        for _ in range(5):
+
+        async def one() -> None:
             with anyio.fail_after(TIMEOUT_S):
                 proc = await anyio.run_process(
                     ["bash", "-c", script, "_", *CLI, "status"], cwd=REPO_ROOT, env=_env(served.base_url), check=False
                 )
             assert (proc.stdout.decode().strip(), proc.stderr.decode()) == ("0", "")
+
+        async with anyio.create_task_group() as tg:  # five independent pipelines (each races its own head)
+            for _ in range(5):
+                tg.start_soon(one)

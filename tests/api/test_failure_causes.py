@@ -33,7 +33,7 @@ from tests.api.conftest import (
     wait_until,
     write_config,
 )
-from tests.api.test_cli import cli
+from tests.api.test_cli import cli_all
 from tests.support.ports import refusing_port as _refusing
 
 pytestmark = pytest.mark.anyio
@@ -128,14 +128,16 @@ async def test_each_failure_cause_is_typed_in_v1_and_the_cli(tmp_path: Path, mon
                     assert owner.json()["cause"]["exit_code"] == 3 and owner.json()["cause"]["stderr_tail"] == []
 
                 env = {"url": served.base_url, "token": OPERATOR_TOKEN}
-                for command in ("sources", "status"):
-                    run = await cli(command, **env)
-                    assert PLANTED not in run.out + run.err and PATTERN_SECRET not in run.out + run.err
-                    assert "process exited with code 3" in run.out, run.out
-                    assert "HTTP 401" in run.out and "connection refused" in run.out, run.out
-                    assert "stderr | fatal: cannot open db" in run.out, run.out
-                    assert "slow: timeout (setting: timeouts.connect_s)" in run.out, run.out
-                run = await cli("sources", "--json", **env)
+                # Three reads at once: a Python start per command is most of their time.
+                sources_run, status_run, run = await cli_all(
+                    [(("sources",), env), (("status",), env), (("sources", "--json"), env)]
+                )
+                for printed in (sources_run, status_run):
+                    assert PLANTED not in printed.out + printed.err and PATTERN_SECRET not in printed.out + printed.err
+                    assert "process exited with code 3" in printed.out, printed.out
+                    assert "HTTP 401" in printed.out and "connection refused" in printed.out, printed.out
+                    assert "stderr | fatal: cannot open db" in printed.out, printed.out
+                    assert "slow: timeout (setting: timeouts.connect_s)" in printed.out, printed.out
                 listed = {s["name"]: s for s in json.loads(run.out)}
                 assert listed["tls"]["cause"]["kind"] == "tls"
 

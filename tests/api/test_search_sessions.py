@@ -22,7 +22,7 @@ from tests.api.conftest import (
     wait_until,
     write_config,
 )
-from tests.api.test_cli import cli
+from tests.api.test_cli import cli, cli_all
 
 pytestmark = pytest.mark.anyio
 
@@ -85,7 +85,12 @@ async def test_the_cli_creates_and_shows_a_search_mode_session(tmp_path: Path) -
     cfg = write_config(tmp_path, sources=[upstream_source("up", "alpha", "beta")])
     async with served_gateway(cfg) as served:
         env = {"url": served.base_url, "token": OPERATOR_TOKEN}
-        made = await cli("sessions", "create", "--discovery", "search", "--json", **env)
+        made, bad = await cli_all(  # independent: at once (a Python start each)
+            [
+                (("sessions", "create", "--discovery", "search", "--json"), env),
+                (("sessions", "create", "--discovery", "sometimes"), env),
+            ]
+        )
         assert made.code == 0, made
         created = json.loads(made.out)
         assert created["discovery"] == "search" and created["found"] == []
@@ -94,5 +99,4 @@ async def test_the_cli_creates_and_shows_a_search_mode_session(tmp_path: Path) -
             assert hits(await mcp.call_tool("find_tools", {"query": "beta"})) == ["up__beta"]
         shown = await cli("sessions", "show", created["id"], **env)
         assert "discovery   search; found: up__beta" in shown.out, shown.out
-        bad = await cli("sessions", "create", "--discovery", "sometimes", **env)
         assert bad.code != 0 and "--discovery" in bad.err

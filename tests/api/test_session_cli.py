@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.api.conftest import ALICE, BOB, OPERATOR_TOKEN, served_gateway, upstream_source, write_config
-from tests.api.test_cli import cli
+from tests.api.test_cli import cli, cli_all
 
 pytestmark = pytest.mark.anyio
 
@@ -41,30 +41,35 @@ async def test_sessions_are_managed_from_the_cli(tmp_path: Path) -> None:
 
         granted = await cli("sessions", "grant", session_id, "up__b", "up__c", **env)
         assert granted.code == 0 and "up__b, up__c" in granted.out, granted
-        shown = await cli("sessions", "show", session_id, "--json", **env)
+        # Independent commands run at once (one Python start each dominates the test's time).
+        shown, human = await cli_all(
+            [(("sessions", "show", session_id, "--json"), env), (("sessions", "show", session_id), env)]
+        )
         assert shown.code == 0 and sorted(json.loads(shown.out)["names"]) == ["up__a", "up__b", "up__c"]
         assert "token" not in json.loads(shown.out)  # shown once, at creation only
-        human = await cli("sessions", "show", session_id, **env)
         assert "policy      explicit" in human.out and "granted     3:" in human.out, human.out
 
         revoked = await cli("sessions", "revoke", session_id, "up__a", **env)
         assert revoked.code == 0 and revoked.out.strip() == "revoked: up__a", revoked
         assert await _tools(served.url, token_value) == {"up__b", "up__c"}
-        not_granted = await cli("sessions", "revoke", session_id, "up__a", **env)
+        not_granted, listed, listed_json, follow = await cli_all(
+            [
+                (("sessions", "revoke", session_id, "up__a"), env),
+                (("sessions",), env),
+                (("sessions", "list", "--json"), env),
+                (("sessions", "create", "--policy", "follow", "--source", "up", "--json"), env),
+            ]
+        )
         assert not_granted.code == 1 and "not granted" in not_granted.err, not_granted
-
-        listed = await cli("sessions", **env)
         assert session_id in listed.out and "explicit" in listed.out
-        listed_json = await cli("sessions", "list", "--json", **env)
         assert session_id in {s["id"] for s in json.loads(listed_json.out)}
 
-        follow = await cli("sessions", "create", "--policy", "follow", "--source", "up", "--json", **env)
         body = json.loads(follow.out)
         assert follow.code == 0 and body["token"] and body["grant_policy"] == "follow"
-        refused = await cli("sessions", "revoke", body["id"], "up__a", **env)
+        refused, deleted = await cli_all(
+            [(("sessions", "revoke", body["id"], "up__a"), env), (("sessions", "delete", session_id), env)]
+        )
         assert refused.code == 1 and "standing grant" in refused.err, refused
-
-        deleted = await cli("sessions", "delete", session_id, **env)
         assert deleted.code == 0 and f"deleted session {session_id}" in deleted.out
         async with httpx2.AsyncClient() as http:
             res = await http.post(
@@ -85,9 +90,8 @@ async def test_holds_from_the_cli(tmp_path: Path) -> None:
         assert made.code == 0, made
         hold = json.loads(made.out)
         assert hold["revision"] == revision
-        listed = await cli("holds", **env)
+        listed, as_json = await cli_all([(("holds",), env), (("holds", "list", "--json"), env)])
         assert hold["id"] in listed.out and "current" in listed.out, listed.out
-        as_json = await cli("holds", "list", "--json", **env)
         assert [h["id"] for h in json.loads(as_json.out)] == [hold["id"]]
         released = await cli("holds", "release", hold["id"], **env)
         assert released.code == 0 and hold["id"] in released.out

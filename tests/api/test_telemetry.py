@@ -235,10 +235,13 @@ async def test_metrics_listener_serves_metrics_without_auth_within_its_bounds(tm
 
 
 async def test_I23_a_full_disk_never_fails_a_call(tmp_path: Path) -> None:
-    """10,000 calls with the audit sink on ``/dev/full`` (every write fails: no space) and a
+    """2,000 calls with the audit sink on ``/dev/full`` (every write fails: no space) and a
     queue of 16: every call answers ok, and every record is accounted for as written, failed
     at the sink or dropped at the queue bound — and reported in /v1/status."""
-    calls = 10_000
+    # 2,000 is 125 times the queue bound with 20 concurrent callers, so the queue overflows and
+    # the sink fails many times over — the property (no call fails, every record accounted for)
+    # is the same as at 10,000, which only took five times longer (75 s under load in CI).
+    calls = 2_000
     cfg = _config(tmp_path, audit={"path": "/dev/full", "queue": 16})
     async with served_gateway(cfg) as served:
         ok = 0

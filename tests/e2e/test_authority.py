@@ -150,7 +150,8 @@ async def test_I9_200_sessions_each_get_exactly_their_notifications(tmp_path: Pa
     told; wave B connects and is granted {a, b, c}. Then the upstream removes ``c``: exactly
     wave B's views change, so each wave-B session gets exactly one tools/list_changed and no
     wave-A session gets any. Finally ``b`` is removed (every view changes): each session gets one
-    more, which also serves as the per-stream barrier for anything spurious sent earlier."""
+    more, which also serves as the per-stream barrier for anything spurious sent earlier. Then
+    ``c`` returns: only wave B is told (a third)."""
     half = N_SESSIONS // 2
     cfg = write_config(tmp_path, tools=("a", "b"))
     async with serve_http(cfg, port=0) as served:
@@ -205,14 +206,19 @@ async def test_I9_200_sessions_each_get_exactly_their_notifications(tmp_path: Pa
                     await set_tools(admin, served, ["a"])  # b leaves: every view changes (barrier)
                     for c in counters:
                         await c.wait_tools(1 if c in counters[:half] else 2)
+                    # c returns: only wave B (granted c) sees it. The notifier shares one view
+                    # per grant set in a pass (ADR 0038): wave B must not get wave A's.
+                    await set_tools(admin, served, ["a", "c"])
+                    for c in counters[half:]:
+                        await c.wait_tools(3)
                     notified = anyio.current_time()
                     bindings = list(served.front.bindings.values())
                     done.set()
         assert [c.tools for c in counters[:half]] == [1] * half
-        assert [c.tools for c in counters[half:]] == [2] * half
+        assert [c.tools for c in counters[half:]] == [3] * half
         # Server side too: exactly one push per view change per session, nothing held back.
         sent = sorted(b.notifications for b in bindings if b is not admin_binding)
-        assert sent == [1] * half + [2] * half
+        assert sent == [1] * half + [3] * half
         assert not any(c.errors for c in counters)
         # Every session ended (HTTP DELETE): its binding and its gateway session are gone.
         with anyio.fail_after(WAIT):
@@ -222,7 +228,7 @@ async def test_I9_200_sessions_each_get_exactly_their_notifications(tmp_path: Pa
             f"\n{N_SESSIONS} sessions: wave A connected in {connected_a - started:.1f} s, "
             f"all notified after {notified - started:.1f} s"
         )
-        assert pubs.revision == rev_c + 2
+        assert pubs.revision == rev_c + 3
 
 
 async def test_I9_new_era_session_without_listen_holds_no_pending_notification(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ loose (a busy 2-core CI machine), never timings."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import signal
 from collections.abc import AsyncIterator
@@ -35,7 +34,6 @@ pytestmark = pytest.mark.anyio
 #: a 30 MB result holds the loop 115-300 ms: issue 26's switch to ``api/plane`` deletes
 #: ``api/sdk_compat.py`` with it (ADR 0035). Until then the 30 MB test is skipped; from then on it
 #: runs (and this marker can go).
-SDK_PLANE = importlib.util.find_spec("mcp_reconciler.api.sdk_compat") is not None
 
 MiB = 1024 * 1024
 TRANSPORTS = ["stdio", "http-2025", "http-2026"]
@@ -67,7 +65,6 @@ async def wait_for_file(path: Path) -> None:
             await anyio.sleep(0.02)  # a file written by another process: nothing to wait on but it
 
 
-@pytest.mark.skipif(SDK_PLANE, reason="serve runs the SDK-based plane (issue 26's switch pending)")
 @pytest.mark.parametrize(
     ("transport", "client_era"),
     [("stdio", "legacy"), ("stdio", "auto"), ("http-2025", "legacy"), ("http-2026", "auto")],

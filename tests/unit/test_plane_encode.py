@@ -50,3 +50,25 @@ async def test_a_30_MB_result_is_encoded_with_the_loop_getting_turns() -> None:
     assert b"".join(pieces) == jsonrpc.encode(message)
     assert len(own) > 20, "the ticker never ran while the result was encoded"
     assert max(own) < max(spent / 4, 0.05), (max(own), spent)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(result=st.dictionaries(texts, any_json, max_size=5), id_=st.integers() | texts)
+def test_an_encoded_result_is_spliced_to_the_bytes_of_encoding_it(tiny_pieces: None, result: dict, id_: object) -> None:
+    """A kept list page (``EncodedResult``) goes out as its own bytes inside the response frame,
+    byte for byte what encoding the whole response writes, by either encoder."""
+    kept = anyio.run(jsonrpc.EncodedResult.of, result)
+    assert kept == result and kept.wire == jsonrpc.encode(result)
+    plain, spliced = jsonrpc.result_message(id_, result), jsonrpc.result_message(id_, kept)  # type: ignore[arg-type]
+    assert jsonrpc.encode(spliced) == jsonrpc.encode(plain)
+    pieces = anyio.run(jsonrpc.encode_sliced, spliced)
+    assert b"".join(pieces) == jsonrpc.encode(plain)
+    assert any(piece is kept.wire for piece in pieces)  # spliced, not encoded again
+
+
+async def test_an_encoded_result_in_another_envelope_is_encoded_whole() -> None:
+    """Only a plain response envelope is spliced: anything else around it is encoded as a dict."""
+    kept = jsonrpc.EncodedResult({"a": 1}, b'{"a":2}')  # bytes that differ, to see which is used
+    assert jsonrpc.encode({"jsonrpc": "2.0", "id": 1, "result": kept}) == b'{"jsonrpc":"2.0","id":1,"result":{"a":2}}'
+    odd = {"jsonrpc": "2.0", "id": 1, "result": kept, "extra": 0}
+    assert jsonrpc.encode(odd) == b'{"jsonrpc":"2.0","id":1,"result":{"a":1},"extra":0}'
