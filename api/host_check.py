@@ -20,7 +20,9 @@ import json
 import logging
 from collections.abc import Sequence
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
+
+from mcp_reconciler.api.http_limits import Refusal
 
 __all__ = ["LOOPBACK_HOSTS", "LOOPBACK_ORIGINS", "HostOriginCheck", "allowed"]
 
@@ -45,18 +47,16 @@ def allowed(value: str, patterns: Sequence[str]) -> bool:
 
 
 class HostOriginCheck:
-    """ASGI middleware: checks ``Host``/``Origin`` on requests whose path starts with one of
-    ``prefixes`` (module docstring); other paths pass untouched."""
+    """The Host/Origin step for requests whose path starts with one of ``prefixes`` (module
+    docstring); other paths go on untouched."""
 
     def __init__(
         self,
-        app: ASGIApp,
         *,
         allowed_hosts: Sequence[str],
         allowed_origins: Sequence[str],
         prefixes: Sequence[str] = ("/mcp", "/v1", "/ui"),
     ) -> None:
-        self.app = app
         self.hosts = tuple(allowed_hosts)
         self.origins = tuple(allowed_origins)
         self.prefixes = tuple(prefixes)
@@ -64,12 +64,12 @@ class HostOriginCheck:
     def _guarded(self, path: str) -> bool:
         return any(path == p or path.startswith(p + "/") for p in self.prefixes)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer 421 for a guarded request whose ``Host`` is missing or not allowed, 403 for one whose
-        ``Origin`` is present and not allowed; pass everything else to the app unchanged."""
-        if scope["type"] != "http" or not self._guarded(scope.get("path", "")):
-            await self.app(scope, receive, send)
-            return
+    def check(self, scope: Scope) -> Refusal | None:
+        """421 for a guarded request whose ``Host`` is missing or not allowed, 403 for one whose
+        ``Origin`` is present and not allowed; else go on (``None``)."""
+        path = str(scope.get("path", ""))
+        if not self._guarded(path):
+            return None
         host: str | None = None
         origin: str | None = None
         for key, value in scope["headers"]:
@@ -78,27 +78,17 @@ class HostOriginCheck:
             elif key == b"origin":
                 origin = value.decode("latin-1")
         if host is None or not allowed(host, self.hosts):
-            log.warning("refused a request with a foreign Host header on %s", scope.get("path"))
-            await self._refuse(send, scope, 421, "invalid_host", "the Host header is not an allowed host")
-            return
+            log.warning("refused a request with a foreign Host header on %s", path)
+            return _refusal(path, 421, "invalid_host", "the Host header is not an allowed host")
         if origin is not None and not allowed(origin, self.origins):
-            log.warning("refused a request with a foreign Origin header on %s", scope.get("path"))
-            await self._refuse(send, scope, 403, "invalid_origin", "the Origin header is not an allowed origin")
-            return
-        await self.app(scope, receive, send)
+            log.warning("refused a request with a foreign Origin header on %s", path)
+            return _refusal(path, 403, "invalid_origin", "the Origin header is not an allowed origin")
+        return None
 
-    @staticmethod
-    async def _refuse(send: Send, scope: Scope, status: int, code: str, message: str) -> None:
-        if str(scope.get("path", "")).startswith(("/v1", "/ui")):
-            payload: object = {"error": {"code": code, "message": message}}
-        else:
-            payload = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
-        body = json.dumps(payload).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+
+def _refusal(path: str, status: int, code: str, message: str) -> Refusal:
+    if path.startswith(("/v1", "/ui")):
+        payload: object = {"error": {"code": code, "message": message}}
+    else:
+        payload = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+    return Refusal.json(status, json.dumps(payload).encode())

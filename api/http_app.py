@@ -2,12 +2,13 @@
 (``api/plane``: both protocol eras, named views of ``api/mcp_views.py``), and ``/healthz``,
 ``/readyz``, ``/v1``, ``/ui``, ``/metrics`` and the OAuth routes on Starlette.
 
-``/mcp`` passes the plane's edge pipeline (``api/plane/pipeline.py``: drain I14, Host/Origin,
-body limit I18, credentials I16/OAuth — one explicit order) and nothing of Starlette; every other
-path passes the same Host/Origin check (DNS-rebinding protection for ``/v1`` and the console at
-``/ui``), and with an ``oauth:`` section (``api/oauth/edge.py``) access tokens are accepted on
-``/v1`` beside the static tokens and the RFC 9728 metadata is served at
-``/.well-known/oauth-protected-resource[/mcp]``.
+The listener's app is the plane (``api/plane/asgi.py``): it routes ``/mcp`` by path first, through
+its edge pipeline (``api/plane/pipeline.py``: drain I14, Host/Origin, body limit I18, credentials
+I16/OAuth — steps called in one explicit order) and nothing of Starlette; every other path goes
+to this module's edge (the same drain, the control API's body limit, the same Host/Origin check:
+DNS-rebinding protection for ``/v1`` and the console at ``/ui``), then Starlette. With an
+``oauth:`` section (``api/oauth/edge.py``) access tokens are accepted on ``/v1`` beside the static
+tokens and the RFC 9728 metadata is served at ``/.well-known/oauth-protected-resource[/mcp]``.
 
 ``/readyz`` means "can serve": 200 while a generation is published, naming degraded conditions
 (an invalid config edit while the last good config serves, a deferred publication) in
@@ -20,7 +21,7 @@ hands the front door only what its notifier asks — "is this session's GET stre
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,15 +29,17 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.host_check import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, HostOriginCheck
+from mcp_reconciler.api.http_limits import BodyLimit, Refusal
+from mcp_reconciler.api.lifecycle import Drain
 from mcp_reconciler.api.mcp_auth import CredentialSource, SessionTokens
 from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.plane.asgi import Plane, build_plane
-from mcp_reconciler.api.plane.pipeline import EdgePolicy, Pipeline
+from mcp_reconciler.api.plane.pipeline import EdgePolicy
 from mcp_reconciler.api.plane.sessions import SessionTable
 
 __all__ = ["LOOPBACK_HOSTS", "LOOPBACK_ORIGINS", "HttpSurface", "build_app"]
@@ -44,12 +47,15 @@ __all__ = ["LOOPBACK_HOSTS", "LOOPBACK_ORIGINS", "HttpSurface", "build_app"]
 
 @dataclass(frozen=True)
 class HttpSurface:
-    """What :func:`build_app` built: the listener's ASGI ``app``, the data ``plane`` behind
-    ``/mcp`` (run :meth:`Plane.run` beside ``front.run``) and ``/mcp``'s edge ``pipeline``."""
+    """What :func:`build_app` built: the listener's ASGI ``app`` (the data ``plane``, which routes
+    ``/mcp`` itself and hands other paths to the Starlette side; run :meth:`Plane.run` beside
+    ``front.run``), the listener's ``drain`` switch (both edges ask it) and its body limits
+    (``/mcp``'s, then the other paths'; their ``refused`` counts are ``gateway.limits.hits``)."""
 
     app: ASGIApp
     plane: Plane
-    pipeline: Pipeline
+    drain: Drain
+    bodies: tuple[BodyLimit, ...]
 
     @property
     def transport_sessions(self) -> SessionTable:
@@ -57,18 +63,41 @@ class HttpSurface:
         return self.plane.era2025.table
 
 
-class _McpSplit:
-    """``/mcp`` and ``/mcp/<view>`` to the plane's pipeline, everything else to ``rest``."""
+class _RestEdge:
+    """The edge of every path but ``/mcp``, in order: drain (I14), the body limit of the paths it
+    covers (I18: ``/v1``), Host/Origin (``/v1`` and ``/ui``); the same steps as ``/mcp``'s
+    pipeline, run here in front of Starlette."""
 
-    def __init__(self, mcp: ASGIApp, rest: ASGIApp) -> None:
-        self._mcp, self._rest = mcp, rest
+    def __init__(self, app: ASGIApp, drain: Drain, body: BodyLimit, host: HostOriginCheck) -> None:
+        self._app, self._drain, self._body, self._host = app, drain, body, host
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path == "/mcp" or path.startswith("/mcp/"):
-            await self._mcp(scope, receive, send)
-        else:
-            await self._rest(scope, receive, send)
+        if scope["type"] == "http":
+            refusal = self._drain.check(scope)
+            if refusal is None and self._body.limit_for(str(scope.get("path", ""))) is not None:
+                body = await self._body.read(scope, receive)
+                if body is None:
+                    return  # the client left before its body was read: nothing to answer
+                if isinstance(body, Refusal):
+                    refusal = body
+                else:
+                    receive = _replay(body, receive)
+            if refusal is None:
+                refusal = self._host.check(scope)
+            if refusal is not None:
+                await refusal.send(send)
+                return
+        await self._app(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with ``body`` (already read) as its first message."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed
 
 
 def build_app(
@@ -84,6 +113,7 @@ def build_app(
     credentials: Sequence[CredentialSource] | None = None,
     anonymous: Callable[[], GrantSet | None] = lambda: None,
     oauth: OAuthEdge | None = None,
+    rest_body_limits: Mapping[str, int] | None = None,
 ) -> HttpSurface:
     """The ASGI app serving ``front`` at ``/mcp`` plus the health routes and ``extra_routes``;
     ``front.run`` (the notifier) and the returned plane's ``run`` are the caller's to run.
@@ -92,11 +122,13 @@ def build_app(
     ``credentials`` accepted on ``/mcp`` default to the front door's session tokens;
     ``anonymous()`` is the grant spec of callers without a credential (``None``: refused);
     ``oauth`` adds access tokens after them, guards ``/v1`` for access tokens and serves the
-    protected resource metadata."""
+    protected resource metadata. ``rest_body_limits`` bounds the bodies of other paths by prefix
+    (``/v1``: the control API's)."""
     sources = list(credentials if credentials is not None else [SessionTokens(front.authority)])
     if oauth is not None:
         sources.append(oauth.credentials)  # after the session tokens: those never reach an issuer
-    pipe, plane = build_plane(
+    drain = Drain()
+    plane = build_plane(
         front,
         EdgePolicy(
             credentials=sources,
@@ -107,6 +139,7 @@ def build_app(
             resource_metadata_url=oauth.resource_metadata_url if oauth is not None else None,
             oauth_scope=oauth.scope if oauth is not None else (),
         ),
+        drain=drain,
         max_sessions=max_sessions,
         max_sessions_per_client=max_sessions_per_client,
         session_idle_s=session_idle_timeout_s,
@@ -132,10 +165,12 @@ def build_app(
     ]
     rest: ASGIApp = Starlette(routes=routes)
     if oauth is not None:
-        rest = oauth.control(rest)  # inside the Host/Origin check: a foreign Host never reaches an issuer
-    checked = HostOriginCheck(
-        rest,
+        rest = oauth.control(rest)  # behind the Host/Origin check: a foreign Host never reaches an issuer
+    host = HostOriginCheck(
         allowed_hosts=[*LOOPBACK_HOSTS, *allowed_hosts],
         allowed_origins=[*LOOPBACK_ORIGINS, *allowed_origins],
+        prefixes=("/v1", "/ui"),
     )
-    return HttpSurface(_McpSplit(pipe.app, checked), plane, pipe)
+    rest_body = BodyLimit(rest_body_limits or {})
+    plane.rest = _RestEdge(rest, drain, rest_body, host)
+    return HttpSurface(plane, plane, drain, (plane.pipeline.body, rest_body))

@@ -30,6 +30,10 @@ Every resource a client can make the gateway hold here has a bound and a clear r
 * **Request bodies** (:class:`BodyLimit`). Bodies are counted while they stream; past the
   path's limit the answer is 413 at once (``Connection: close``), before the rest is read.
 
+The edge checks here and in ``api/lifecycle``, ``api/host_check`` and ``api/mcp_auth`` are plain
+steps, not ASGI wrappers: each returns "go on" or a :class:`Refusal`, and one function runs them
+in order (``api/plane/pipeline.py`` for ``/mcp``, ``api/http_app.py`` for ``/v1`` and ``/ui``).
+
 Refusals on ``/mcp`` are JSON-RPC error objects (``id: null``) so MCP clients can read them;
 elsewhere they are the control API's ``{"error": {"code", "message"}}`` shape."""
 
@@ -48,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import anyio
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("mcp_reconciler.http")
@@ -75,9 +79,29 @@ def refusal_body(path: str, code: str, message: str, *, rpc_code: int, retryable
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
 
-async def refuse(
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An edge check's answer instead of the request's: a status, its headers and a body, sent
+    by whoever ran the check (the plane's pipeline, or the wrapper in front of ``/v1``)."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+    @classmethod
+    def json(cls, status: int, body: bytes, *headers: tuple[bytes, bytes]) -> Refusal:
+        """A JSON refusal of ``body`` with ``headers`` after the content type and length."""
+        head = ((b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers)
+        return cls(status, head, body)
+
+    async def send(self, send: Send) -> None:
+        """Answer with this refusal."""
+        await send({"type": "http.response.start", "status": self.status, "headers": list(self.headers)})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+def refusal(
     scope: Scope,
-    send: Send,
     status: int,
     code: str,
     message: str,
@@ -85,32 +109,25 @@ async def refuse(
     rpc_code: int = _RPC_INVALID_REQUEST,
     retryable: bool = False,
     headers: Mapping[str, str] | None = None,
-) -> None:
-    """Answer ``status`` with a refusal body and ``Connection: close`` (whatever the client still
-    sends is not read)."""
+) -> Refusal:
+    """A refusal with ``status`` and ``Connection: close`` (whatever the client still sends is
+    not read): a JSON-RPC error on ``/mcp``, the control API's error shape elsewhere."""
     body = refusal_body(str(scope.get("path", "")), code, message, rpc_code=rpc_code, retryable=retryable)
-    raw = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-        *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items()),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
+    extra = ((k.lower().encode(), v.encode()) for k, v in (headers or {}).items())
+    return Refusal.json(status, body, (b"connection", b"close"), *extra)
 
 
 # -- bodies ---------------------------------------------------------------------------------------
 
 
 class BodyLimit:
-    """ASGI middleware: the request body of a path under one of ``limits``' prefixes (longest
-    prefix wins) may be at most that many bytes. A declared ``Content-Length`` over the limit is
-    refused before anything is read; a streamed (chunked) body is counted as it arrives and
-    refused as soon as it passes the limit, so at most ``limit`` plus one chunk is ever held.
-    The body read so far is then replayed to the app, which sees an ordinary request."""
+    """The body bound (I18): the request body of a path under one of ``limits``' prefixes
+    (longest prefix wins) may be at most that many bytes. A declared ``Content-Length`` over the
+    limit is refused before anything is read; a streamed (chunked) body is counted as it arrives
+    and refused as soon as it passes the limit, so at most ``limit`` plus one chunk is ever held.
+    :meth:`read` is the check: the whole body, or the refusal."""
 
-    def __init__(self, app: ASGIApp, limits: Mapping[str, int]) -> None:
-        self.app = app
+    def __init__(self, limits: Mapping[str, int]) -> None:
         self._limits = sorted(limits.items(), key=lambda kv: len(kv[0]), reverse=True)
         self.refused = 0  # bodies refused at their bound (exported as gateway.limits.hits)
 
@@ -121,47 +138,37 @@ class BodyLimit:
                 return limit
         return None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass the request to the app with its body replayed, or answer 413 (``Connection: close``) as
-        soon as the declared or counted body exceeds the path's limit; other paths and scopes pass as is."""
-        limit = self.limit_for(str(scope.get("path", ""))) if scope["type"] == "http" else None
-        if limit is None:
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = -1
-                if declared > limit:
-                    self.refused += 1
-                    await _too_large(scope, send, limit)
-                    return
-        body = bytearray()
-        replay: list[Message] = []
+    async def read(self, scope: Scope, receive: Receive) -> bytes | Refusal | None:
+        """The request's whole body, a 413 :class:`Refusal` (``Connection: close``) as soon as the
+        declared or counted body exceeds the path's limit, or ``None`` when the client left
+        before sending all of it. A path no prefix covers is read unbounded (none on ``/mcp``)."""
+        limit = self.limit_for(str(scope.get("path", "")))
+        if limit is not None:
+            for name, value in scope.get("headers", ()):
+                if name == b"content-length":
+                    try:
+                        declared = int(value)
+                    except ValueError:
+                        declared = -1
+                    if declared > limit:
+                        return self._too_large(scope, limit)
+        chunks: list[bytes] = []
+        size = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                replay.append(message)  # a disconnect: let the app see it
-                break
-            body += message.get("body", b"")
-            if len(body) > limit:
-                self.refused += 1
-                await _too_large(scope, send, limit)
-                return
+                return None  # a disconnect
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
+            if limit is not None and size > limit:
+                return self._too_large(scope, limit)
             if not message.get("more_body", False):
-                replay.insert(0, {"type": "http.request", "body": bytes(body), "more_body": False})
-                break
+                return chunk if not chunks else b"".join([*chunks, chunk])  # one message: no copy
+            chunks.append(chunk)
 
-        async def replayed() -> Message:
-            return replay.pop(0) if replay else await receive()
-
-        await self.app(scope, replayed, send)
-
-
-async def _too_large(scope: Scope, send: Send, limit: int) -> None:
-    await refuse(scope, send, 413, "body_too_large", f"request bodies are limited to {limit} bytes")
+    def _too_large(self, scope: Scope, limit: int) -> Refusal:
+        self.refused += 1
+        return refusal(scope, 413, "body_too_large", f"request bodies are limited to {limit} bytes")
 
 
 # -- descriptors ----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 The order, each step bounded:
 
 1. **Stop accepting.** The listening socket closes; a request that still arrives on an open
-   keep-alive connection is refused by :class:`DrainGate` (503, ``Connection: close``; on
+   keep-alive connection is refused by :class:`Drain` (503, ``Connection: close``; on
    ``/mcp`` a JSON-RPC error ``-32017`` "the gateway is shutting down", retryable).
 2. **Grace.** Operations in flight get ``shutdown_grace_s`` to finish on their own
    (``Engine.settle``); a second stop signal cuts the grace short.
@@ -24,9 +24,9 @@ import contextlib
 from collections.abc import Iterator
 
 import uvicorn
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
-from mcp_reconciler.api.http_limits import refuse
+from mcp_reconciler.api.http_limits import Refusal, refusal
 
 SHUTTING_DOWN = "the gateway is shutting down"
 
@@ -46,22 +46,21 @@ class GatewayUvicorn(uvicorn.Server):
             server.close()
 
 
-class DrainGate:
-    """ASGI middleware that refuses every new HTTP request once :meth:`close` was called;
-    requests already being served are not touched. Lifespan events pass through."""
+class Drain:
+    """The drain step (I14): once :meth:`close` was called every new HTTP request is refused;
+    requests already being served are not touched. One per listener, asked by both edges
+    (``/mcp``'s pipeline and the one in front of ``/v1``)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self) -> None:
         self.closed = False
 
     def close(self) -> None:
         """From now on, refuse new requests (idempotent)."""
         self.closed = True
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Once closed, answer every new HTTP request 503 ``shutting_down`` (retryable, ``Connection:
-        close``); before that, and for non-HTTP scopes (lifespan), pass to the app."""
-        if self.closed and scope["type"] == "http":
-            await refuse(scope, send, 503, "shutting_down", SHUTTING_DOWN, rpc_code=-32017, retryable=True)
-            return
-        await self.app(scope, receive, send)
+    def check(self, scope: Scope) -> Refusal | None:
+        """Once closed, 503 ``shutting_down`` (retryable, ``Connection: close``; on ``/mcp`` the
+        JSON-RPC error ``-32017``); before that, go on."""
+        if self.closed:
+            return refusal(scope, 503, "shutting_down", SHUTTING_DOWN, rpc_code=-32017, retryable=True)
+        return None

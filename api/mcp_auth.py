@@ -2,7 +2,8 @@
 sees the request — so an unauthenticated request never creates a transport session, an event
 store or a gateway session.
 
-:class:`McpGuard` wraps the ``/mcp`` endpoint (an ASGI app). For every HTTP request:
+:class:`McpGuard` is the credentials step of ``/mcp``'s edge pipeline
+(``api/plane/pipeline.py``). For every HTTP request:
 
 - ``Authorization: Bearer <token>``: each :class:`CredentialSource` in turn may claim the token
   (:class:`SessionTokens`: a session token issued by ``POST /v1/sessions`` or declared in the
@@ -52,8 +53,9 @@ from typing import Protocol
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.authentication import AuthCredentials
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
+from mcp_reconciler.api.http_limits import Refusal
 from mcp_reconciler.api.oauth.challenge import AuthFailure, authorization_header, www_authenticate
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.reconciler import audit, telemetry
@@ -167,42 +169,36 @@ _DESCRIPTIONS = {
 
 
 class McpGuard:
-    """ASGI middleware in front of ``/mcp``: admits a request only with an accepted identity
-    (module docstring). ``anonymous()`` is read per request — the grant spec anonymous callers
-    get, or ``None`` when anonymous access is off — so a config reload that turns it off takes
-    effect at once. ``resource_metadata_url`` and ``scope`` (the scopes every access token
-    needs) go into every challenge when set (OAuth, ADR 0011)."""
+    """The credentials step of ``/mcp`` (module docstring): an accepted identity, or the refusal.
+    ``anonymous()`` is read per request — the grant spec anonymous callers get, or ``None`` when
+    anonymous access is off — so a config reload that turns it off takes effect at once.
+    ``resource_metadata_url`` and ``scope`` (the scopes every access token needs) go into every
+    challenge when set (OAuth, ADR 0011)."""
 
     def __init__(
         self,
-        app: ASGIApp,
         *,
         credentials: Sequence[CredentialSource],
         anonymous: Callable[[], GrantSet | None] = lambda: None,
         resource_metadata_url: str | None = None,
         scope: Sequence[str] = (),
     ) -> None:
-        self.app = app
         self.credentials = tuple(credentials)
         self.anonymous = anonymous
         self.resource_metadata_url = resource_metadata_url
         self.scope = tuple(scope)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Admit an HTTP request with the identity of its bearer token (the first source that accepts it)
-        or, without a credential, as anonymous when that is on; otherwise answer 401 (or a
-        source's own refusal: 403, 503) with a ``WWW-Authenticate`` challenge and the app never
-        sees it. Non-HTTP scopes pass as is."""
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def admit(self, scope: Scope) -> McpIdentity | Refusal:
+        """The identity of the request's bearer token (the first source that accepts it) or,
+        without a credential, anonymous when that is on — put into ``scope`` under
+        :data:`IDENTITY_KEY`; otherwise a 401 (or a source's own refusal: 403, 503) with a
+        ``WWW-Authenticate`` challenge."""
         authorization = authorization_header(scope)
         identity: McpIdentity | None = None
         if authorization is None:
             grants = self.anonymous()
             if grants is None:
-                await self._refuse(send, "missing")
-                return
+                return self._refusal("missing")
             identity = McpIdentity(principal=ANONYMOUS, grants=grants)
         else:
             token = bearer_token(authorization)
@@ -213,44 +209,31 @@ class McpGuard:
                         if identity is not None:
                             break
                 except AuthFailure as failure:
-                    await self._refuse_with(send, failure)
-                    return
+                    return _refused(
+                        failure.reason,
+                        failure.status,
+                        failure.headers(self.resource_metadata_url),
+                        failure.body(),
+                    )
             if identity is None:
-                await self._refuse(send, "invalid")
-                return
+                return self._refusal("invalid")
             user = sdk_user(identity)
             scope["user"] = user
             scope["auth"] = AuthCredentials(user.scopes)
         scope[IDENTITY_KEY] = identity
-        await self.app(scope, receive, send)
+        return identity
 
-    async def _refuse(self, send: Send, reason: str) -> None:
+    def _refusal(self, reason: str) -> Refusal:
         error = "invalid_token" if reason == "invalid" else None
         challenge = www_authenticate(
             self.resource_metadata_url, error=error, description=_DESCRIPTIONS[reason], scope=self.scope
         )
         body = {"error": error or "invalid_request", "error_description": _DESCRIPTIONS[reason]}
-        await self._send(send, reason, 401, {"www-authenticate": challenge}, body)
+        return _refused(reason, 401, {"www-authenticate": challenge}, body)
 
-    async def _refuse_with(self, send: Send, failure: AuthFailure) -> None:
-        await self._send(
-            send, failure.reason, failure.status, failure.headers(self.resource_metadata_url), failure.body()
-        )
 
-    @staticmethod
-    async def _send(send: Send, reason: str, status: int, headers: dict[str, str], body: dict[str, str]) -> None:
-        _refusals.add(1, {"reason": reason})
-        audit.record("credential.refused", reason=reason, status=status, outcome="refused", detail="/mcp")
-        raw = json.dumps(body).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(raw)).encode()),
-                    *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": raw})
+def _refused(reason: str, status: int, headers: dict[str, str], body: dict[str, str]) -> Refusal:
+    _refusals.add(1, {"reason": reason})
+    audit.record("credential.refused", reason=reason, status=status, outcome="refused", detail="/mcp")
+    extra = ((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())
+    return Refusal.json(status, json.dumps(body).encode(), *extra)

@@ -1,9 +1,9 @@
 """Named views over HTTP: ``/mcp/<view>`` (ADR 0026).
 
 A view is a projection of the one catalog (``reconciler/curation.py``); its endpoint is the same
-MCP endpoint as ``/mcp`` — the same SDK session manager, the same credential check
+MCP endpoint as ``/mcp`` — the same data plane, the same credential check
 (``api/mcp_auth.py``), both protocol eras — with the view's name put in the ASGI scope under
-:data:`VIEW_KEY`. :class:`ViewGate` runs after the credential check and before the SDK:
+:data:`VIEW_KEY`. :class:`ViewGate` is the edge pipeline's step after the credentials:
 
 - a view the current catalog does not have → **404** (``unknown_view``);
 - a session token whose session is bound to another view, or to none → **403**
@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
-from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, McpIdentity
+from mcp_reconciler.api.http_limits import Refusal
+from mcp_reconciler.api.mcp_auth import McpIdentity
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.authority import Authority
 
@@ -42,42 +43,27 @@ def request_view(scope: Scope) -> str | None:
 
 
 class ViewGate:
-    """ASGI middleware for ``/mcp/{view}`` (module docstring). ``has_view(name)`` says whether the
-    current catalog has that view (asked per request: a reload that adds or removes a view applies
-    at once)."""
+    """The view step of ``/mcp/{view}`` (module docstring), after the credentials. ``has_view(name)``
+    says whether the current catalog has that view (asked per request: a reload that adds or
+    removes a view applies at once)."""
 
-    def __init__(self, app: ASGIApp, *, authority: Authority, has_view: Callable[[str], bool]) -> None:
-        self.app = app
+    def __init__(self, *, authority: Authority, has_view: Callable[[str], bool]) -> None:
         self.authority = authority
         self.has_view = has_view
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Admit a request to an existing view, for a caller that may use it (module docstring)."""
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        view = str((scope.get("path_params") or {}).get("view", ""))
+    def check(self, scope: Scope, view: str, identity: McpIdentity) -> Refusal | None:
+        """Admit ``identity``'s request to ``view`` (put into ``scope`` under :data:`VIEW_KEY`),
+        or refuse it: 404 for a view the catalog does not have, 403 for another view's session."""
         if not self.has_view(view):
-            await _refuse(send, 404, "unknown_view", "there is no view by that name")
-            return
-        identity = scope.get(IDENTITY_KEY)
-        if isinstance(identity, McpIdentity) and identity.session_id is not None:
+            return _refusal(404, "unknown_view", "there is no view by that name")
+        if identity.session_id is not None:
             session = self.authority.get(identity.session_id)
             if session is not None and session.view != view:
-                await _refuse(send, 403, "wrong_view", "this session belongs to another view")
-                return
+                return _refusal(403, "wrong_view", "this session belongs to another view")
         scope[VIEW_KEY] = view
-        await self.app(scope, receive, send)
+        return None
 
 
-async def _refuse(send: Send, status: int, error: str, description: str) -> None:
+def _refusal(status: int, error: str, description: str) -> Refusal:
     _refusals.add(1, {"reason": error})
-    raw = json.dumps({"error": error, "error_description": description}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": raw})
+    return Refusal.json(status, json.dumps({"error": error, "error_description": description}).encode())

@@ -30,12 +30,11 @@ from mcp_reconciler.api.http_app import build_app
 from mcp_reconciler.api.http_limits import (
     ACCEPT_BACKLOG,
     LISTEN_QUEUE,
-    BodyLimit,
     ConnectionGuard,
     descriptor_budget,
     install_accept_error_handler,
 )
-from mcp_reconciler.api.lifecycle import DrainGate, GatewayUvicorn
+from mcp_reconciler.api.lifecycle import Drain, GatewayUvicorn
 from mcp_reconciler.api.oauth.edge import OAuthEdge
 from mcp_reconciler.api.oauth.identity import GrantSet
 from mcp_reconciler.api.oauth.resource_server import ResourceServer
@@ -202,10 +201,9 @@ async def serve_http(
             max_sessions=limits.transport_sessions,
             max_sessions_per_client=limits.transport_sessions_per_client,
             max_body_bytes=limits.body_bytes,
+            rest_body_limits={"/v1": MAX_BODY_BYTES},
         )
         transport_sessions = surface.transport_sessions
-        body_limit = BodyLimit(surface.app, {"/v1": MAX_BODY_BYTES})  # /mcp's is its pipeline's
-        gate = DrainGate(body_limit)
         budget = descriptor_budget(limits.connections, limits.fd_reserve)
         if budget.connections < limits.connections:
             log.warning(
@@ -220,9 +218,7 @@ async def serve_http(
         guard = ConnectionGuard(
             connections=budget.connections, header_timeout_s=limits.header_timeout_s, header_bytes=limits.header_bytes
         )
-        stack.enter_context(
-            state_gauges.observing(LimitGauges(guard, (body_limit, surface.pipeline.body), transport_sessions, obs))
-        )
+        stack.enter_context(state_gauges.observing(LimitGauges(guard, surface.bodies, transport_sessions, obs)))
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
         # listening socket's proto says TCP; with proto 0, Nagle + delayed ACK add ~40 ms per response.
         if listen_socket is not None:
@@ -242,7 +238,7 @@ async def serve_http(
         actual_port = sock.getsockname()[1]
         server = GatewayUvicorn(
             uvicorn.Config(
-                gate,
+                surface.app,
                 http=guard.protocol(),
                 log_level="warning",
                 log_config=None,  # uvicorn's records go through the gateway's handler (redacted, rate-limited)
@@ -292,9 +288,7 @@ async def serve_http(
                         yield served
                     finally:
                         with anyio.CancelScope(shield=True):
-                            await _stop(
-                                gw, server, (gate, surface.pipeline.drain), transport_sessions, served.grace_s, hurry
-                            )
+                            await _stop(gw, server, surface.drain, transport_sessions, served.grace_s, hurry)
         finally:
             sock.close()
 
@@ -302,15 +296,14 @@ async def serve_http(
 async def _stop(
     gw: Gateway,
     server: GatewayUvicorn,
-    gates: tuple[DrainGate, ...],
+    drain: Drain,
     sessions: SessionTable,
     grace_s: float,
     hurry: anyio.Event,
 ) -> None:
     """Steps 1-3 of ``api/lifecycle.py``; uvicorn's own shutdown (step 4) follows ``should_exit``."""
     server.stop_accepting()
-    for gate in gates:
-        gate.close()
+    drain.close()
     # Calls parked for an approval cannot be approved any more (/v1 is closed): answer them now,
     # with a clear retryable error, before the grace period (ADR 0034).
     parked = gw.engine.approvals.withdraw_all("the gateway is shutting down")
@@ -507,4 +500,3 @@ async def _stdio(config_path: Path, view: str | None = None) -> int:
                     await StdioPlane(front).serve(lines, write)
                 tg.cancel_scope.cancel()
     return 0
-

@@ -246,15 +246,12 @@ class FrontDoor:
             return await self.tasks.call_required(ctx, params, lambda c: self.forwarder.call_tool(c, params))
         return await self.forwarder.call_tool(ctx, params, raw=raw)
 
-    async def task_guard(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
-        """``Tasks.middleware``, after refusing a task-augmented call of a tool that needs an
-        approval (the data plane's dispatcher runs every request through it)."""
-        raw = ctx.params
-        # ``task`` makes a task only in the 2025-11-25 era (as in ``Tasks.middleware``).
-        is_task = isinstance(raw, Mapping) and raw.get("task") is not None
-        if ctx.method == "tools/call" and is_task and str(ctx.protocol_version).startswith("2025"):
-            self._no_task_if_approval(ctx, str(raw.get("name")))  # type: ignore[union-attr]
-        return await self.tasks.middleware(ctx, call_next)
+    async def create_task(self, ctx: ServerRequestContext[Any]) -> Any:
+        """A 2025-era task-augmented ``tools/call`` (``Tasks.creates_task``) as a gateway task
+        (``Tasks.create``), refused for a tool that needs an approval (the data plane's
+        dispatcher sends every such request here)."""
+        self._no_task_if_approval(ctx, str(ctx.params.get("name")))  # type: ignore[union-attr]
+        return await self.tasks.create(ctx)
 
     def _no_task_if_approval(self, ctx: ServerRequestContext[Any], name: str) -> None:
         # Tasks run outside the forwarding operation the approval hook sits in (ADR 0034): a

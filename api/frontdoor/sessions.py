@@ -34,11 +34,12 @@ ever part of a key or a log line."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -132,20 +133,22 @@ class Sessions:
         self.bindings: dict[str, Binding] = {}
         self._modern: dict[str, list[str]] = {}  # "<principal>@<view>" -> its sessionless binding keys, oldest first
 
-    async def track_use(self, ctx: ServerRequestContext[Any], call_next: Callable[[Any], Awaitable[Any]]) -> Any:
-        """Around every request (the data plane's dispatcher): while a request of a session's
-        token runs, the session is in use, and its end is the session's newest activity (idle
-        expiry, ADR 0032). O(1)."""
+    @contextlib.contextmanager
+    def in_use(self, ctx: ServerRequestContext[Any]) -> Iterator[None]:
+        """Around every request (entered by the data plane's dispatcher): while a request of a
+        session's token runs, the session is in use, and its end is the session's newest activity
+        (idle expiry, ADR 0032). O(1)."""
         request = ctx.request
         identity = request.scope.get(IDENTITY_KEY) if request is not None else None
         session_id = identity.session_id if isinstance(identity, McpIdentity) else None
         session = self._authority.get(session_id) if session_id is not None else None
         if session is None:
-            return await call_next(ctx)
+            yield
+            return
         session.in_flight += 1
         session.last_active_at = time.time()
         try:
-            return await call_next(ctx)
+            yield
         finally:
             session.in_flight -= 1
             session.last_active_at = time.time()

@@ -129,16 +129,19 @@ class Tasks:
 
     # -- creating ----------------------------------------------------------------------------------
 
-    async def middleware(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> Any:
-        """Server middleware: a 2025-11-25 ``tools/call`` with ``task`` becomes a gateway task
-        (answered here: the SDK would sieve a ``CreateTaskResult`` as a ``CallToolResult``)."""
-        raw = ctx.params
-        if ctx.method != "tools/call" or not isinstance(raw, Mapping) or raw.get("task") is None:
-            return await call_next(ctx)
-        if not str(ctx.protocol_version).startswith("2025"):
-            return await call_next(ctx)  # not a 2026-07-28 field: the call runs as usual
+    @staticmethod
+    def creates_task(ctx: ServerRequestContext[Any]) -> bool:
+        """Whether ``ctx`` is a 2025-11-25 ``tools/call`` with ``task`` (a gateway task, :meth:`create`;
+        ``task`` is not a 2026-07-28 field: there the call runs as usual)."""
+        raw, legacy = ctx.params, str(ctx.protocol_version).startswith("2025")
+        return ctx.method == "tools/call" and isinstance(raw, Mapping) and raw.get("task") is not None and legacy
+
+    async def create(self, ctx: ServerRequestContext[Any]) -> Any:
+        """Start the gateway task of a request :meth:`creates_task` accepts and answer its wire
+        ``CreateTaskResult`` (answered here: the SDK would sieve a ``CreateTaskResult`` as a
+        ``CallToolResult``)."""
         try:
-            params = types.CallToolRequestParams.model_validate(raw, by_name=False)
+            params = types.CallToolRequestParams.model_validate(ctx.params, by_name=False)
         except ValidationError:
             raise MCPError(types.INVALID_PARAMS, "Invalid request parameters") from None
         if params.name in self._builtin:

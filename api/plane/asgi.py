@@ -1,6 +1,8 @@
-"""The entry of the gateway's data plane: one ASGI app for ``/mcp`` and the named views
-``/mcp/<view>`` (ADR 0026), the edge pipeline in front (``pipeline``), the request's era chosen
-by its ``MCP-Protocol-Version`` header, one dispatcher behind (``dispatch``).
+"""The entry of the gateway's data plane and the app the listener runs: ``/mcp`` and the named
+views ``/mcp/<view>`` (ADR 0026) are routed by path first, pass the edge pipeline's steps
+(``pipeline``: called in order, none wrapping the next), then the request's era chosen by its
+``MCP-Protocol-Version`` header, one dispatcher behind (``dispatch``). Nothing of Starlette and
+none of the other paths' wrappers is on ``/mcp``'s way.
 
 Both eras are served: 2026-07-28 (``era2026``) and the handshake era (2025-11-25: no version
 header, or a handshake version; ``era2025``). ``api/http_app.py`` builds it for ``serve``
@@ -9,9 +11,10 @@ header, or a handshake version; ``era2025``). ``api/http_app.py`` builds it for 
 from __future__ import annotations
 
 import anyio
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_reconciler.api.frontdoor import FrontDoor
+from mcp_reconciler.api.lifecycle import Drain
 from mcp_reconciler.api.mcp_views import ViewGate
 from mcp_reconciler.api.plane import pipeline
 from mcp_reconciler.api.plane.dispatch import Dispatcher
@@ -21,13 +24,24 @@ from mcp_reconciler.api.plane.sessions import SessionTable
 
 
 class Plane:
-    """``/mcp`` and ``/mcp/<view>`` on the gateway's own plane (module docstring); other paths
-    are 404."""
+    """The listener's ASGI app (module docstring): ``/mcp`` and ``/mcp/<view>`` through the edge
+    ``pipeline`` to their era's handler, routed by path before anything else; every other path
+    (and lifespan) to ``rest`` — the Starlette side with its own edge (``api/http_app.py``) — or
+    404 without one."""
 
-    def __init__(self, front: FrontDoor, table: SessionTable) -> None:
+    def __init__(
+        self,
+        front: FrontDoor,
+        table: SessionTable,
+        policy: pipeline.EdgePolicy,
+        rest: ASGIApp | None = None,
+        drain: Drain | None = None,
+    ) -> None:
         self._front = front
         # /mcp/<view> (ADR 0026): the view must exist and the caller may use it (api/mcp_views.py).
-        self._views = ViewGate(self._era, authority=front.authority, has_view=self._has_view)
+        views = ViewGate(authority=front.authority, has_view=self._has_view)
+        self.pipeline = pipeline.Pipeline(policy, views, drain)
+        self.rest = rest
         self.dispatcher = Dispatcher(front)
         self.era2026 = Era2026(front, self.dispatcher)
         self.era2025 = Era2025(front, self.dispatcher, table)
@@ -39,8 +53,24 @@ class Plane:
         await self.era2025.run(task_status=task_status)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Route one ASGI call (lifespan events are acknowledged: the plane holds no state to start)."""
-        if scope["type"] == "lifespan":
+        """Route one ASGI call (module docstring)."""
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path == "/mcp" or path.startswith("/mcp/"):
+            view = path[5:] if len(path) > 4 else None
+            unknown = view is not None and (not view or "/" in view)
+            admitted = await self.pipeline.admit(scope, receive, send, None if unknown else view)
+            if admitted is None:
+                return  # refused (and answered) at the edge, or the client left
+            if unknown:
+                await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"0")]})
+                await send({"type": "http.response.body", "body": b""})
+            elif is_modern(scope):
+                await self.era2026(scope, receive, send, admitted.body)
+            else:
+                await self.era2025(scope, receive, send, admitted.identity, admitted.body)
+        elif self.rest is not None:
+            await self.rest(scope, receive, send)
+        elif scope["type"] == "lifespan":  # nothing of the plane's to start
             while True:
                 event = await receive()
                 if event["type"] == "lifespan.startup":
@@ -48,22 +78,9 @@ class Plane:
                 elif event["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return
-        path = str(scope.get("path", ""))
-        view = path.removeprefix("/mcp/") if path.startswith("/mcp/") else None
-        if scope["type"] == "http" and path == "/mcp":
-            await self._era(scope, receive, send)
-        elif scope["type"] == "http" and view and "/" not in view:
-            scope["path_params"] = {"view": view}
-            await self._views(scope, receive, send)
         else:
             await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"0")]})
             await send({"type": "http.response.body", "body": b""})
-
-    async def _era(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if is_modern(scope):
-            await self.era2026(scope, receive, send)
-        else:
-            await self.era2025(scope, receive, send)
 
     def _has_view(self, name: str) -> bool:
         live = self._front.catalog.current()
@@ -74,16 +91,20 @@ def build_plane(
     front: FrontDoor,
     policy: pipeline.EdgePolicy,
     *,
+    rest: ASGIApp | None = None,
+    drain: Drain | None = None,
     max_sessions: int = 4096,
     max_sessions_per_client: int = 256,
     session_idle_s: float = 300.0,
-) -> tuple[pipeline.Pipeline, Plane]:
+) -> Plane:
     """The plane for ``front`` behind the edge ``policy`` (2025-era sessions bounded in total and
-    per principal, closed after ``session_idle_s`` idle: ``gateway.limits``); run ``front.run``
-    and the returned plane's ``run`` beside it. The plane takes ``front``'s push gate: one HTTP
-    layer per front door."""
-    plane = Plane(
+    per principal, closed after ``session_idle_s`` idle: ``gateway.limits``), other paths to
+    ``rest``, new requests refused once ``drain`` is closed; run ``front.run`` and the plane's
+    ``run`` beside it. The plane takes ``front``'s push gate: one HTTP layer per front door."""
+    return Plane(
         front,
         SessionTable(max_sessions=max_sessions, max_per_client=max_sessions_per_client, idle_s=session_idle_s),
+        policy,
+        rest,
+        drain,
     )
-    return pipeline.build(plane, policy), plane

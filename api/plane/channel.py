@@ -32,6 +32,7 @@ from mcp.shared.transport_context import TransportContext
 from starlette.requests import Request
 
 from mcp_reconciler.api.plane import jsonrpc, sse
+from mcp_reconciler.api.plane.response import LiveResponse
 
 log = logging.getLogger("mcp_reconciler.plane")
 
@@ -253,3 +254,30 @@ class FrameChannel(Channel):
 
 
 _BARE_NOTIFICATION = frozenset({"jsonrpc", "method"})
+
+
+class ResponseChannel(Channel):
+    """A 2026-era request's channel straight onto its response (``response.LiveResponse``): each
+    message is written as it is emitted, with the transport's back-pressure, no queue between.
+    No back-channel (this era has none)."""
+
+    def __init__(self, request_id: types.RequestId | None, request: Request, response: LiveResponse) -> None:
+        super().__init__(request_id, None)
+        self.message_metadata = ServerMessageMetadata(request_context=request)
+        self.transport = TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers)
+        self._response = response
+
+    async def emit(self, message: dict[str, Any]) -> None:
+        """One SSE frame onto the response."""
+        await self._response.frame(sse.frame(message))
+
+
+async def next_frame(frames: MemoryObjectReceiveStream[bytes]) -> bytes | None:
+    """The next frame of a stream, :data:`~api.plane.sse.PING` after a silent ping interval, or
+    ``None`` once the stream's writer closed it."""
+    with anyio.move_on_after(sse.PING_INTERVAL_S):
+        try:
+            return await frames.receive()
+        except anyio.EndOfStream:
+            return None
+    return sse.PING

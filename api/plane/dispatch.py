@@ -98,24 +98,22 @@ class Dispatcher:
 
     async def request(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
         """Run ``ctx``'s request to its wire result (steps 1-4 of the module docstring), with the
-        front door's per-request duties around it, outermost first: the caller's gateway session
-        is in use while it runs (``Sessions.track_use``, ADR 0032); a 2025-era task-augmented
-        ``tools/call`` becomes a gateway task, never for a tool that needs an approval
-        (``FrontDoor.task_guard``, ADR 0034); a list page is served from the front door's page
-        cache when it holds one for exactly this request (``ListCache``: keyed by era, revision,
-        grant set, view, cursor), else built and kept there."""
-        result: dict[str, Any] = await self._front.sessions.track_use(ctx, self._guarded)
-        return result
-
-    async def _guarded(self, ctx: ServerRequestContext[Any]) -> Any:
-        return await self._front.task_guard(ctx, self._cached)
-
-    async def _cached(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
-        cache = self._front.list_cache
-        if ctx.method in LIST_METHODS:
-            page: dict[str, Any] = await cache(ctx, self._run_encoded)
-            return page
-        return await self._run(ctx)
+        front door's per-request duties entered here, in order (each a call or a context manager
+        that has returned before the operation runs, not a layer around it): the caller's gateway
+        session is in use while it runs (``Sessions.in_use``, ADR 0032); a 2025-era
+        task-augmented ``tools/call`` becomes a gateway task, never for a tool that needs an
+        approval (``FrontDoor.create_task``, ADR 0034); a list page is served from the front
+        door's page cache when it holds one for exactly this request (``ListCache``: keyed by era,
+        revision, grant set, view, cursor), else built and kept there."""
+        front = self._front
+        with front.sessions.in_use(ctx):
+            if front.tasks.creates_task(ctx):
+                created: dict[str, Any] = await front.create_task(ctx)
+                return created
+            if ctx.method in LIST_METHODS:
+                page: dict[str, Any] = await front.list_cache(ctx, self._run_encoded)
+                return page
+            return await self._run(ctx)
 
     async def _run_encoded(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
         """A list page with its JSON, so the cached page is never encoded again (ADR 0038)."""

@@ -48,11 +48,11 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mcp_reconciler.api.frontdoor import FrontDoor
-from mcp_reconciler.api.mcp_auth import IDENTITY_KEY, McpIdentity
+from mcp_reconciler.api.mcp_auth import McpIdentity
 from mcp_reconciler.api.plane import jsonrpc, sse
-from mcp_reconciler.api.plane.channel import FrameChannel
+from mcp_reconciler.api.plane.channel import FrameChannel, next_frame
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
-from mcp_reconciler.api.plane.era2026 import accepts, next_frame, read_body
+from mcp_reconciler.api.plane.era2026 import accepts
 from mcp_reconciler.api.plane.sessions import GET_STREAM, PUSH_BACKLOG, Event, LegacySession, SessionTable, client_key
 
 log = logging.getLogger("mcp_reconciler.plane")
@@ -104,20 +104,17 @@ class Era2025:
             with anyio.CancelScope(shield=True):
                 await self.table.close_all()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer one request of this era (module docstring)."""
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, identity: McpIdentity, body: bytes) -> None:
+        """Answer one request of this era (module docstring) that the edge pipeline admitted for
+        ``identity``, with its whole ``body``."""
         request = Request(scope, receive)
-        identity = scope.get(IDENTITY_KEY)
-        if not isinstance(identity, McpIdentity):  # the pipeline admits none without one (fail closed)
-            await _plain(send, 401)
-            return
         method = scope["method"]
         version = request.headers.get("mcp-protocol-version")
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             await _json(send, 400, _error(types.INVALID_REQUEST, f"Unsupported protocol version: {version}"))
             return
         if method == "POST":
-            await self._post(scope, receive, send, request, identity)
+            await self._post(receive, send, request, identity, body)
         elif method == "GET":
             await self._get(scope, receive, send, request, identity)
         elif method == "DELETE":
@@ -138,7 +135,7 @@ class Era2025:
             await _json(send, 404, _error(types.INVALID_REQUEST, "Session not found"))
         return session
 
-    async def _post(self, scope: Scope, receive: Receive, send: Send, request: Request, identity: McpIdentity) -> None:
+    async def _post(self, receive: Receive, send: Send, request: Request, identity: McpIdentity, raw: bytes) -> None:
         if not request.headers.get("content-type", "").lower().startswith("application/json"):
             await _plain(send, 400, b"Invalid Content-Type header")
             return
@@ -153,7 +150,6 @@ class Era2025:
                 ),
             )
             return
-        raw = await read_body(receive)
         message = jsonrpc.decode(raw)
         if isinstance(message, jsonrpc.Refusal):
             await _json(send, 400, jsonrpc.legacy_refusal(raw, message))

@@ -19,13 +19,13 @@ cancels the operation (that is cancellation in this era)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import mcp_types as types
-from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp.server.connection import Connection
 from mcp.shared.inbound import (
     InboundLadderRejection,
@@ -40,40 +40,24 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mcp_reconciler.api.frontdoor import FrontDoor
-from mcp_reconciler.api.plane import jsonrpc, sse
-from mcp_reconciler.api.plane.channel import FrameChannel
+from mcp_reconciler.api.plane import jsonrpc
+from mcp_reconciler.api.plane.channel import FrameChannel, ResponseChannel
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
+from mcp_reconciler.api.plane.response import LiveResponse, reply, respond
 from mcp_reconciler.reconciler import telemetry
 
 log = logging.getLogger("mcp_reconciler.plane")
+
+LISTEN = "subscriptions/listen"
 
 _requests = telemetry.meter.create_counter(
     "plane.requests", description="Requests the gateway's data plane answered, by era and outcome"
 )
 
 
-async def _respond(
-    send: Send, status: int, body: bytes | list[bytes], content_type: bytes | None, *extra: tuple[bytes, bytes]
-) -> None:
-    """One response; a body given as pieces is written piece by piece (a big result: the
-    transport's flow control paces the writes, and other requests are served between them)."""
-    chunks = body if isinstance(body, list) else [body]
-    headers = [(b"content-length", str(sum(map(len, chunks))).encode()), *extra]
-    if content_type is not None:
-        headers.insert(0, (b"content-type", content_type))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    for n, chunk in enumerate(chunks, 1):
-        await send({"type": "http.response.body", "body": chunk, "more_body": n < len(chunks)})
-
-
-async def _reply(send: Send, message: Mapping[str, Any]) -> None:
-    body = await jsonrpc.encode_sliced(message)  # every reply, whatever its size (ADR 0040)
-    await _respond(send, jsonrpc.status_of(message), body, b"application/json")
-
-
 async def _refuse(send: Send, id_: types.RequestId | None, rejection: InboundLadderRejection) -> None:
     error = types.ErrorData(code=rejection.code, message=rejection.message, data=rejection.data)
-    await _reply(send, jsonrpc.error_message(id_, error))
+    await reply(send, jsonrpc.error_message(id_, error))
 
 
 def accepts(headers: Mapping[str, str]) -> tuple[bool, bool]:
@@ -86,18 +70,6 @@ def accepts(headers: Mapping[str, str]) -> tuple[bool, bool]:
     )
 
 
-async def read_body(receive: Receive) -> bytes:
-    """The whole request body (its size is bounded before this runs: ``pipeline``)."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(chunks)
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 class Era2026:
     """The ASGI handler of 2026-era requests on ``/mcp`` (module docstring)."""
 
@@ -105,35 +77,35 @@ class Era2026:
         self._front = front
         self._dispatcher = dispatcher
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer one request (module docstring gives the order of checks)."""
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, body: bytes) -> None:
+        """Answer one request with its whole ``body``, as the edge pipeline admitted it (module
+        docstring gives the order of checks)."""
         request = Request(scope, receive)
         headers = request.headers
         method = scope["method"]
         if method == "POST" and not headers.get("content-type", "").lower().startswith("application/json"):
-            await _respond(send, 400, b"Invalid Content-Type header", None)
+            await respond(send, 400, b"Invalid Content-Type header", None)
             return
         if method != "POST":
-            await _respond(send, 405, b"", None, (b"allow", b"POST"))
+            await respond(send, 405, b"", None, (b"allow", b"POST"))
             return
         wants_json, wants_sse = accepts(headers)
         if not (wants_json and wants_sse):
-            await _respond(send, 406, b"", None)
+            await respond(send, 406, b"", None)
             return
-        body = await read_body(receive)
         message = jsonrpc.decode(body)
         if isinstance(message, jsonrpc.Reply):  # this era sends no requests: nothing is owed
             message = jsonrpc.Refusal(None, types.ErrorData(code=types.INVALID_REQUEST, message=jsonrpc.INVALID_BODY))
         if isinstance(message, jsonrpc.Refusal):
             _requests.add(1, {"era": "2026", "outcome": "malformed"})
-            await _reply(send, jsonrpc.error_message(message.id, message.error))
+            await reply(send, jsonrpc.error_message(message.id, message.error))
             return
         if isinstance(message, jsonrpc.Notice):
             unsupported = unsupported_protocol_version_rejection(headers.get("mcp-protocol-version", ""))
             if unsupported is not None:
                 await _refuse(send, None, unsupported)
                 return
-            await _respond(send, 202, b"", None)  # acknowledged and dropped (module docstring)
+            await respond(send, 202, b"", None)  # acknowledged and dropped (module docstring)
             return
         duplicated = find_duplicated_routing_header((k.decode("latin-1"), v) for k, v in scope["headers"])
         if duplicated is not None:
@@ -149,7 +121,7 @@ class Era2026:
         if rejection is not None:
             await _refuse(send, message.id, rejection)
             return
-        await self._serve(scope, receive, send, request, message, verdict.protocol_version, verdict)
+        await self._serve(receive, send, request, message, verdict.protocol_version, verdict)
 
     def _param_headers(self, message: jsonrpc.Call, headers: Mapping[str, str]) -> InboundLadderRejection | None:
         """``Mcp-Param-*`` headers of a ``tools/call`` checked against the tool's schema."""
@@ -165,7 +137,6 @@ class Era2026:
 
     async def _serve(
         self,
-        scope: Scope,
         receive: Receive,
         send: Send,
         request: Request,
@@ -174,56 +145,51 @@ class Era2026:
         verdict: Any,
     ) -> None:
         connection = Connection.from_envelope(version, verdict.client_info, verdict.client_capabilities)
-        channel = FrameChannel(message.id, request, 0, wait=True)
-        channel.progress_token = progress_token_from_params(message.params)
-        sink, frames = channel.sink, channel.frames
-        ctx = context(channel, connection, message.method, message.params, message.id, request)
-        answer: list[dict[str, Any]] = []
+        response = LiveResponse(send)
+        answer: dict[str, Any] | None = None
+        with response.running(receive):  # the client leaving cancels the operation
+            try:
+                if message.method == LISTEN:
+                    result = await self._listen(request, message, connection, response)
+                else:
+                    channel = ResponseChannel(message.id, request, response)
+                    channel.progress_token = progress_token_from_params(message.params)
+                    ctx = context(channel, connection, message.method, message.params, message.id, request)
+                    result = await self._dispatcher.request(ctx)
+                answer = jsonrpc.result_message(message.id, result)
+            except Exception as exc:
+                answer = jsonrpc.error_message(message.id, error_data(exc))
+            finally:
+                await connection.exit_stack.aclose()
+        if answer is not None:  # none when the client left (the operation was cancelled)
+            _requests.add(1, {"era": "2026", "outcome": "sse" if response.streaming else "json"})
+            await response.finish(answer)
 
-        async def run() -> None:
-            async with sink:
+    async def _listen(
+        self, request: Request, message: jsonrpc.Call, connection: Connection, response: LiveResponse
+    ) -> dict[str, Any]:
+        """A listen stream: its events come from the bus (``ListenStreams.publish`` hands encoded
+        frames to the stream's ``sink`` without waiting), so its channel is a queue, pumped onto
+        the response by a task of its own until the operation answers."""
+        channel = FrameChannel(message.id, request, 0, wait=True)
+        ctx = context(channel, connection, message.method, message.params, message.id, request)
+
+        async def pump() -> None:
+            async for frame in channel.frames:
+                with contextlib.suppress(anyio.ClosedResourceError):
+                    await response.frame(frame)
+
+        failed: Exception | None = None
+        async with channel.frames, anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            async with channel.sink:  # closed when it answers: the pump writes what is left, then ends
                 try:
                     result = await self._dispatcher.request(ctx)
-                    answer.append(jsonrpc.result_message(message.id, result))
-                except Exception as exc:
-                    answer.append(jsonrpc.error_message(message.id, error_data(exc)))
-                finally:
-                    await connection.exit_stack.aclose()
-
-        async def watch_disconnect(scope_: anyio.CancelScope) -> None:
-            while (await receive()).get("type") != "http.disconnect":
-                pass
-            scope_.cancel()  # the client went: that cancels the operation (this era's cancel)
-
-        async with frames, anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            tg.start_soon(watch_disconnect, tg.cancel_scope)
-            first = await next_frame(frames)
-            if first is None:
-                _requests.add(1, {"era": "2026", "outcome": "json"})
-                await _reply(send, answer[0])
-            else:
-                _requests.add(1, {"era": "2026", "outcome": "sse"})
-                await send({"type": "http.response.start", "status": 200, "headers": sse.HEADERS})
-                frame: bytes | None = first
-                while frame is not None:
-                    await send({"type": "http.response.body", "body": frame, "more_body": True})
-                    frame = await next_frame(frames)
-                for piece in await sse.frame_sliced(answer[0]):
-                    await send({"type": "http.response.body", "body": piece, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            tg.cancel_scope.cancel()
-
-
-async def next_frame(frames: MemoryObjectReceiveStream[bytes]) -> bytes | None:
-    """The next frame of a stream, :data:`~api.plane.sse.PING` after a silent ping interval, or
-    ``None`` once the stream's writer closed it."""
-    with anyio.move_on_after(sse.PING_INTERVAL_S):
-        try:
-            return await frames.receive()
-        except anyio.EndOfStream:
-            return None
-    return sse.PING
+                except Exception as exc:  # raised as itself, not inside the group's ExceptionGroup
+                    failed = exc
+        if failed is not None:
+            raise failed
+        return result
 
 
 def is_modern(scope: Scope) -> bool:

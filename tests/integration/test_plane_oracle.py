@@ -130,7 +130,7 @@ async def plane_gateway(cfg: Path, **limits: Any) -> AsyncIterator[tuple[str, Fr
     push gate), served by uvicorn on 127.0.0.1; yields (its ``/mcp`` URL, the front door)."""
     async with Gateway(cfg) as gw:
         front = FrontDoor(gw.engine, gw.engine.sessions)
-        pipe, plane = build_plane(
+        plane = build_plane(
             front,
             EdgePolicy(credentials=[SessionTokens(front.authority)], anonymous=lambda: anonymous_grants(gw.settings)),
             **limits,
@@ -138,7 +138,7 @@ async def plane_gateway(cfg: Path, **limits: Any) -> AsyncIterator[tuple[str, Fr
         async with anyio.create_task_group() as tg:
             await tg.start(front.run)
             await tg.start(plane.run)
-            async with served_asgi(pipe.app) as base:
+            async with served_asgi(plane) as base:
                 yield f"{base}/mcp", front
             tg.cancel_scope.cancel()
 
