@@ -3,8 +3,9 @@
 the standalone GET stream for pushes, DELETE, and idle reaping — bounded in total and per
 principal (I18).
 
-- ``initialize`` (no session header) opens a session when the bounds allow (503
-  ``too_many_sessions`` otherwise, retryable), answers the negotiated version and the front
+- ``initialize`` (no session header) opens a session when the bounds allow (I18: 503 beyond
+  :attr:`SessionTable.max_sessions` in total, 429 beyond :attr:`SessionTable.max_per_client` per
+  client — its bearer credential, else its peer address; ``too_many_sessions``, retryable), answers the negotiated version and the front
   door's capabilities, and names the session in ``Mcp-Session-Id``.
 - Every other POST and the GET/DELETE name their session: none → 400, an unknown id or one opened
   by another principal → 404 (the same answer: a session id of another identity is not
@@ -24,10 +25,7 @@ principal (I18).
   that drops a request's stream does not cancel the request (``notifications/cancelled`` does):
   the call runs on, its events are kept, and a GET with ``Last-Event-ID`` of one of them replays
   the stream's later events, primes, and follows it live to the response. A GET with the id of a
-  GET-stream event replays the pushes after it, primes, then continues live.
-- The bounds: :attr:`SessionTable.max_sessions` in total (503) and
-  :attr:`SessionTable.max_per_client` per client — its bearer credential, else its peer address
-  (429 ``too_many_sessions``, retryable)."""
+  GET-stream event replays the pushes after it, primes, then continues live."""
 
 from __future__ import annotations
 
