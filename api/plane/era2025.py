@@ -5,8 +5,8 @@ principal (I18).
 
 - ``initialize`` (no session header) opens a session when the bounds allow (I18: 503 beyond
   :attr:`SessionTable.max_sessions` in total, 429 beyond :attr:`SessionTable.max_per_client` per
-  client — its bearer credential, else its peer address; ``too_many_sessions``, retryable), answers the negotiated version and the front
-  door's capabilities, and names the session in ``Mcp-Session-Id``.
+  client — its bearer credential, else its peer address; ``too_many_sessions``, retryable),
+  answers the negotiated version and the front door's capabilities, names the session.
 - Every other POST and the GET/DELETE name their session: none → 400, an unknown id or one opened
   by another principal → 404 (the same answer: a session id of another identity is not
   revealed, ADR 0013). A ``MCP-Protocol-Version`` header the era does not know → 400.
