@@ -48,7 +48,8 @@ async def test_a_30_MB_result_is_encoded_with_the_loop_getting_turns() -> None:
     message = jsonrpc.result_message(1, {"content": [{"type": "text", "text": text}], "isError": False})
     pieces, own, spent = await own_cpu_between_turns(lambda: jsonrpc.encode_sliced(message))
     assert b"".join(pieces) == jsonrpc.encode(message)
-    assert len(own) > 20, "the ticker never ran while the result was encoded"
+    # 5 ms slices: a faster machine encodes it in 17 of them (seen in CI), a slower one in 60.
+    assert len(own) > 8, "the ticker never ran while the result was encoded"
     assert max(own) < max(spent / 4, 0.05), (max(own), spent)
 
 
