@@ -309,16 +309,20 @@ class Era2025:
 
                 tg.start_soon(watch_disconnect)
                 writer = _Writer(send)
+                # Pushes are written directly while this stream is idle (sessions.PushStream);
+                # until ready() they queue behind the replay and its priming event.
+                push = session.standalone.open_stream(session, send, writer.write)
                 if resume is not None:  # the kept pushes after it, then a priming event
                     for kept in replay:
                         await writer.write(*kept)
                     await writer.write(session.priming(GET_STREAM))
+                push.ready()
                 while (frame := await next_frame(session.standalone.frames)) is not None:
-                    # a push gets an id the client can resume from; a keepalive ping does not
-                    await writer.write(*((frame,) if frame is sse.PING else session.remember((frame,))))
+                    await push.from_backlog(frame)
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tg.cancel_scope.cancel()
         finally:
+            session.standalone.close_stream()
             session.get_open = False
             session.streams -= 1
             session.last_seen = anyio.current_time()
