@@ -56,6 +56,8 @@ from mcp_reconciler.api.plane.sessions import GET_STREAM, PUSH_BACKLOG, Event, L
 log = logging.getLogger("mcp_reconciler.plane")
 
 SESSION_HEADER = "mcp-session-id"
+#: A request stream's event up to this many bytes goes out as one ``send`` (``_Writer``).
+JOIN_MAX = 256 * 1024
 _ACCEPTED = ((b"content-type", b"application/json"),)  # a 202 as the SDK server sends it: typed, empty
 _ALLOW = (b"allow", b"GET, POST, DELETE")
 
@@ -268,8 +270,9 @@ class Era2025:
                 if answer:  # none when the client cancelled the request
                     event = session.remember(await sse.frame_sliced(answer[0]), stream.key)  # in pieces: ADR 0040
                     stream.relay(event)
-                    await writer.write(*event)
-                await writer.end()
+                    await writer.write(*event, end=True)  # the response and the body's end: one send
+                else:
+                    await writer.end()
                 tg.cancel_scope.cancel()
         finally:
             session.close_stream(stream)
@@ -378,11 +381,17 @@ class _Writer:
         self._send = send
         self.detached = False
 
-    async def write(self, *pieces: bytes) -> None:  # one event's pieces, unless the client is gone
+    async def write(self, *pieces: bytes, end: bool = False) -> None:
+        """One event's pieces (``end``: and the body's end), unless the client is gone. Pieces of
+        up to :data:`JOIN_MAX` in all go as one ``send`` (one socket write, not one per piece: a
+        1,000-tool list is six pieces); a bigger event goes piece by piece (no copy of it: ADR 0040)."""
+        if len(pieces) > 1 and sum(map(len, pieces)) <= JOIN_MAX:
+            pieces = (b"".join(pieces),)
         try:
-            for piece in pieces:
+            for i, piece in enumerate(pieces, 1):
                 if not self.detached:
-                    await self._send({"type": "http.response.body", "body": piece, "more_body": True})
+                    more = not (end and i == len(pieces))
+                    await self._send({"type": "http.response.body", "body": piece, "more_body": more})
         except OSError:
             self.detached = True
 

@@ -41,9 +41,6 @@ EVENT_HISTORY = 256
 GET_STREAM = 0
 #: The body of a priming event (an id, no data): after a replay, and first on a request stream.
 _PRIMING = b"data: \r\n\r\n"
-#: A GET-stream event up to this size goes out as one piece, its id line joined to its frame (one
-#: ``send``, one socket write instead of two); a bigger one goes in its pieces (no copy of it).
-JOIN_MAX = 16 * 1024
 
 _sessions_gauge = telemetry.meter.create_up_down_counter(
     "plane.legacy_sessions", description="Open 2025-era sessions on the data plane"
@@ -203,10 +200,7 @@ class PushStream:
         self.busy = True
         try:
             # a push gets an id the client can resume from; a keepalive ping does not
-            event = (frame,) if frame is sse.PING else self._session.remember((frame,))
-            if len(event) > 1 and len(frame) <= JOIN_MAX:
-                event = (b"".join(event),)
-            await self._write(*event)
+            await self._write(*((frame,) if frame is sse.PING else self._session.remember((frame,))))
         finally:
             self._release()
 
