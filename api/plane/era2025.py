@@ -58,6 +58,7 @@ log = logging.getLogger("mcp_reconciler.plane")
 SESSION_HEADER = "mcp-session-id"
 #: A request stream's event up to this many bytes goes out as one ``send`` (``_Writer``).
 JOIN_MAX = 256 * 1024
+_SMALL = 4096  # a bigger event's pieces under this size are joined with their small neighbours
 _ACCEPTED = ((b"content-type", b"application/json"),)  # a 202 as the SDK server sends it: typed, empty
 _ALLOW = (b"allow", b"GET, POST, DELETE")
 
@@ -384,9 +385,10 @@ class _Writer:
     async def write(self, *pieces: bytes, end: bool = False) -> None:
         """One event's pieces (``end``: and the body's end), unless the client is gone. Pieces of
         up to :data:`JOIN_MAX` in all go as one ``send`` (one socket write, not one per piece: a
-        1,000-tool list is six pieces); a bigger event goes piece by piece (no copy of it: ADR 0040)."""
-        if len(pieces) > 1 and sum(map(len, pieces)) <= JOIN_MAX:
-            pieces = (b"".join(pieces),)
+        list response is six pieces); in a bigger event only neighbouring small pieces are joined
+        (a big piece goes as it is: no copy of it, ADR 0040)."""
+        if len(pieces) > 1:
+            pieces = _coalesced(pieces)
         try:
             for i, piece in enumerate(pieces, 1):
                 if not self.detached:
@@ -400,6 +402,25 @@ class _Writer:
         if not self.detached:
             with contextlib.suppress(OSError):
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _coalesced(pieces: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """``pieces`` with fewer, bigger pieces, the same bytes in order (``_Writer.write``)."""
+    if sum(map(len, pieces)) <= JOIN_MAX:
+        return (b"".join(pieces),)
+    out: list[bytes] = []
+    run: list[bytes] = []
+    for piece in pieces:
+        if len(piece) < _SMALL:
+            run.append(piece)
+            continue
+        if run:
+            out.append(b"".join(run))
+            run = []
+        out.append(piece)
+    if run:
+        out.append(b"".join(run))
+    return tuple(out)
 
 
 async def _too_many_for_client(send: Send, limit: int) -> None:

@@ -122,7 +122,7 @@ async def test_a_push_during_a_write_in_flight_queues_and_never_overtakes_it() -
     assert _ids(cycle.written) == [1, 2, 3, 4]
 
 
-async def test_a_paused_transport_takes_the_backlog_bounded_at_push_backlog() -> None:
+async def test_I18_a_paused_transport_takes_the_backlog_bounded_at_push_backlog() -> None:
     """I18: a client that stopped reading (uvicorn paused the transport's writes) never stalls
     the pusher; its stream holds ``PUSH_BACKLOG`` frames (N) and drops the N+1st, and the
     backlog leaves in order once the client reads again."""
