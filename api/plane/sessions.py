@@ -5,7 +5,9 @@ kept events, and the request streams a client may resume with ``Last-Event-ID``
 
 Event ids are ``<session>.<stream>:<n>``: the GET stream is stream 0, request streams count up
 from 1, ``n`` counts every event of the session in order. One bounded history per session
-(:data:`EVENT_HISTORY`) keeps the framed events of every stream."""
+(:data:`EVENT_HISTORY`) keeps the framed events of every stream. A push is written directly to
+the session's idle GET stream by the task that pushes it, else through the stream's bounded
+backlog (:class:`PushStream`: same order, same ids, same bound)."""
 
 from __future__ import annotations
 
