@@ -139,6 +139,21 @@ def http_upstreams(tmp_path: Path) -> Iterator[HttpUpstreams]:
         ups.close()
 
 
+class SseUpstreams(HttpUpstreams):
+    """Like ``HttpUpstreams`` (kill and reap on close) but serving ``--transport sse``."""
+
+    transport = "sse"
+
+
+@pytest.fixture
+def sse_upstreams(tmp_path: Path) -> Iterator[SseUpstreams]:
+    ups = SseUpstreams(tmp_path)
+    try:
+        yield ups
+    finally:
+        ups.close()
+
+
 def child_pids(parent: int | None = None) -> set[int]:
     """Direct children of ``parent`` (default: this process), zombies included."""
     parent = os.getpid() if parent is None else parent

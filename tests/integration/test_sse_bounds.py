@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -34,26 +34,13 @@ from mcp_reconciler.reconciler.peer import PeerSwitch
 from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, SSE_EVENT_BOUND, MessageBoundError, bound_error
 from mcp_reconciler.reconciler.sse_channel import SSE_EVENT_BYTES, sse_channel
 from mcp_reconciler.reconciler.upstream import UpstreamReader
-from tests.integration.conftest import HttpUpstreams
+from tests.integration.conftest import SseUpstreams
 from tests.support.upstream_server import CONTROL_TOOLS
 
 pytestmark = pytest.mark.anyio
 
 WAIT = 30.0
 MiB = 1024 * 1024
-
-
-class SseUpstreams(HttpUpstreams):
-    transport = "sse"
-
-
-@pytest.fixture
-def sse_upstreams(tmp_path: Path) -> Iterator[SseUpstreams]:
-    ups = SseUpstreams(tmp_path)
-    try:
-        yield ups
-    finally:
-        ups.close()
 
 
 class Tap(httpx2.AsyncHTTPTransport):
