@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
 from hypothesis import given
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from mcp.shared.message import SessionMessage
 
 from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, MessageBoundError, bound_error
-from mcp_reconciler.reconciler.sse_channel import EventSplitter, SseBounds, data_of
+from mcp_reconciler.reconciler.sse_channel import BoundedTransport, EventSplitter, SseBounds, client_factory, data_of
 from mcp_reconciler.reconciler.stdio_peer import Refused, Skipped
 from tests.unit.test_stdio_peer import feed_all
 
@@ -139,3 +140,47 @@ async def test_a_list_page_past_the_entry_bound_becomes_the_bounds_error_before_
         bounds.lists.watch(types.JSONRPCRequest(jsonrpc="2.0", id=6, method="tools/list"))
         ok = event(json.dumps({**page, "id": 6, "result": {"tools": page["result"]["tools"][:2]}}))  # type: ignore[index]
         assert await run(bounds, ok) == [ok]
+
+
+def asgi_body(body: bytes, headers: list[tuple[bytes, bytes]]) -> object:
+    """A real ASGI app answering every request with ``body`` (served by httpx2's ASGITransport)."""
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        assert callable(send)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("over", [0, 1], ids=["N", "N+1"])
+async def test_a_body_that_is_not_an_event_stream_is_held_to_the_message_bound_in_total(over: int) -> None:
+    bounds = SseBounds("s", message_bytes=64 * 1024, list_bytes=None, list_entries=None)
+    app = asgi_body(b"a" * (64 * 1024 + over), [(b"content-type", b"application/json")])
+    transport = BoundedTransport(bounds, httpx2.ASGITransport(app=app))  # type: ignore[arg-type]
+    async with httpx2.AsyncClient(transport=transport) as client:
+        if not over:
+            assert len((await client.post("http://up/messages/")).content) == 64 * 1024
+            return
+        with pytest.raises(MessageBoundError) as caught:
+            await client.post("http://up/messages/")
+    assert (caught.value.bound, caught.value.limit) == (MESSAGE_BOUND_KEY, 64 * 1024)
+
+
+@pytest.mark.anyio
+async def test_identity_is_asked_for_and_an_encoded_response_refused() -> None:
+    bounds = SseBounds("s", message_bytes=64 * 1024, list_bytes=None, list_entries=None)
+    seen: list[str] = []
+    inner = asgi_body(b"\x1f\x8b", [(b"content-type", b"text/event-stream"), (b"content-encoding", b"gzip")])
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        headers = dict(scope["headers"])  # type: ignore[call-overload]
+        seen.append(headers[b"accept-encoding"].decode())
+        await inner(scope, receive, send)  # type: ignore[operator]
+
+    factory = client_factory(bounds, httpx2.ASGITransport(app=app))  # type: ignore[arg-type]
+    async with factory() as client:
+        with pytest.raises(httpx2.DecodingError):
+            await client.get("http://up/sse")
+    assert seen == ["identity"]
