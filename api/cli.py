@@ -23,18 +23,16 @@ from mcp_reconciler.api.version import __version__
 def _serve(args: argparse.Namespace) -> int:
     from mcp_reconciler.api.server import run_serve
 
-    return _run_gateway(
-        run_serve, args.config, args.host, args.port, args.insecure_no_auth, args.port_file, loop=args.loop
-    )
+    return _run_gateway(run_serve, args.config, args.host, args.port, args.insecure_no_auth, args.port_file)
 
 
 def _stdio(args: argparse.Namespace) -> int:
     from mcp_reconciler.api.server import run_stdio
 
-    return _run_gateway(run_stdio, args.config, args.view, loop=args.loop)
+    return _run_gateway(run_stdio, args.config, args.view)
 
 
-def _run_gateway(func: Callable[..., Awaitable[int]], *func_args: object, loop: str = "asyncio") -> int:
+def _run_gateway(func: Callable[..., Awaitable[int]], *func_args: object) -> int:
     import gc
 
     import anyio
@@ -47,7 +45,7 @@ def _run_gateway(func: Callable[..., Awaitable[int]], *func_args: object, loop: 
     gc.collect()
     gc.freeze()
     try:
-        return anyio.run(func, *func_args, backend_options={"use_uvloop": loop == "uvloop"})
+        return anyio.run(func, *func_args)
     except KeyboardInterrupt:
         return 130
     except ConfigError as exc:
@@ -112,12 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--insecure-no-auth", action="store_true", help="DEMOS ONLY: accept every control-API request as operator"
     )
-    serve.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="event loop")
     serve.set_defaults(func=_serve)
     stdio = sub.add_parser("stdio", help="serve one MCP session over stdin/stdout")
     stdio.add_argument("--config", help="gateway YAML (default: $MCP_RECONCILER_CONFIG, else the bundled demo config)")
     stdio.add_argument("--view", help="serve this named view of the config's views: (default: the whole catalog)")
-    stdio.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="event loop")
     stdio.set_defaults(func=_stdio)
     demo = sub.add_parser("demo", help="run the bundled engine demo (in-process MCP servers, no network)")
     demo.set_defaults(func=_demo)

@@ -8,7 +8,11 @@ Set-up, all on 127.0.0.1, every server on a port the kernel picked (reported, ne
 an SDK server (``tests.support.upstream_server``, the ``echo`` tool) over streamable HTTP; a byte
 relay in front of it on the same stack as the gateway (``bench/byte_relay.py``: raw ASGI on
 uvicorn + httptools, a keep-alive connection upstream, bytes and MCP headers through, no MCP
-understanding); and the gateway (``mcp-reconciler serve``) with that server as its only source.
+understanding) and on the same event loop (asyncio, as ``serve``; uvicorn alone would pick uvloop
+whenever it is installed); and the gateway (``mcp-reconciler serve``) with that server as its
+only source. ``--loops=asyncio,uvloop`` adds a relay and a gateway on uvloop
+(``bench/serve_uvloop.py``) as rows of the same run (ADR 0041); ``--profile=ERA`` samples the
+gateway with py-spy instead of printing the tables.
 SDK ``Client`` instances in this process call ``echo`` three ways — direct, through the relay,
 through the gateway — for both eras (``legacy`` = 2025-11-25 sessions, ``auto`` = 2026-07-28),
 in interleaved blocks so each row sees the same background load.
@@ -48,7 +52,7 @@ SMOKE = "--smoke" in sys.argv  # tiny sizes: the test suite runs it so the bench
 CALLS, BLOCKS, WARMUP = (12, 2, 2) if SMOKE else (300, 3, 30) if QUICK else (1200, 6, 100)
 DURATION_S = 0.3 if SMOKE else 1.0 if QUICK else 3.0
 SESSIONS = 4 if SMOKE else 32  # the throughput row's concurrent sessions
-#: ``--loops asyncio,uvloop``: a gateway and a byte relay per event loop, all rows interleaved in
+#: ``--loops=asyncio,uvloop``: a gateway and a byte relay per event loop, all rows interleaved in
 #: one run (ADR 0041). The relay always runs on its gateway's loop: "the same stack".
 LOOPS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--loops=")), "asyncio").split(",")
 STARTUP_S = 60.0
@@ -255,7 +259,10 @@ async def amain() -> dict[str, Any]:
                 f"sources:\n  - name: h\n    http: {{url: '{up_url}'}}\n"
             )
             relay_argv = [sys.executable, str(REPO_ROOT / "bench" / "byte_relay.py"), "--upstream", up_url]
-            gw_argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg)]
+            gw_cli = {  # serve on each loop: asyncio is the product's; uvloop through a launcher (ADR 0041)
+                "asyncio": [sys.executable, "-m", "mcp_reconciler.api.cli"],
+                "uvloop": [sys.executable, str(REPO_ROOT / "bench" / "serve_uvloop.py")],
+            }
             async with contextlib.AsyncExitStack() as procs:
                 rows: list[Row] = [("direct", up_url, "echo", None)]
                 for loop in LOOPS:
@@ -263,7 +270,8 @@ async def amain() -> dict[str, Any]:
                     relay = await procs.enter_async_context(
                         child([*relay_argv, "--loop", loop, "--port-file", str(relay_file)])
                     )
-                    gw = await procs.enter_async_context(child([*gw_argv, "--loop", loop, *port_args(gw_file)]))
+                    gw_argv = [*gw_cli[loop], "serve", "--config", str(cfg), *port_args(gw_file)]
+                    gw = await procs.enter_async_context(child(gw_argv))
                     relay_port = await reported_port(relay_file, lambda r=relay: r.returncode)
                     gw_port = await reported_port(gw_file, lambda g=gw: g.returncode)
                     rows.append((_label("byte relay", loop), f"http://127.0.0.1:{relay_port}/mcp", "echo", relay.pid))
