@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx2
 from _ports import port_args, reported_port
 from mcp import Client
@@ -67,13 +68,18 @@ async def process(argv: list[str], ready_path: str, port_file: Path) -> AsyncIte
                     await anyio.sleep(0.1)
         yield proc.pid, port
     finally:
-        with anyio.CancelScope(shield=True):
-            proc.terminate()
-            with anyio.move_on_after(10):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+        await stop(proc)
+
+
+async def stop(proc: anyio.abc.Process) -> None:
+    """Terminate, then kill, and reap ``proc`` (shielded: runs during cancellation too)."""
+    with anyio.CancelScope(shield=True):
+        proc.terminate()
+        with anyio.move_on_after(10):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 def gateway_argv(cfg: Path, port_file: Path) -> list[str]:

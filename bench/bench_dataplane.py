@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import anyio  # noqa: E402
 import anyio.abc  # noqa: E402
-from _clients import cpu_s, loadavg, open_client, run_calls  # noqa: E402
+from _clients import cpu_s, loadavg, open_client, run_calls, stop  # noqa: E402
 from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, json_out_path, pct  # noqa: E402
 from mcp import Client  # noqa: E402
@@ -60,17 +60,6 @@ STARTUP_S = 60.0
 #: gateway for ``PROFILE_S`` seconds while that era calls it (``profile``).
 PROFILE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--profile=")), "")
 PROFILE_S = 10 if QUICK else 30
-
-
-async def stop(proc: anyio.abc.Process) -> None:
-    """Terminate, then kill, and reap ``proc`` (shielded: runs during cancellation too)."""
-    with anyio.CancelScope(shield=True):
-        proc.terminate()
-        with anyio.move_on_after(10):
-            await proc.wait()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
 
 @contextlib.asynccontextmanager
