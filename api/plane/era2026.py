@@ -74,6 +74,9 @@ telemetry.meter.create_observable_counter(
 
 #: Typed envelopes kept (:class:`Envelopes`); distinct client info/capabilities pairs are few.
 ENVELOPES_KEPT = 256
+#: The longest envelope key kept (characters of its ``repr``): a client may send a body-sized
+#: envelope; such a one is validated every time rather than held (at most 256 keys of 4 KiB kept).
+ENVELOPE_KEY_MAX = 4096
 
 
 class Envelopes:
@@ -82,11 +85,13 @@ class Envelopes:
     (~4 % of a forwarded call's CPU in ADR 0041's profile), while a client sends the same
     envelope on every request. Keyed by the raw values' ``repr`` (JSON-decoded: equal repr,
     equal value); at most :data:`ENVELOPES_KEPT` kept, the oldest evicted first (a client
-    varying its envelope only misses). The models are shared by the requests of one envelope
-    and read only (the gateway never writes a connection's client params)."""
+    varying its envelope only misses), none whose key is over ``key_max`` characters. The
+    models are shared by the requests of one envelope and read only (the gateway never writes
+    a connection's client params)."""
 
-    def __init__(self, kept: int = ENVELOPES_KEPT) -> None:
+    def __init__(self, kept: int = ENVELOPES_KEPT, key_max: int = ENVELOPE_KEY_MAX) -> None:
         self._kept = kept
+        self._key_max = key_max
         self._typed: OrderedDict[str, tuple[Any, Any, Any]] = OrderedDict()
 
     def connection(self, version: str, client_info: Any, client_capabilities: Any) -> Connection:
@@ -95,6 +100,8 @@ class Envelopes:
         typed = self._typed.get(key)
         if typed is None:
             made = Connection.from_envelope(version, client_info, client_capabilities)
+            if len(key) > self._key_max:
+                return made  # too big to hold: validated every time
             memo_put(self._typed, key, (made.outbound, made.client_params, made.client_capabilities), self._kept)
             return made
         outbound, params, capabilities = typed  # outbound: from_envelope's no-channel sentinel

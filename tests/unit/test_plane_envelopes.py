@@ -60,6 +60,24 @@ def test_envelopes_are_bounded_at_n_and_n_plus_1(monkeypatch: pytest.MonkeyPatch
     assert validated == [a, b, c, a]
 
 
+def test_an_envelope_key_is_kept_up_to_its_bound_and_not_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    validated: list[Any] = []
+    real = Connection.from_envelope
+
+    def counting(version: str, info: Any, caps: Any) -> Connection:
+        validated.append(info)
+        return real(version, info, caps)
+
+    monkeypatch.setattr(era2026.Connection, "from_envelope", staticmethod(counting))
+    fits = {"name": "n", "version": "1"}
+    bound = len(repr((VERSION, fits, CAPS)))
+    envelopes = Envelopes(key_max=bound)
+    over = {"name": "nn", "version": "1"}  # one character longer: N + 1
+    for info in (fits, fits, over, over):
+        envelopes.connection(VERSION, info, CAPS)
+    assert validated == [fits, over, over]  # N kept; N + 1 validated every time
+
+
 def test_answered_requests_are_observed_by_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(era2026, "_answered", era2026.collections.Counter())
     era2026._answered["json"] += 2
