@@ -9,16 +9,11 @@ from mcp_reconciler.api.plane.sessions import LazyExitStack
 from mcp_reconciler.reconciler import sharing
 from mcp_reconciler.reconciler.authority import Authority, GrantPolicy
 from mcp_reconciler.reconciler.errors import UnknownNameError
-from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import EntryKind
 from mcp_reconciler.reconciler.sharing import GrantMaps, ViewMemo
-from tests.support.fakes import catalog, state
+from tests.unit.test_authority import gen  # one source "a" with these tools
 
 T = EntryKind.TOOL
-
-
-def gen(revision: int, tools: list[str], version: str = "") -> Generation:
-    return Generation(revision=revision, catalog=catalog(state("a", tools, version=version)), published_at=0.0)
 
 
 def test_I9_equal_grants_share_one_map_and_a_grant_to_one_session_never_reaches_another() -> None:
