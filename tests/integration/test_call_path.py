@@ -114,16 +114,7 @@ class CallPath:
 
 
 async def test_a_tools_call_passes_at_most_the_allowed_modules(tmp_path: Path, http_upstreams: HttpUpstreams) -> None:
-    _proc, port = await http_upstreams.start("--tools", "a")
-    cfg = tmp_path / "gateway.yaml"
-    cfg.write_text(
-        json.dumps(
-            {
-                "gateway": {"anonymous": ANONYMOUS_CURRENT},
-                "sources": [{"name": "h", "http": {"url": f"http://127.0.0.1:{port}/mcp"}}],
-            }
-        )
-    )
+    cfg = await _gateway_config(tmp_path, http_upstreams)
     report: dict[str, tuple[list[str], list[str]]] = {}
     async with serve_http(cfg, port=0) as served, httpx2.AsyncClient(timeout=WAIT) as http:
         for era in ("legacy", "modern"):
@@ -144,6 +135,21 @@ async def test_a_tools_call_passes_at_most_the_allowed_modules(tmp_path: Path, h
             f"{era}: a tools/call passes {len(path)} gateway modules to the upstream peer "
             f"(at most {MAX_MODULES[era]}):\n  {listing}\n({len(touched)} touched: {touched})"
         )
+
+
+async def _gateway_config(tmp_path: Path, http_upstreams: HttpUpstreams) -> Path:
+    """A gateway config with one streamable-HTTP upstream (a real SDK server) offering ``h__a``."""
+    _proc, port = await http_upstreams.start("--tools", "a")
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(
+        json.dumps(
+            {
+                "gateway": {"anonymous": ANONYMOUS_CURRENT},
+                "sources": [{"name": "h", "http": {"url": f"http://127.0.0.1:{port}/mcp"}}],
+            }
+        )
+    )
+    return cfg
 
 
 async def _prepare(http: httpx2.AsyncClient, url: str, era: str) -> tuple[dict[str, str], dict[str, Any]]:
@@ -185,16 +191,7 @@ def _starter(frame: pytypes.FrameType | None) -> pytypes.FrameType | None:
 async def test_a_request_starts_no_task_but_the_disconnect_watcher_its_era_needs(
     tmp_path: Path, http_upstreams: HttpUpstreams
 ) -> None:
-    _proc, port = await http_upstreams.start("--tools", "a")
-    cfg = tmp_path / "gateway.yaml"
-    cfg.write_text(
-        json.dumps(
-            {
-                "gateway": {"anonymous": ANONYMOUS_CURRENT},
-                "sources": [{"name": "h", "http": {"url": f"http://127.0.0.1:{port}/mcp"}}],
-            }
-        )
-    )
+    cfg = await _gateway_config(tmp_path, http_upstreams)
     started: list[str] = []
     watching = False
 
