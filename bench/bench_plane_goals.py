@@ -46,11 +46,11 @@ sys.path.insert(0, str(SELF.parent))
 
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
+from _clients import cpu_s, list_once, loadavg, raw_session  # noqa: E402
 from _ports import port_args, reported_port  # noqa: E402
 from _stats import json_if_asked, pct  # noqa: E402
 from anyio.streams.text import TextReceiveStream  # noqa: E402
 from bench_dataplane import child  # noqa: E402
-from bench_fastpath import cpu_s, list_once, loadavg, raw_session  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 QUICK = "--quick" in sys.argv
