@@ -1,6 +1,9 @@
 """The channel back to a client on the data plane: what the front door's operations send while
 they run (progress, log records, listen events, pushes, the relay's requests) becomes messages
-on one stream — SSE frames on HTTP (:class:`FrameChannel`), lines on stdio (``stdio``).
+on one stream — SSE frames on HTTP, lines on stdio (``stdio``). A request's frames go straight
+onto its response (:class:`ResponseChannel`, both eras); a queue between the operation and a
+writer (:class:`FrameChannel`) is for what is not one request's own: a 2025 session's GET
+stream (pushes) and a ``subscriptions/listen`` stream (fed by the bus).
 
 A channel is an SDK ``Outbound``/``DispatchContext`` (the type the operations' ``ServerSession``
 takes). Guarantees: every message is written whole and in order; once the stream is gone a
@@ -32,7 +35,6 @@ from mcp.shared.transport_context import TransportContext
 from starlette.requests import Request
 
 from mcp_reconciler.api.plane import jsonrpc, sse
-from mcp_reconciler.api.plane.response import LiveResponse
 
 log = logging.getLogger("mcp_reconciler.plane")
 
@@ -262,19 +264,29 @@ def frame_of(message: dict[str, Any]) -> bytes:
 
 
 class ResponseChannel(Channel):
-    """A 2026-era request's channel straight onto its response (``response.LiveResponse``): each
-    message is written as it is emitted, with the transport's back-pressure, no queue between.
-    No back-channel (this era has none)."""
+    """A request's channel straight onto its response (``response.LiveResponse``), both eras:
+    each message is written as it is emitted, by ``write`` (one SSE frame: the 2026 era writes it
+    as it is, the 2025 era gives it an event id and keeps it first, ``era2025``), with the
+    transport's back-pressure, no queue between. A back-channel with ``replies`` (2025 era; the
+    2026 era has none)."""
 
-    def __init__(self, request_id: types.RequestId | None, request: Request, response: LiveResponse) -> None:
-        super().__init__(request_id, None)
+    def __init__(
+        self,
+        request_id: types.RequestId | None,
+        request: Request,
+        write: Callable[[bytes], Awaitable[None]],
+        replies: Replies | None = None,
+    ) -> None:
+        super().__init__(request_id, replies)
         self.message_metadata = ServerMessageMetadata(request_context=request)
-        self.transport = TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers)
-        self._response = response
+        self.transport = TransportContext(
+            kind="streamable-http", can_send_request=self.can_send_request, headers=request.headers
+        )
+        self._write = write
 
     async def emit(self, message: dict[str, Any]) -> None:
         """One SSE frame onto the response."""
-        await self._response.frame(sse.frame(message))
+        await self._write(sse.frame(message))
 
 
 async def next_frame(frames: MemoryObjectReceiveStream[bytes]) -> bytes | None:

@@ -48,17 +48,15 @@ from starlette.types import Receive, Scope, Send
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.mcp_auth import McpIdentity
 from mcp_reconciler.api.plane import jsonrpc, sse
-from mcp_reconciler.api.plane.channel import FrameChannel, next_frame
+from mcp_reconciler.api.plane.channel import ResponseChannel, next_frame
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
 from mcp_reconciler.api.plane.era2026 import accepts
+from mcp_reconciler.api.plane.response import LiveResponse, StreamWriter
 from mcp_reconciler.api.plane.sessions import GET_STREAM, PUSH_BACKLOG, Event, LegacySession, SessionTable, client_key
 
 log = logging.getLogger("mcp_reconciler.plane")
 
 SESSION_HEADER = "mcp-session-id"
-#: A request stream's event up to this many bytes goes out as one ``send`` (``_Writer``).
-JOIN_MAX = 256 * 1024
-_SMALL = 4096  # a bigger event's pieces under this size are joined with their small neighbours
 _ACCEPTED = ((b"content-type", b"application/json"),)  # a 202 as the SDK server sends it: typed, empty
 _ALLOW = (b"allow", b"GET, POST, DELETE")
 
@@ -169,7 +167,7 @@ class Era2025:
             await self._notice(session, request, message)
             await _plain(send, 202, b"", *_ACCEPTED)
             return
-        await self._request(receive, send, request, session, message)
+        await self._request(send, request, session, message)
 
     async def _initialize(self, send: Send, request: Request, identity: McpIdentity, call: jsonrpc.Call) -> None:
         if request.headers.get(SESSION_HEADER) is not None:
@@ -219,62 +217,52 @@ class Era2025:
         headers = [*sse.HEADERS, (b"mcp-session-id", session.id.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
 
-    async def _request(
-        self, receive: Receive, send: Send, request: Request, session: LegacySession, call: jsonrpc.Call
-    ) -> None:
-        channel = FrameChannel(call.id, request, PUSH_BACKLOG, wait=False, replies=session.replies)
-        channel.progress_token = progress_token_from_params(call.params)
-        ctx = context(channel, session.connection, call.method, call.params, call.id, request)
-        answer: list[dict[str, Any]] = []
+    async def _request(self, send: Send, request: Request, session: LegacySession, call: jsonrpc.Call) -> None:
+        """A request's SSE stream (ADR 0042): the operation runs in this task and writes each event
+        straight onto the response — no task group, no queue, no disconnect watcher: a client
+        that drops the stream does not cancel the request, and a write to it is the ASGI
+        server's no-op (its events are kept for a client that resumes)."""
         stream = session.open_stream()
-        writer = _Writer(send)
+        response = LiveResponse(send)
 
-        async def run() -> None:
-            async with channel.sink:
-                with anyio.CancelScope() as scope:
-                    if call.id in session.running:  # a duplicate id in flight: the first one keeps it
-                        busy = types.ErrorData(code=types.INVALID_REQUEST, message="this request id is already running")
-                        answer.append(jsonrpc.error_message(call.id, busy))
-                        return
-                    session.running[call.id] = scope
+        async def write(frame: bytes) -> None:  # an event id, kept, handed to a resumed GET, written
+            if response.gone:  # answered: a late notification is dropped (the channel's rule)
+                raise anyio.ClosedResourceError
+            event = session.remember((frame,), stream.key)
+            stream.relay(event)
+            with contextlib.suppress(OSError):
+                await response.frame(b"".join(event))  # one write: whole beside a ping or another emitter
+
+        channel = ResponseChannel(call.id, request, write, session.replies)
+        channel.progress_token = progress_token_from_params(call.params)
+        answer: dict[str, Any] | None = None
+        session.streams += 1
+        try:
+            with contextlib.suppress(OSError):
+                await response.start((b"mcp-session-id", session.id.encode()))
+                if str(session.connection.protocol_version) >= "2025-11-25":  # a priming event (the SDK's rule)
+                    await response.frame(session.priming(stream.key))
+            with response.running(None), anyio.CancelScope() as scope:
+                if call.id in session.running:  # a duplicate id in flight: the first one keeps it
+                    busy = types.ErrorData(code=types.INVALID_REQUEST, message="this request id is already running")
+                    answer = jsonrpc.error_message(call.id, busy)
+                else:
+                    session.running[call.id] = scope  # notifications/cancelled and the session's end cancel it
                     try:
                         if not session.connection.initialize_accepted:
                             raise MCPError(code=types.INVALID_PARAMS, message="Invalid request parameters", data="")
-                        answer.append(jsonrpc.result_message(call.id, await self._dispatcher.request(ctx)))
+                        ctx = context(channel, session.connection, call.method, call.params, call.id, request)
+                        answer = jsonrpc.result_message(call.id, await self._dispatcher.request(ctx))
                     except Exception as exc:
-                        answer.append(jsonrpc.error_message(call.id, error_data(exc)))
+                        answer = jsonrpc.error_message(call.id, error_data(exc))
                     finally:
                         session.running.pop(call.id, None)
-
-        async def watch_disconnect() -> None:
-            # A dropped stream is not a cancellation (2025-11-25): the request runs on and its
-            # events are kept for a client that resumes with Last-Event-ID.
-            while (await receive()).get("type") != "http.disconnect":
-                pass
-            writer.detached = True
-
-        session.streams += 1
-        try:
-            await self._stream_head(send, session)
-            if str(session.connection.protocol_version) >= "2025-11-25":  # a priming event (the SDK's rule)
-                await writer.write(session.priming(stream.key))
-            async with channel.frames, anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                tg.start_soon(watch_disconnect)
-                while (frame := await next_frame(channel.frames)) is not None:
-                    if frame is sse.PING:
-                        await writer.write(frame)
-                        continue
-                    event = session.remember((frame,), stream.key)
-                    stream.relay(event)
-                    await writer.write(*event)
-                if answer:  # none when the client cancelled the request
-                    event = session.remember(await sse.frame_sliced(answer[0]), stream.key)  # in pieces: ADR 0040
-                    stream.relay(event)
-                    await writer.write(*event, end=True)  # the response and the body's end: one send
-                else:
-                    await writer.end()
-                tg.cancel_scope.cancel()
+            last: Event = ()
+            if answer is not None:  # none when the client cancelled the request
+                last = session.remember(await sse.frame_sliced(answer), stream.key)  # in pieces: ADR 0040
+                stream.relay(last)
+            with contextlib.suppress(OSError):
+                await response.end(last)
         finally:
             session.close_stream(stream)
             session.streams -= 1
@@ -312,8 +300,8 @@ class Era2025:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch_disconnect)
-                writer = _Writer(send)
-                # Pushes are written directly while this stream is idle (sessions.PushStream);
+                writer = StreamWriter(send)
+                # Pushes are written directly while this stream is idle (push.PushStream);
                 # until ready() they queue behind the replay and its priming event.
                 push = session.standalone.open_stream(session, send, writer.write)
                 if resume is not None:  # the kept pushes after it, then a priming event
@@ -344,7 +332,7 @@ class Era2025:
         session.streams += 1
         try:
             await self._stream_head(send, session)
-            writer = _Writer(send)
+            writer = StreamWriter(send)
             for kept in replay:
                 await writer.write(*kept)
             await writer.write(session.priming(key))
@@ -372,55 +360,6 @@ class Era2025:
                 live.follower = None
             session.streams -= 1
             session.last_seen = anyio.current_time()
-
-
-class _Writer:
-    """A response body's writer that stops writing once its client is gone (the request behind
-    it runs on: its events are kept for a resuming client)."""
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.detached = False
-
-    async def write(self, *pieces: bytes, end: bool = False) -> None:
-        """One event's pieces (``end``: and the body's end), unless the client is gone. Pieces of
-        up to :data:`JOIN_MAX` in all go as one ``send`` (one socket write, not one per piece: a
-        list response is six pieces); in a bigger event only neighbouring small pieces are joined
-        (a big piece goes as it is: no copy of it, ADR 0040)."""
-        if len(pieces) > 1:
-            pieces = _coalesced(pieces)
-        try:
-            for i, piece in enumerate(pieces, 1):
-                if not self.detached:
-                    more = not (end and i == len(pieces))
-                    await self._send({"type": "http.response.body", "body": piece, "more_body": more})
-        except OSError:
-            self.detached = True
-
-    async def end(self) -> None:
-        """End the body (nothing once the client is gone)."""
-        if not self.detached:
-            with contextlib.suppress(OSError):
-                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _coalesced(pieces: tuple[bytes, ...]) -> tuple[bytes, ...]:
-    """``pieces`` with fewer, bigger pieces, the same bytes in order (``_Writer.write``)."""
-    if sum(map(len, pieces)) <= JOIN_MAX:
-        return (b"".join(pieces),)
-    out: list[bytes] = []
-    run: list[bytes] = []
-    for piece in pieces:
-        if len(piece) < _SMALL:
-            run.append(piece)
-            continue
-        if run:
-            out.append(b"".join(run))
-            run = []
-        out.append(piece)
-    if run:
-        out.append(b"".join(run))
-    return tuple(out)
 
 
 async def _too_many_for_client(send: Send, limit: int) -> None:

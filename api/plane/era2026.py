@@ -209,7 +209,7 @@ class Era2026:
                 if message.method == LISTEN:
                     result = await self._listen(request, message, connection, response)
                 else:
-                    channel = ResponseChannel(message.id, request, response)
+                    channel = ResponseChannel(message.id, request, response.frame)
                     channel.progress_token = progress_token_from_params(message.params)
                     ctx = context(channel, connection, message.method, message.params, message.id, request)
                     result = await self._dispatcher.request(ctx)

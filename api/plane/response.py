@@ -1,24 +1,28 @@
-"""A 2026-era request's response while its operation runs: ``application/json`` when the operation
-finishes without emitting anything, ``text/event-stream`` from its first notification on — and
-the two per-request duties beside it: the client closing its connection cancels the operation,
-and a stream silent for :data:`~api.plane.sse.PING_INTERVAL_S` is pinged.
+"""A request's response while its operation runs, both eras: in the 2026 era ``application/json``
+when the operation finishes without emitting anything, ``text/event-stream`` from its first
+notification on; in the 2025 era an SSE stream from the start (:meth:`LiveResponse.start`: the
+session's header, then its priming event) — and the per-request duties beside it: in the 2026
+era the client closing its connection cancels the operation (in the 2025 era it does not: the
+request runs on for a client that resumes), and a stream silent for
+:data:`~api.plane.sse.PING_INTERVAL_S` is pinged.
 
 Guarantees: frames reach the wire whole and in the order they were written (one writer at a
 time); the operation's own frames are written as it emits them, with the transport's flow
-control as back-pressure (no queue between them); nothing is written after :meth:`finish`.
+control as back-pressure (no queue between them); nothing is written after :meth:`end`.
 
 Why not a task group: a request used to run its operation in a task group beside a disconnect
 watcher, with a memory stream between the operation and the writer and a ``move_on_after`` per
 frame for the ping timer — about 40 % of the gateway's CPU per call went to anyio and the loop
-(ADR 0038). Here the operation runs in the request's own task inside one cancel scope; the
-disconnect watcher is one plain task (the ASGI server is asyncio's: uvicorn), and the ping timer
-is a loop timer that starts a pinger only for an operation that has been silent that long."""
+(ADR 0038, and ADR 0042 for the 2025 era). Here the operation runs in the request's own task
+inside one cancel scope; the disconnect watcher (2026 era) is one plain task (the ASGI server is
+asyncio's: uvicorn), and the ping timer is a loop timer that starts a pinger only for an
+operation that has been silent that long."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -49,7 +53,8 @@ async def reply(send: Send, message: Mapping[str, Any]) -> None:
 
 class LiveResponse:
     """The response of one request (module docstring); :meth:`running` holds its duties while
-    the operation runs, :meth:`frame` writes one SSE frame, :meth:`finish` the answer."""
+    the operation runs, :meth:`frame` writes one SSE frame, :meth:`finish` the answer (2026 era:
+    JSON or the stream's last frame), :meth:`end` a stream's last event and its end."""
 
     def __init__(self, send: Send) -> None:
         self._send = send
@@ -60,22 +65,31 @@ class LiveResponse:
         self._pinger: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
-    def running(self, receive: Receive) -> Iterator[None]:
-        """Run the operation in the block: a client that disconnects meanwhile cancels it (that
-        is cancellation in this era; the block then ends quietly), and the ping timer is armed.
-        Call :meth:`finish` after the block."""
+    def running(self, receive: Receive | None) -> Iterator[None]:
+        """Run the operation in the block with the ping timer armed. With ``receive`` (2026 era) a
+        client that disconnects meanwhile cancels the operation (that is cancellation in that
+        era; the block then ends quietly); without (2025 era) nothing watches the client: a
+        write to a client that left is the ASGI server's no-op. Call :meth:`finish` or
+        :meth:`end` after the block."""
         loop = asyncio.get_running_loop()
         self._last = loop.time()
         with anyio.CancelScope() as scope:
-            watcher = loop.create_task(self._watch(receive, scope))
+            watcher = loop.create_task(self._watch(receive, scope)) if receive is not None else None
             timer = loop.call_later(sse.PING_INTERVAL_S, self._start_pinger)
             try:
                 yield
             finally:
                 timer.cancel()
-                watcher.cancel()
+                if watcher is not None:
+                    watcher.cancel()
                 if self._pinger is not None:
                     self._pinger.cancel()
+
+    async def start(self, *headers: tuple[bytes, bytes]) -> None:
+        """Send the SSE stream's head now, with ``headers`` beside the stream's own (2025 era: the
+        session's id, before the priming event)."""
+        self.streaming = True
+        await self._send({"type": "http.response.start", "status": 200, "headers": [*sse.HEADERS, *headers]})
 
     async def frame(self, frame: bytes) -> None:
         """Write one SSE frame (the stream's head first); ``anyio.ClosedResourceError`` once the
@@ -92,16 +106,22 @@ class LiveResponse:
 
     async def finish(self, message: Mapping[str, Any]) -> None:
         """Write the answer: the whole JSON response, or the stream's last frame and its end."""
+        if not self.streaming:
+            self.gone = True
+            await reply(self._send, message)
+            return
+        await self.end(await sse.frame_sliced(message))
+
+    async def end(self, last: Sequence[bytes] = ()) -> None:
+        """Write ``last`` (one event's pieces, none when there is no answer) and end the stream;
+        no frame is written after it."""
         if self._lock is not None:
             async with self._lock:  # a ping being written goes first; none after
                 self.gone = True
         self.gone = True
-        if not self.streaming:
-            await reply(self._send, message)
-            return
-        for piece in await sse.frame_sliced(message):
-            await self._send({"type": "http.response.body", "body": piece, "more_body": True})
-        await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+        pieces = sse.coalesced(tuple(last)) or (b"",)  # a small answer and the end: one send
+        for n, piece in enumerate(pieces, 1):
+            await self._send({"type": "http.response.body", "body": piece, "more_body": n < len(pieces)})
 
     async def _write(self, frame: bytes) -> None:
         if not self.streaming:
@@ -130,3 +150,31 @@ class LiveResponse:
                 continue
             with contextlib.suppress(anyio.ClosedResourceError):
                 await self.frame(sse.PING)
+
+
+class StreamWriter:
+    """A long-lived 2025-era stream's body writer (the GET stream, a resumed stream): one event's
+    pieces in as few ``send`` calls as :func:`~api.plane.sse.coalesced` makes them, and nothing
+    once the client is gone (the requests behind it run on: their events are kept for a client
+    that resumes)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.detached = False
+
+    async def write(self, *pieces: bytes, end: bool = False) -> None:
+        """One event's pieces (``end``: and the body's end), unless the client is gone."""
+        pieces = sse.coalesced(pieces)
+        try:
+            for i, piece in enumerate(pieces, 1):
+                if not self.detached:
+                    more = not (end and i == len(pieces))
+                    await self._send({"type": "http.response.body", "body": piece, "more_body": more})
+        except OSError:
+            self.detached = True
+
+    async def end(self) -> None:
+        """End the body (nothing once the client is gone)."""
+        if not self.detached:
+            with contextlib.suppress(OSError):
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})

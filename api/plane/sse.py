@@ -18,6 +18,11 @@ PING_INTERVAL_S: Final = 15.0
 
 PING: Final = b": ping\r\n\r\n"
 
+#: An event of up to this many bytes goes out as one ``send`` (:func:`coalesced`).
+JOIN_MAX: Final = 256 * 1024
+#: In a bigger event, pieces under this size are joined with their small neighbours.
+SMALL_PIECE: Final = 4096
+
 HEADERS: Final[list[tuple[bytes, bytes]]] = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache, no-transform"),
@@ -44,3 +49,27 @@ async def frame_sliced(message: Mapping[str, Any], event_id: str | None = None) 
     framed, whatever its size."""
     head = f"id: {event_id}\r\n" if event_id is not None else ""
     return [f"{head}event: message\r\ndata: ".encode(), *await encode_sliced(message), b"\r\n\r\n"]
+
+
+def coalesced(pieces: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """``pieces`` (one event's) as fewer, bigger pieces, the same bytes in order: up to
+    :data:`JOIN_MAX` in all, one piece (one socket write, not one per piece: a list response is
+    six pieces); in a bigger event only neighbouring small pieces are joined — a big piece goes
+    as it is, never copied (ADR 0040)."""
+    if len(pieces) < 2:
+        return pieces
+    if sum(map(len, pieces)) <= JOIN_MAX:
+        return (b"".join(pieces),)
+    out: list[bytes] = []
+    run: list[bytes] = []
+    for piece in pieces:
+        if len(piece) < SMALL_PIECE:
+            run.append(piece)
+            continue
+        if run:
+            out.append(b"".join(run))
+            run = []
+        out.append(piece)
+    if run:
+        out.append(b"".join(run))
+    return tuple(out)

@@ -17,13 +17,8 @@ import pytest
 
 from mcp_reconciler.api.plane import sse
 from mcp_reconciler.api.plane.channel import next_frame
-from mcp_reconciler.api.plane.sessions import (
-    PUSH_BACKLOG,
-    LegacySession,
-    PushStream,
-    SessionTable,
-    transport_writable,
-)
+from mcp_reconciler.api.plane.push import PushStream, transport_writable
+from mcp_reconciler.api.plane.sessions import PUSH_BACKLOG, LegacySession, SessionTable
 
 pytestmark = pytest.mark.anyio
 
