@@ -44,7 +44,7 @@ PEER = "mcp_reconciler.reconciler.http_peer"
 #: upstream session added its two modules. The edge steps and the front door's per-request duties are calls that
 #: return before the operation runs, not layers around it. The bounds are the real figures, kept
 #: so a new hop fails this test.
-MAX_MODULES = {"legacy": 10, "modern": 9}
+MAX_MODULES = {"legacy": 8, "modern": 7}
 ENTRY = ("mcp_reconciler.api.plane.asgi", "__call__")  # Plane: the app uvicorn calls
 
 _active: contextvars.ContextVar[bool] = contextvars.ContextVar("call_path", default=False)
