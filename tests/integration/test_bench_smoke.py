@@ -49,6 +49,12 @@ def test_bench_dataplane_measures_every_row_and_goal_in_both_eras() -> None:
         assert out.count(goal) == 2, goal
 
 
+def test_bench_upstream_call_measures_the_upstream_side_in_both_eras() -> None:
+    out = run_bench("bench/bench_upstream_call.py")
+    for era in ("2025", "2026"):
+        assert re.search(rf"\n  {era} +\d+\.\d+ +\d+\.\d+\n", out), era  # CPU and wall per call
+
+
 def test_bench_plane_goals_measures_lists_fanout_and_idle_sessions() -> None:
     out = run_bench("bench/bench_plane_goals.py")
     assert "[list gateway]" in out
