@@ -21,12 +21,9 @@ import cProfile
 import os
 import pstats
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +33,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import anyio  # noqa: E402
 import mcp_types as types  # noqa: E402
-from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, json_out_path  # noqa: E402
+from bench_upstream import http_server  # noqa: E402
 
 from mcp_reconciler.reconciler.model import SourceSpec  # noqa: E402
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, default_targets  # noqa: E402
@@ -48,22 +45,6 @@ PROFILE = "--profile" in sys.argv
 CALLS, BLOCKS, WARMUP = (20, 1, 5) if SMOKE else (500, 3, 50) if QUICK else (2000, 5, 200)
 CALL_S = 300.0  # a source's default call timeout: forwarding always passes one
 ERAS = {"legacy": "2025", "auto": "2026"}
-
-
-@asynccontextmanager
-async def upstream(tmp: Path) -> AsyncIterator[tuple[int, int]]:
-    """The test upstream over streamable HTTP: its port and pid; killed and reaped on exit."""
-    port_file = tmp / "up.port"
-    argv = [sys.executable, "-m", "tests.support.upstream_server", "--transport", "http", *port_args(port_file)]
-    proc = await anyio.open_process(argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=None, stderr=None)
-    try:
-        yield await reported_port(port_file, lambda: proc.returncode), proc.pid
-    finally:
-        with anyio.CancelScope(shield=True):
-            if proc.returncode is None:
-                proc.kill()
-            with anyio.fail_after(5):
-                await proc.wait()
 
 
 async def calls(conn: UpstreamConnection, n: int, profiler: cProfile.Profile | None = None) -> tuple[float, float]:
@@ -83,7 +64,7 @@ async def main() -> int:
     print(f"bench_upstream_call: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {os.getloadavg()}")
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        async with upstream(Path(tmp)) as (port, _pid), anyio.create_task_group() as tg:
+        async with http_server(Path(tmp)) as port, anyio.create_task_group() as tg:
             conns: dict[str, UpstreamConnection] = {}
             for mode in ERAS:
                 spec = SourceSpec(name="up", transport={"kind": "http", "url": f"http://127.0.0.1:{port}/mcp"})
