@@ -37,13 +37,14 @@ pytestmark = pytest.mark.anyio
 WAIT = 20.0
 PACKAGE = "mcp_reconciler."
 PEER = "mcp_reconciler.reconciler.http_peer"
-#: The issue's goal is 8. Measured on this branch (the failure message lists them): 10 modules
-#: for a 2025-era call (the plane's entry, era2025, its frame reader in channel, dispatch, door,
-#: forwarding, upstream, issue 25's jsonrpc_peer and http_session, the peer), 9 for a 2026 one (no
-#: frame reader: the response is written as the operation emits); 8 / 7 before issue 25's
-#: upstream session added its two modules. The edge steps and the front door's per-request duties are calls that
-#: return before the operation runs, not layers around it. The bounds are the real figures, kept
-#: so a new hop fails this test.
+#: The issue's goal is 8. Measured (the failure message lists them): 8 modules for a 2025-era
+#: call (the plane's entry, era2025, its frame reader in channel, dispatch, door, forwarding, the
+#: session layer jsonrpc_peer, the HTTP peer), 7 for a 2026 one (no frame reader: the response is
+#: written as the operation emits). ``UpstreamConnection.send_raw`` hands the call to the session
+#: and returns (ADR 0037 "Call path"); 10 / 9 before that and before http_session was folded into
+#: the peer. The edge steps and the front door's per-request duties are calls that return before
+#: the operation runs, not layers around it. The bounds are the real figures, kept so a new hop
+#: fails this test.
 MAX_MODULES = {"legacy": 8, "modern": 7}
 ENTRY = ("mcp_reconciler.api.plane.asgi", "__call__")  # Plane: the app uvicorn calls
 
