@@ -10,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: run test system-deps check lint typecheck pytest config-reference bench bench-fastpath bench-dataplane bench-plane-goals conformance image image-base image-test clean
+.PHONY: run test system-deps check lint typecheck pytest config-reference bench bench-dataplane bench-plane-goals conformance image image-base image-test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,10 +47,6 @@ pytest: $(VENV)/.installed
 # fails until they are regenerated after a config model changes).
 config-reference: $(VENV)/.installed
 	$(PY) -m mcp_reconciler.reconciler.config_reference
-
-# The front door's cost per call and per list, fast lane vs normal lane vs direct (issue 12).
-bench-fastpath: $(VENV)/.installed
-	$(PY) bench/bench_fastpath.py
 
 # Gateway CPU per forwarded call against a byte relay on the same stack and the SDK upstream (issue 26).
 bench-dataplane: $(VENV)/.installed

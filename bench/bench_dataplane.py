@@ -1,12 +1,18 @@
 """What the gateway's data plane costs per forwarded call, against its floor and its upstream (issue 26).
 
-Run from the repo root:  python bench/bench_dataplane.py [--quick | --smoke] [--json PATH]  (make bench-dataplane)
+Run from the repo root:  python bench/bench_dataplane.py [--quick | --smoke] [--loops=asyncio,uvloop]
+[--profile=ERA] [--json PATH]
+(make bench-dataplane)
 
 Set-up, all on 127.0.0.1, every server on a port the kernel picked (reported, never chosen first):
 an SDK server (``tests.support.upstream_server``, the ``echo`` tool) over streamable HTTP; a byte
 relay in front of it on the same stack as the gateway (``bench/byte_relay.py``: raw ASGI on
 uvicorn + httptools, a keep-alive connection upstream, bytes and MCP headers through, no MCP
-understanding); and the gateway (``mcp-reconciler serve``) with that server as its only source.
+understanding) and on the same event loop (asyncio, as ``serve``; uvicorn alone would pick uvloop
+whenever it is installed); and the gateway (``mcp-reconciler serve``) with that server as its
+only source. ``--loops=asyncio,uvloop`` adds a relay and a gateway on uvloop
+(``bench/serve_uvloop.py``) as rows of the same run (ADR 0041); ``--profile=ERA`` samples the
+gateway with py-spy instead of printing the tables.
 SDK ``Client`` instances in this process call ``echo`` three ways — direct, through the relay,
 through the gateway — for both eras (``legacy`` = 2025-11-25 sessions, ``auto`` = 2026-07-28),
 in interleaved blocks so each row sees the same background load.
@@ -36,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import anyio  # noqa: E402
 import anyio.abc  # noqa: E402
+from _clients import cpu_s, loadavg, open_client, run_calls, stop  # noqa: E402
 from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, json_out_path, pct  # noqa: E402
-from bench_fastpath import cpu_s, loadavg, open_client, run_calls  # noqa: E402
 from mcp import Client  # noqa: E402
 
 QUICK = "--quick" in sys.argv
@@ -46,21 +52,14 @@ SMOKE = "--smoke" in sys.argv  # tiny sizes: the test suite runs it so the bench
 CALLS, BLOCKS, WARMUP = (12, 2, 2) if SMOKE else (300, 3, 30) if QUICK else (1200, 6, 100)
 DURATION_S = 0.3 if SMOKE else 1.0 if QUICK else 3.0
 SESSIONS = 4 if SMOKE else 32  # the throughput row's concurrent sessions
-#: The new plane's bench-only gateway, measured as its own row while it exists; once ``serve``
-#: runs the new plane (issue 26's switch), "gateway" is that plane and this row goes away.
-PLANE_GATEWAY = REPO_ROOT / "bench" / "plane_gateway.py"
+#: ``--loops=asyncio,uvloop``: a gateway and a byte relay per event loop, all rows interleaved in
+#: one run (ADR 0041). The relay always runs on its gateway's loop: "the same stack".
+LOOPS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--loops=")), "asyncio").split(",")
 STARTUP_S = 60.0
-
-
-async def stop(proc: anyio.abc.Process) -> None:
-    """Terminate, then kill, and reap ``proc`` (shielded: runs during cancellation too)."""
-    with anyio.CancelScope(shield=True):
-        proc.terminate()
-        with anyio.move_on_after(10):
-            await proc.wait()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+#: ``--profile=ERA`` (``legacy`` or ``2026-07-28``): instead of the tables, py-spy samples the
+#: gateway for ``PROFILE_S`` seconds while that era calls it (``profile``).
+PROFILE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--profile=")), "")
+PROFILE_S = 10 if QUICK else 30
 
 
 @contextlib.asynccontextmanager
@@ -79,6 +78,11 @@ async def child(argv: list[str]) -> AsyncIterator[anyio.abc.Process]:
 
 # label, url, tool, pid of the process in the middle (None: direct)
 Row = tuple[str, str, str, "int | None"]
+
+
+def _label(kind: str, loop: str) -> str:
+    """Row label: plain on the first loop (the rows test_bench_smoke and the README name)."""
+    return kind if loop == LOOPS[0] else f"{kind} [{loop}]"
 
 
 def _ratio(a: float, b: float) -> float:
@@ -134,50 +138,107 @@ async def bench_era(era: str, rows: list[Row], up_pid: int) -> dict[str, Any]:
             xs, el = await run_calls(many[label], tool, None, DURATION_S)
             tput[label] = len(xs) / el
             out[label]["calls_per_s_32"] = tput[label]
-        gw, relay = out["gateway"], out["byte relay"]
         up_direct = out[direct]["upstream_cpu_ms"]
-        ratios = {
-            "gw_cpu_over_relay": _ratio(gw["own_cpu_ms"], relay["own_cpu_ms"]),
-            "gw_cpu_over_upstream": _ratio(gw["own_cpu_ms"], up_direct),
-            "relay_cpu_over_upstream": _ratio(relay["own_cpu_ms"], up_direct),
-            "gw_added_p50_ms": gw["added_p50_ms"],
-            "gw_tput32_over_direct": _ratio(tput["gateway"], tput[direct]),
-            "relay_tput32_over_direct": _ratio(tput["byte relay"], tput[direct]),
-        }
-        out["ratios"] = ratios
-
         print(f"  throughput at {SESSIONS} sessions, calls/s: " + ", ".join(f"{k} {v:.0f}" for k, v in tput.items()))
-        goals = [
-            ("gateway CPU / byte relay CPU", "gw_cpu_over_relay", "<=", 1.3),
-            ("gateway CPU / upstream SDK CPU", "gw_cpu_over_upstream", "<=", 0.5),
-            ("byte relay CPU / upstream SDK CPU", "relay_cpu_over_upstream", "", 0.0),
-            ("gateway added p50 ms", "gw_added_p50_ms", "<=", 0.5),
-            (f"gateway tput@{SESSIONS} / direct", "gw_tput32_over_direct", ">=", 0.9),
-        ]
-        if "plane_cpu_over_relay" in ratios:
-            goals += [
-                ("new plane CPU / byte relay CPU", "plane_cpu_over_relay", "<=", 1.3),
-                ("new plane CPU / upstream SDK CPU", "plane_cpu_over_upstream", "<=", 0.5),
-                ("new plane CPU / SDK-based plane CPU", "plane_cpu_over_sdk_plane", "", 0.0),
-                ("new plane added p50 ms", "plane_added_p50_ms", "<=", 0.5),
-                (f"new plane tput@{SESSIONS} / direct", "plane_tput32_over_direct", ">=", 0.9),
+        out["ratios"] = {}
+        for loop in LOOPS:
+            gw_label, relay_label = _label("gateway", loop), _label("byte relay", loop)
+            gw, relay = out[gw_label], out[relay_label]
+            ratios = {
+                "gw_cpu_over_relay": _ratio(gw["own_cpu_ms"], relay["own_cpu_ms"]),
+                "gw_cpu_over_upstream": _ratio(gw["own_cpu_ms"], up_direct),
+                "relay_cpu_over_upstream": _ratio(relay["own_cpu_ms"], up_direct),
+                "gw_added_p50_ms": gw["added_p50_ms"],
+                "gw_tput32_over_direct": _ratio(tput[gw_label], tput[direct]),
+                "relay_tput32_over_direct": _ratio(tput[relay_label], tput[direct]),
+            }
+            if loop != LOOPS[0]:  # the same process kind on the first loop, same run
+                first_gw = out[_label("gateway", LOOPS[0])]
+                ratios["gw_cpu_over_first_loop"] = _ratio(gw["own_cpu_ms"], first_gw["own_cpu_ms"])
+                ratios["relay_cpu_over_first_loop"] = _ratio(
+                    relay["own_cpu_ms"], out[_label("byte relay", LOOPS[0])]["own_cpu_ms"]
+                )
+            out["ratios"][loop] = ratios
+            if len(LOOPS) > 1:
+                print(f"  -- on {loop} (gateway and byte relay both)")
+            goals = [
+                ("gateway CPU / byte relay CPU", "gw_cpu_over_relay", "<=", 1.3),
+                ("gateway CPU / upstream SDK CPU", "gw_cpu_over_upstream", "<=", 0.5),
+                ("byte relay CPU / upstream SDK CPU", "relay_cpu_over_upstream", "", 0.0),
+                ("gateway added p50 ms", "gw_added_p50_ms", "<=", 0.5),
+                (f"gateway tput@{SESSIONS} / direct", "gw_tput32_over_direct", ">=", 0.9),
             ]
-        for text, key, op, target in goals:
-            v = ratios[key]
-            if not op:
-                print(f"  {text:34} {v:.2f}")
-                continue
-            ok = v <= target if op == "<=" else v >= target
-            print(f"  {text:34} {v:.2f}  [{'MET' if ok else 'not met'}] (goal {op} {target})")
+            if "gw_cpu_over_first_loop" in ratios:
+                goals += [
+                    (f"gateway CPU / gateway on {LOOPS[0]}", "gw_cpu_over_first_loop", "", 0.0),
+                    (f"byte relay CPU / relay on {LOOPS[0]}", "relay_cpu_over_first_loop", "", 0.0),
+                ]
+            for text, key, op, target in goals:
+                v = ratios[key]
+                if not op:
+                    print(f"  {text:34} {v:.2f}")
+                    continue
+                ok = v <= target if op == "<=" else v >= target
+                print(f"  {text:34} {v:.2f}  [{'MET' if ok else 'not met'}] (goal {op} {target})")
     return out
+
+
+async def profile(era: str, row: Row, out: Path) -> None:
+    """``--profile=ERA``: py-spy samples the gateway (``row``) while 4 sessions of ``era`` call
+    ``h__echo`` back to back; prints the frames with the most own time, the inclusive share of
+    the gateway's own frames and of each package. Idle samples (the loop waiting in epoll) are
+    left out: the shares are of the busy time."""
+    _, url, tool, pid = row
+    out = Path(os.environ.get("BENCH_PROFILE_RAW", str(out)))  # keep the raw samples: set a path
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists() or pid is None:
+        print("\nprofile: py-spy not installed (pip install py-spy)")
+        return
+    # --gil: only samples holding the GIL, i.e. Python running (a process preempted inside a
+    # socket write on a busy machine would otherwise look like time spent writing)
+    argv = [str(spy), "record", "-p", str(pid), "-d", str(PROFILE_S), "-r", "400", "--gil", "-f", "raw", "-o", str(out)]
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await open_client(stack, url, era) for _ in range(4)]
+        await run_calls(clients, tool, WARMUP, None)
+        c0 = cpu_s(pid)
+        rec = await anyio.open_process([*argv, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        xs, _ = await run_calls(clients, tool, None, PROFILE_S + 0.5)
+        cpu_ms = (cpu_s(pid) - c0) * 1000 / len(xs)
+        await rec.wait()
+    own: dict[str, int] = {}
+    pkg: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in (await anyio.Path(out).read_text()).splitlines():
+        stack_s, _, n_s = line.rpartition(" ")
+        frames, n = stack_s.split(";"), int(n_s)
+        if "select (" in frames[-1] or "epoll" in frames[-1] or "run_forever" in frames[-1]:
+            continue  # idle in the loop's poll
+        total += n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for name in {f.split("(", 1)[-1].split("site-packages/")[-1].split("/")[0] for f in frames}:
+            pkg[name] = pkg.get(name, 0) + n
+        for f in set(frames):
+            if "(api/" in f or "(reconciler/" in f:
+                incl[f] = incl.get(f, 0) + n
+    total = max(total, 1)
+    print(f"\nprofile: gateway, 4 {era} sessions -> {tool}, {len(xs)} calls, {cpu_ms:.3f} ms CPU/call,")
+    print(f"  {total} busy samples, loadavg {loadavg()}")
+    top = sorted(pkg.items(), key=lambda kv: -kv[1])[:14]
+    print("  inclusive share by package/top folder: " + ", ".join(f"{k} {v * 100 // total}%" for k, v in top))
+    print("  own time:")
+    for frame, n in sorted(own.items(), key=lambda kv: -kv[1])[:40]:
+        print(f"  {n * 100 / total:5.1f}%  {frame[:150]}")
+    print("  inclusive (the gateway's own frames):")
+    for frame, n in sorted(incl.items(), key=lambda kv: -kv[1])[:45]:
+        print(f"  {n * 100 / total:5.1f}%  {frame[:150]}")
 
 
 async def amain() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-dataplane-") as d:
         tmp = Path(d)
         print(f"bench_dataplane: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, loadavg {loadavg()}")
-        up_file, relay_file, gw_file = tmp / "up.port", tmp / "relay.port", tmp / "gw.port"
-        plane_file = tmp / "plane.port"
+        up_file = tmp / "up.port"
         up_argv = [sys.executable, "-m", "tests.support.upstream_server", "--transport", "http"]
         async with child([*up_argv, *port_args(up_file), "--tools", "echo"]) as up:
             up_url = f"http://127.0.0.1:{await reported_port(up_file, lambda: up.returncode)}/mcp"
@@ -187,29 +248,32 @@ async def amain() -> dict[str, Any]:
                 f"sources:\n  - name: h\n    http: {{url: '{up_url}'}}\n"
             )
             relay_argv = [sys.executable, str(REPO_ROOT / "bench" / "byte_relay.py"), "--upstream", up_url]
-            gw_argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg)]
-            # The new data plane (issue 26) in a gateway process of its own on the same config.
-            plane_argv = [sys.executable, str(PLANE_GATEWAY), "--config", str(cfg)]
+            gw_cli = {  # serve on each loop: asyncio is the product's; uvloop through a launcher (ADR 0041)
+                "asyncio": [sys.executable, "-m", "mcp_reconciler.api.cli"],
+                "uvloop": [sys.executable, str(REPO_ROOT / "bench" / "serve_uvloop.py")],
+            }
             async with contextlib.AsyncExitStack() as procs:
-                relay = await procs.enter_async_context(child([*relay_argv, "--port-file", str(relay_file)]))
-                gw = await procs.enter_async_context(child([*gw_argv, *port_args(gw_file)]))
-                relay_url = f"http://127.0.0.1:{await reported_port(relay_file, lambda: relay.returncode)}/mcp"
-                gw_url = f"http://127.0.0.1:{await reported_port(gw_file, lambda: gw.returncode)}/mcp"
-                rows: list[Row] = [
-                    ("direct", up_url, "echo", None),
-                    ("byte relay", relay_url, "echo", relay.pid),
-                    ("gateway", gw_url, "h__echo", gw.pid),
-                ]
-                if PLANE_GATEWAY.exists():
-                    pg = await procs.enter_async_context(child([*plane_argv, "--port-file", str(plane_file)]))
-                    plane_url = f"http://127.0.0.1:{await reported_port(plane_file, lambda: pg.returncode)}/mcp"
-                    rows.append(("gateway new plane", plane_url, "h__echo", pg.pid))  # its own gateway process
-                for _, url, _, _ in rows[2:]:
+                rows: list[Row] = [("direct", up_url, "echo", None)]
+                for loop in LOOPS:
+                    relay_file, gw_file = tmp / f"relay-{loop}.port", tmp / f"gw-{loop}.port"
+                    relay = await procs.enter_async_context(
+                        child([*relay_argv, "--loop", loop, "--port-file", str(relay_file)])
+                    )
+                    gw_argv = [*gw_cli[loop], "serve", "--config", str(cfg), *port_args(gw_file)]
+                    gw = await procs.enter_async_context(child(gw_argv))
+                    relay_port = await reported_port(relay_file, lambda r=relay: r.returncode)
+                    gw_port = await reported_port(gw_file, lambda g=gw: g.returncode)
+                    rows.append((_label("byte relay", loop), f"http://127.0.0.1:{relay_port}/mcp", "echo", relay.pid))
+                    rows.append((_label("gateway", loop), f"http://127.0.0.1:{gw_port}/mcp", "h__echo", gw.pid))
+                for _, url, _, _ in rows[2::2]:  # the gateways
                     async with Client(url, mode="legacy") as c:  # the source is published
                         with anyio.fail_after(STARTUP_S):
                             while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
                                 await anyio.sleep(0.1)
                 result: dict[str, Any] = {}
+                if PROFILE:
+                    await profile(PROFILE, rows[2], tmp / "gw.raw")
+                    return {}
                 for era in ("legacy", "2026-07-28"):
                     result[era] = await bench_era(era, rows, up.pid)
         return {"loadavg_end": loadavg(), **result}

@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO_ROOT))
 
 import anyio  # noqa: E402
+from _clients import UPSTREAM, cpu_s, gateway_argv, loadavg, open_client, process, run_calls  # noqa: E402
 from _ports import port_args  # noqa: E402
 from _stats import dump_json, json_out_path, pct  # noqa: E402
-from bench_fastpath import UPSTREAM, cpu_s, gateway_argv, loadavg, open_client, process, run_calls  # noqa: E402
 
 from mcp_reconciler.reconciler.cluster.redis_store import RedisStore  # noqa: E402
 from mcp_reconciler.reconciler.limiter import Limiter  # noqa: E402

@@ -46,11 +46,11 @@ sys.path.insert(0, str(SELF.parent))
 
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
+from _clients import cpu_s, list_once, loadavg, raw_session  # noqa: E402
 from _ports import port_args, reported_port  # noqa: E402
 from _stats import json_if_asked, pct  # noqa: E402
 from anyio.streams.text import TextReceiveStream  # noqa: E402
 from bench_dataplane import child  # noqa: E402
-from bench_fastpath import cpu_s, list_once, loadavg, raw_session  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 QUICK = "--quick" in sys.argv
@@ -408,8 +408,11 @@ async def bench_idle(tmp: Path, row: str) -> dict[str, Any]:
             f"given back after reaping {(marks[1][1] - marks[2][1]) / MIB:.1f} MiB; "
             f"second {n} grew {regrowth:+.1f} MiB (reused: {'yes' if regrowth <= 0.25 * max(growth, 1) else 'no'}); "
             f"open at peak {figures['cycle1']['oldest_and_newest_open']}/2, reaped "
-            f"{figures['cycle1']['reaped_sample'][0]}/{figures['cycle1']['reaped_sample'][1]} probed"
+            f"{figures['cycle1']['reaped_sample'][0]}/{figures['cycle1']['reaped_sample'][1]} probed; "
+            f"opened in {figures['cycle1']['opened_s']:.0f} / {figures['cycle2']['opened_s']:.0f} s"
         )
+        if figures["cycle1"]["oldest_and_newest_open"] < 2:  # the machine was too slow for idle_s: say so
+            print(f"  the oldest sessions were reaped before all {n} were open: the growth above is understated")
         figures |= {"rss_mib": {k: v / MIB for k, v in marks}, "growth_mib": growth, "regrowth_mib": regrowth}
         figures["loadavg"] = loadavg()
         return figures

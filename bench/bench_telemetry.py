@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
+from _clients import cpu_s, gateway_argv, loadavg, open_client, process  # noqa: E402
 from _stats import dump_json, json_out_path, pct  # noqa: E402
-from bench_fastpath import cpu_s, gateway_argv, loadavg, open_client, process  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 CALLS, BLOCKS, WARMUP = (150, 4, 20) if QUICK else (500, 8, 50)

@@ -210,6 +210,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--upstream", required=True, help="the upstream's streamable-HTTP URL")
     p.add_argument("--port-file", required=True, help="write the port listened on here")
+    p.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the gateway's loop")
     args = p.parse_args()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -220,7 +221,12 @@ def main() -> None:
         f.write(str(sock.getsockname()[1]))
     os.replace(tmp, args.port_file)
     config = uvicorn.Config(
-        ByteRelay(args.upstream), http="httptools", lifespan="off", log_level="warning", access_log=False
+        ByteRelay(args.upstream),
+        http="httptools",
+        loop=args.loop,  # uvicorn's "auto" picks uvloop whenever importable: the gateway's loop instead
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
     )
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -53,7 +53,6 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 import anyio
 from mcp.shared.uri_template import UriTemplate
@@ -75,6 +74,7 @@ from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import CatalogEntry, EntryKind, SessionSpec
 from mcp_reconciler.reconciler.quotas import Quota, session_quota
 from mcp_reconciler.reconciler.search_index import Hit
+from mcp_reconciler.reconciler.sharing import NO_GRANTS, GrantMaps, ViewMemo
 
 log = logging.getLogger("mcp_reconciler.authority")
 
@@ -162,10 +162,11 @@ class Session:
     id: str
     owner: str
     created_at: float
-    grants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    grants: Mapping[str, str] = field(default_factory=lambda: NO_GRANTS)  # equal maps are shared
     pinned_revision: int | None = None
     token: str = field(default="", repr=False)
-    lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
+    #: Made on first use (:attr:`lock`): an idle session holds no lock and its waiter queue.
+    _lock: anyio.Lock | None = field(default=None, repr=False, compare=False)
     drift_seen: frozenset[str] = frozenset()
     policy: GrantPolicy = GrantPolicy.CURRENT
     standing: StandingGrant | None = None
@@ -200,6 +201,13 @@ class Session:
     #: Requests of the session running now (the front door counts them): a session in use never
     #: expires (ADR 0032).
     in_flight: int = 0
+
+    @property
+    def lock(self) -> anyio.Lock:
+        """Serializes this session's grants and refreshes (made on first use)."""
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        return self._lock
 
     def granted(self, kind: EntryKind, name: str) -> bool:
         """Whether ``name`` of ``kind`` is granted, whether or not the catalog has it now (O(1))."""
@@ -292,6 +300,9 @@ class Authority:
         self._in_use: list[Callable[[], Collection[str]]] = []
         #: Discovery modes and the search-mode settings (the config's; ``reconciler/discovery.py``).
         self.discovery: DiscoveryPolicy = DEFAULT_POLICY
+        # Equal grant maps and views are one object shared by their sessions (``sharing.py``).
+        self._grant_maps = GrantMaps()
+        self._views: ViewMemo[View] = ViewMemo()
 
     @property
     def quota(self) -> Quota:
@@ -838,7 +849,7 @@ class Authority:
             shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
             raise GrantError(f"not granted to this session: {shown}; nothing was revoked")
         gone = set(keys)
-        session.grants = MappingProxyType({k: v for k, v in session.grants.items() if k not in gone})
+        session.grants = self._grant_maps.share({k: v for k, v in session.grants.items() if k not in gone})
         session.drift_seen = frozenset(k for k in session.drift_seen if k not in gone)
         self.mark_shared(session)
         return sorted(gone)
@@ -898,8 +909,10 @@ class Authority:
                 bound=bound,
                 limit=self.bounds.names_per_session,
             )
-        session.grants = MappingProxyType(new)
-        session.drift_seen = frozenset(k for k in session.drift_seen if k not in set(changed))
+        session.grants = self._grant_maps.share(new)
+        if session.drift_seen and changed:  # a re-granted name's new definition is no drift
+            gone = set(changed)
+            session.drift_seen = frozenset(k for k in session.drift_seen if k not in gone)
         return changed
 
     # -- the hot path ------------------------------------------------------------------------
@@ -943,14 +956,29 @@ class Authority:
         raise UnknownNameError(EntryKind.RESOURCE, uri)
 
     def view(self, session: Session, generation: Generation) -> View:
-        """Everything the session can see in ``generation`` (for lists and change detection)."""
+        """Everything the session can see in ``generation`` (for lists and change detection).
+        Sessions with the same grant map, named view, listed tools and drift policy share one
+        (``sharing.ViewMemo``: those are all a view is made of)."""
+        # Search mode lists only the pinned and the found tools; the grants still decide (I9).
+        listed = self._listed_tools(session)
+        key = (session.view, listed, self.drift_policy)
+        shared = self._views.get(generation, session.grants, key)
+        if shared is None:
+            shared = self._build_view(session.grants, generation.routes_for(session.view), listed, generation.revision)
+            self._views.put(generation, session.grants, key, shared)
+        return shared
+
+    def _build_view(
+        self,
+        grants: Mapping[str, str],
+        routes: Mapping[EntryKind, Mapping[str, CatalogEntry]],
+        listed: frozenset[str] | None,
+        revision: int,
+    ) -> View:
         entries: dict[EntryKind, list[CatalogEntry]] = {k: [] for k in EntryKind}
         drifted: set[str] = set()
         parts: dict[EntryKind, list[str]] = {k: [] for k in EntryKind}
-        routes = _routes(session, generation)
-        # Search mode lists only the pinned and the found tools; the grants still decide (I9).
-        listed = self._listed_tools(session)
-        for key, digest in sorted(session.grants.items()):
+        for key, digest in sorted(grants.items()):
             kind_s, _, name = key.partition(":")
             kind = EntryKind(kind_s)
             if listed is not None and kind is EntryKind.TOOL and name not in listed:
@@ -968,7 +996,7 @@ class Authority:
             flag = ":drifted" if key in drifted else ""
             parts[kind].append(f"{key}:{entry.digest}{flag}")
         return View(
-            revision=generation.revision,
+            revision=revision,
             entries={k: tuple(v) for k, v in entries.items()},
             drifted=frozenset(drifted),
             digests={k: digest_parts(v) for k, v in parts.items()},

@@ -6,7 +6,8 @@ streams the gateway's session (``reconciler/jsonrpc_peer.py::StreamSession``, AD
 writes them to. The stdio channel is ours (``reconciler/stdio_peer.py``); every exchange with a
 streamable-HTTP source goes through that source's peer (``reconciler/http_peer.py``, ADR 0030),
 which keeps guarantees 1, 2 and 4 per exchange (a refused message drops its connection: 3 is
-"recycled"); legacy SSE's channel is the SDK's ``sse_client`` (the documented exception).
+"recycled"); legacy SSE's channel is the SDK's ``sse_client`` (the documented exception) over
+our bounded HTTP transport (``reconciler/sse_channel.py``, ADR 0043), which keeps 1 to 5 per event.
 
 Guarantees of a channel that keeps :class:`UpstreamChannel` (the stdio one does; the tests in
 ``tests/integration/test_stdio_peer.py`` check each):
@@ -86,8 +87,12 @@ class MessageBoundError(MCPError):
 ENTRIES_BOUND = "entries_per_generation"
 
 
+#: The bound a legacy-SSE event is held to where the SDK's SSE client's own event cap is tighter
+#: than the configured bound (``reconciler/sse_channel.py``, ADR 0043; not a config key).
+SSE_EVENT_BOUND = "sse_event_bytes"
+
 #: Every bound a channel refuses a message at.
-KNOWN_BOUNDS = frozenset({MESSAGE_BOUND_KEY, ENTRIES_BOUND, "bytes_per_candidate"})
+KNOWN_BOUNDS = frozenset({MESSAGE_BOUND_KEY, ENTRIES_BOUND, "bytes_per_candidate", SSE_EVENT_BOUND})
 
 
 def bound_unit(bound: str) -> str:

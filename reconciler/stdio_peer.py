@@ -125,12 +125,16 @@ class LineSplitter:
                 line = b"".join(self._pieces)
                 if line.strip():
                     out.append(line)
-            self._pieces = []
-            self._size = 0
-            self._line_limit = None
-            self._skipping = False
+            self._reset()
             start = newline + 1
         return out
+
+    def _reset(self) -> None:
+        """Start the next line (or, in a subclass, the next message)."""
+        self._pieces = []
+        self._size = 0
+        self._line_limit = None
+        self._skipping = False
 
     def _head(self, chunk: bytes, start: int) -> bytes:
         """The current line's first :data:`PREFIX_BYTES` (copies no more than that)."""
@@ -251,7 +255,7 @@ def _id_value(text: str, start: int) -> int | str | None:
 SLICE_BYTES = SLICED_BYTES
 
 
-async def parse_line(line: bytes, lists: _Lists | None = None) -> SessionMessage | Exception:
+async def parse_line(line: bytes, lists: ListWatch | None = None) -> SessionMessage | Exception:
     """One line as the session's message, or the exception a malformed one is (the session
     hands those to its message handler, as with the SDK's reader). A long line is parsed in
     slices (:func:`~reconciler.sliced_json.parse_message`: no slice holds the loop longer than
@@ -282,9 +286,10 @@ async def parse_line(line: bytes, lists: _Lists | None = None) -> SessionMessage
 _LIST_FIELDS = frozenset(LIST_FIELDS)
 
 
-class _Lists:
-    """Ids of list requests in flight: their answers have the listing's bounds, ``limit``
-    bytes (while read) and ``entries`` entries (while parsed, before any entry is validated)."""
+class ListWatch:
+    """Ids of list requests in flight on a stdio or legacy-SSE channel: their answers have the
+    listing's bounds, ``limit`` bytes (while read) and ``entries`` entries (while parsed, before
+    any entry is validated)."""
 
     def __init__(self, source: str, limit: int | None, entries: int | None = None) -> None:
         self.source = source
@@ -293,6 +298,7 @@ class _Lists:
         self.ids: set[int | str] = set()
 
     def watch(self, message: Any) -> None:
+        """Remember ``message``'s id if it asks for a list page (and a list bound is set)."""
         if (self.limit is not None or self.entries is not None) and is_list_method(message):
             self.ids.add(message.id)
 
@@ -334,6 +340,8 @@ class _Lists:
         return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=bound_error(ENTRIES_BOUND, self.entries, count))
 
     def limit_for(self, message_limit: int) -> LimitFor:
+        """Which bound a long message gets, from its first bytes: a list answer's, else ``message_limit``."""
+
         def decide(prefix: bytes) -> tuple[str, int]:
             env = envelope(prefix)
             if self.limit is not None and not env.has_method and env.id in self.ids:
@@ -379,7 +387,7 @@ async def stdio_channel(
     # From here, no await until the task group is entered (a cancellation would leak the process).
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-    lists = _Lists(source, list_bytes, list_entries)
+    lists = ListWatch(source, list_bytes, list_entries)
     writer_done = anyio.Event()
     ended = anyio.Event()  # the process closed its stdout (exited) before the channel closed
     soft = min(message_bytes, list_bytes) if list_bytes is not None else message_bytes
@@ -521,7 +529,7 @@ async def _exited(process: Process, timeout_s: float) -> bool:
         os.close(pidfd)
 
 
-__all__ = ["LineSplitter", "Refused", "Skipped", "envelope", "parse_line", "stdio_channel", "stop_process"]
+__all__ = ["LineSplitter", "ListWatch", "Refused", "Skipped", "envelope", "parse_line", "stdio_channel", "stop_process"]
 
 if os.name != "posix":  # pragma: no cover - the gateway runs on POSIX (process groups, I15)
     raise ImportError("reconciler.stdio_peer needs POSIX process groups")

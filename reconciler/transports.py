@@ -11,7 +11,9 @@ gateway's own JSON-RPC session over it (``reconciler/jsonrpc_peer.py``, ADR 0037
 - **streamable HTTP**: :class:`~reconciler.http_peer.HttpPeer`, the session over the source's
   keep-alive pool (``reconciler/fasthttp.py``; TLS, OAuth, both eras).
 - **legacy SSE** (deprecated by the spec): the SDK's ``sse_client`` transport — the one
-  documented exception (ADR 0037) — under a :class:`~reconciler.jsonrpc_peer.StreamSession`.
+  documented exception (ADR 0037) — over our bounded HTTP transport
+  (``reconciler/sse_channel.py``, ADR 0043: each event held to its bound while read), under a
+  :class:`~reconciler.jsonrpc_peer.StreamSession`.
 
 The end of a stream wire (stdio EOF or process exit, the SSE stream's end) ends the session,
 which calls ``on_end``: a dead upstream marks its source dirty instead of failing silently on
@@ -27,7 +29,6 @@ from typing import Any, TextIO
 
 import anyio
 from mcp import StdioServerParameters
-from mcp.client.sse import sse_client
 
 from mcp_reconciler.reconciler.failure_cause import Evidence
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
@@ -36,6 +37,7 @@ from mcp_reconciler.reconciler.jsonrpc_peer import Inbound, PeerSession, StreamS
 from mcp_reconciler.reconciler.logsource import StderrSink, pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
 from mcp_reconciler.reconciler.peer_contract import DEFAULT_UPSTREAM_MESSAGE_BYTES
+from mcp_reconciler.reconciler.sse_channel import sse_channel
 from mcp_reconciler.reconciler.stdio_peer import stdio_channel
 from mcp_reconciler.reconciler.upstream_auth import ClientCredentialsAuth, client_credentials_auth
 
@@ -143,8 +145,8 @@ def transport_for(
     or ``sse`` (url, headers, oauth). Anything else is a configuration error. ``oauth`` makes
     the connection authenticate with its own client-credentials token
     (:mod:`reconciler.upstream_auth`); a downstream client's token is never sent upstream.
-    ``message_bytes`` bounds each message a stdio or streamable-HTTP upstream sends,
-    ``list_bytes`` and ``list_entries`` its list pages (ADR 0025, ADR 0030)."""
+    ``message_bytes`` bounds each message an upstream sends, ``list_bytes`` and
+    ``list_entries`` its list pages (ADR 0025, ADR 0030, ADR 0043)."""
     t = spec.transport
     kind = t.get("kind")
     if kind not in STREAM_TYPES:
@@ -177,12 +179,16 @@ def transport_for(
                 yield pair
         else:
             timeouts = t.get("timeouts") or {}
-            async with sse_client(
+            async with sse_channel(
+                spec.name,
                 str(t["url"]),
                 headers=_headers(t),
-                timeout=float(timeouts.get("connect_s", 10.0)),
-                sse_read_timeout=float(timeouts.get("call_s", 300.0)),
+                connect_s=float(timeouts.get("connect_s", 10.0)),
+                read_s=float(timeouts.get("call_s", 300.0)),
                 auth=client_credentials_auth(t.get("oauth")),
+                message_bytes=message_bytes,
+                list_bytes=list_bytes,
+                list_entries=list_entries,
             ) as pair:
                 yield pair
 

@@ -21,6 +21,7 @@ from typing import Any
 import mcp_types as types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
+from mcp.shared.inbound import find_invalid_x_mcp_header, x_mcp_header_map
 
 from mcp_reconciler.api.frontdoor.cache import LRU
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
@@ -124,6 +125,24 @@ class Listing:
             cached = json.loads(entry.raw).get("inputSchema") or {}
             self.definitions.put(key, cached)
         return cached or None
+
+    def param_header_schema(self, name: str) -> Mapping[str, Any] | None:
+        """The input schema of tool ``name`` when it annotates arguments with ``x-mcp-header``
+        (validly), else ``None``: a call of a tool without annotations has no ``Mcp-Param-*``
+        header to check (the SDK's check passes it whatever the headers), so a 2026-era call
+        skips the schema walk. O(1) and cached per definition, like :meth:`tool_input_schema`."""
+        live = self._catalog.current()
+        entry = live.generation.tools.get(name) if live is not None else None
+        if entry is None:
+            return None
+        key = ("param-headers", entry.exposed_name, entry.digest)  # as tool_input_schema's
+        cached = self.definitions.get(key)
+        if cached is None:
+            schema = self.tool_input_schema(name)
+            valid = schema is not None and find_invalid_x_mcp_header(schema) is None
+            cached = (schema,) if valid and x_mcp_header_map(schema) else ()
+            self.definitions.put(key, cached)
+        return cached[0] if cached else None
 
     def definition(self, entry: CatalogEntry, drifted: bool = False) -> Any:
         """The SDK model of ``entry`` as the caller sees it: its exposed name, and the drift flag

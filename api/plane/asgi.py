@@ -103,7 +103,12 @@ def build_plane(
     ``run`` beside it. The plane takes ``front``'s push gate: one HTTP layer per front door."""
     return Plane(
         front,
-        SessionTable(max_sessions=max_sessions, max_per_client=max_sessions_per_client, idle_s=session_idle_s),
+        SessionTable(
+            max_sessions=max_sessions,
+            max_per_client=max_sessions_per_client,
+            idle_s=session_idle_s,
+            on_close=front.sessions.connection_closed,
+        ),
         policy,
         rest,
         drain,

@@ -162,7 +162,10 @@ class StdioPlane:
                 tg.cancel_scope.cancel()  # stdin ended: nothing left to answer
         finally:
             with anyio.CancelScope(shield=True):
-                await connection.exit_stack.aclose()
+                try:
+                    await connection.exit_stack.aclose()
+                finally:
+                    self._front.sessions.connection_closed(connection)  # its binding and session go
 
     async def _refuse(self, refused: Refused, replies: Replies, write: Write) -> None:
         """Answer what a line over the bound names (module docstring)."""

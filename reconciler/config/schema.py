@@ -581,8 +581,9 @@ class LimitsConfig(_Frozen):
     upstream_message_bytes: int = Field(
         default=32 * 1024 * 1024,
         ge=64 * 1024,
-        description="One message an upstream sends (a stdio line), in bytes: refused while it is read beyond this, "
-        "and the call it answers fails naming this key (ADR 0025).",
+        description="One message an upstream sends (a stdio line, a JSON body or an SSE event), in bytes: refused "
+        "while it is read beyond this, and the call it answers fails naming this key (ADR 0025). Legacy SSE events are "
+        "also held to the SDK's 1 MiB event cap (ADR 0043).",
     )
     # The control API's quotas (ADR 0032): per principal, in total, and a reserve only operators may
     # take, so no principal can take what another needs and an operator can always act.

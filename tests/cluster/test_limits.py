@@ -114,17 +114,20 @@ async def test_I24_redis_down_fails_closed_or_open_as_configured(redis_server: R
         assert not await admitted(limiter)
         redis_server.sigstop()  # unreachable: it does not even refuse the connection
         try:
-            t0 = time.monotonic()
+            marks = []
             for _ in range(20):
+                marks.append(time.monotonic())
                 if fail is FailMode.CLOSED:
                     with pytest.raises(LimitUnavailableError) as err:
                         await limiter.take("s2", "owner::a", TOOL, "up__a", "up")
                     assert err.value.code == "cluster_unavailable" and err.value.limit == "session"
                 else:
                     assert await admitted(limiter, "s2")  # open: admitted unchecked
-            elapsed = time.monotonic() - t0
-            # One command bound for the first call; the other 19 do not wait on the store.
-            assert elapsed < TAKE_TOKENS_TIMEOUT_S + 0.5, elapsed
+            first, rest = marks[1] - marks[0], time.monotonic() - marks[1]
+            # One command bound for the first call (what a busy box adds to a timer allowed); the
+            # other 19 do not wait on the store: together they take less than one bound.
+            assert first < TAKE_TOKENS_TIMEOUT_S + 2.0, first
+            assert rest < TAKE_TOKENS_TIMEOUT_S, rest
         finally:
             redis_server.sigcont()
         # Back: after RETRY_STORE_AFTER_S the store is asked again, and its buckets still hold.

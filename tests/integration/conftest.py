@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -28,7 +28,9 @@ from mcp_reconciler.reconciler.model import SourceSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_MODULE = "tests.support.upstream_server"
-READY_TIMEOUT_S = 15.0
+#: A hang guard, not a timing: a Python upstream that imports the SDK starts in ~1 s on a quiet
+#: box, but took more than 15 s with two full test runs and benchmarks on 2 shared cores (load 20).
+READY_TIMEOUT_S = 60.0
 REAP_TIMEOUT_S = 5.0
 
 
@@ -130,13 +132,31 @@ class HttpUpstreams:
         self._procs.clear()
 
 
-@pytest.fixture
-def http_upstreams(tmp_path: Path) -> Iterator[HttpUpstreams]:
-    ups = HttpUpstreams(tmp_path)
+HttpUpstreamsT = TypeVar("HttpUpstreamsT", bound=HttpUpstreams)
+
+
+def owned(ups: HttpUpstreamsT) -> Iterator[HttpUpstreamsT]:
+    """A fixture's body: ``ups``, closed (its servers killed and reaped) after the test."""
     try:
         yield ups
     finally:
         ups.close()
+
+
+@pytest.fixture
+def http_upstreams(tmp_path: Path) -> Iterator[HttpUpstreams]:
+    yield from owned(HttpUpstreams(tmp_path))
+
+
+class SseUpstreams(HttpUpstreams):
+    """Like ``HttpUpstreams`` (kill and reap on close) but serving ``--transport sse``."""
+
+    transport = "sse"
+
+
+@pytest.fixture
+def sse_upstreams(tmp_path: Path) -> Iterator[SseUpstreams]:
+    yield from owned(SseUpstreams(tmp_path))
 
 
 def child_pids(parent: int | None = None) -> set[int]:

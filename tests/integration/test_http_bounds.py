@@ -9,7 +9,6 @@ entries. Progress of a call reaches its callback through the same peer."""
 from __future__ import annotations
 
 import dataclasses
-import resource
 
 import mcp_types as types
 import pytest
@@ -18,15 +17,11 @@ from mcp_reconciler.reconciler.model import SourceStatus
 from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, MessageBoundError
 from tests.integration.conftest import HttpUpstreams, http_spec
 from tests.integration.test_upstream_transports import FAST, WAIT, call, connection, engine, status
+from tests.support.peer_bounds import cpu_s, list_past_entries_per_generation, page_past_bytes_per_candidate
 
 pytestmark = pytest.mark.anyio
 
 MiB = 1024 * 1024
-
-
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 async def big(rec: object, size: int) -> dict[str, object]:
@@ -93,14 +88,8 @@ async def test_an_http_list_past_entries_per_generation_stops_being_read_and_kee
     _proc, port = await http_upstreams.start("--tools", "a,b", "--page-size", "40")
     bounds = dataclasses.replace(FAST, entries_per_generation=50)
     async with engine(http_spec("up", port), bounds=bounds, mode=mode) as (_reader, rec, pubs):
-        good = await pubs.wait_for(lambda g: status(g).value == "ready")
+        good, _bad = await list_past_entries_per_generation(rec, pubs)
         conn = connection(good)
-        await call(rec, "set_tools", {"names": [f"t{i}" for i in range(200)]})
-        bad = await pubs.wait_for(lambda g: g.revision > good.revision and status(g) is SourceStatus.STALE)
-        assert "up__a" in bad.tools and "up__t0" not in bad.tools  # last-known-good entries kept
-        state = bad.source_state("up")
-        assert state is not None and state.error is not None
-        assert "entries_per_generation" in state.error and "50" in state.error
         assert conn.http_peer is not None  # the pages went through the source's peer
 
 
@@ -127,14 +116,8 @@ async def test_an_http_list_page_past_bytes_per_candidate_is_refused_while_read(
     _proc, port = await http_upstreams.start("--tools", "a,b", "--page-size", "5000")
     bounds = dataclasses.replace(FAST, bytes_per_candidate=64 * 1024)
     async with engine(http_spec("up", port), bounds=bounds, mode=mode) as (_reader, rec, pubs):
-        good = await pubs.wait_for(lambda g: status(g).value == "ready")
-        await call(rec, "set_tools", {"names": [f"tool_with_a_longer_name_{i}" for i in range(5000)]})
-        bad = await pubs.wait_for(lambda g: g.revision > good.revision and status(g) is SourceStatus.STALE)
-        assert "up__a" in bad.tools
-        state = bad.source_state("up")
-        assert state is not None and state.error is not None
-        assert state.error == "listing refused while reading: a page passed bytes_per_candidate (65536 bytes)"
-        assert (await call(rec, "progress", {"n": 0}))["steps"] == 0  # a fresh pooled connection serves
+        error = await page_past_bytes_per_candidate(rec, pubs)
+        assert error == "listing refused while reading: a page passed bytes_per_candidate (65536 bytes)"
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])

@@ -65,7 +65,6 @@ RELAY = "tests.support.relay_server"
 ERAS = {"2025": ("legacy", "2025-11-25"), "2026": ("auto", "2026-07-28")}
 TRANSPORTS = ("stdio", "http", "sse")
 COMBOS = [pytest.param(t, e, id=f"{t}-{e}") for t in TRANSPORTS for e in ERAS]
-SSE_ON_SDK = "legacy SSE stays on the SDK's sse_client (the documented exception, ADR 0025): no message bound"
 
 
 # -- the upstream processes ------------------------------------------------------------------------
@@ -391,10 +390,8 @@ async def test_an_upstream_that_gives_up_on_its_request_cancels_the_answer(
 
 @pytest.mark.parametrize(("transport", "era"), COMBOS)
 async def test_an_answer_over_the_message_bound_fails_with_the_bounds_error(
-    transport: str, era: str, upstreams: Upstreams, request: pytest.FixtureRequest
+    transport: str, era: str, upstreams: Upstreams
 ) -> None:
-    if transport == "sse":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=SSE_ON_SDK))
     spec = await upstreams.spec(transport, UPSTREAM, "--tools", "a", "--noisy")
     bounds = dataclasses.replace(Bounds(), upstream_message_bytes=1 * MiB)
     async with connected(spec, era, bounds=bounds) as (_reader, conn):
@@ -413,20 +410,12 @@ async def test_an_answer_over_the_message_bound_fails_with_the_bounds_error(
 
 @pytest.mark.parametrize(("transport", "era"), COMBOS)
 async def test_a_list_past_the_entry_bound_fails_with_the_bounds_diagnostic(
-    transport: str, era: str, upstreams: Upstreams, tmp_path: Path, request: pytest.FixtureRequest
+    transport: str, era: str, upstreams: Upstreams, tmp_path: Path
 ) -> None:
     names = tmp_path / "tools.json"
     names.write_text(json.dumps([f"tool_{i}" for i in range(3_000)]))
     spec = await upstreams.spec(transport, UPSTREAM, "--tools-file", str(names), "--page-size", "3000")
     bounds = dataclasses.replace(Bounds(), entries_per_generation=1_000)
-    if transport == "sse":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="over SSE (the SDK's client, ADR 0025) a page is read whole and the listing counts it "
-                "afterwards ('listing stopped at entries_per_generation'); stdio and HTTP refuse it while read",
-            )
-        )
     switch = PeerSwitch()
     async with UpstreamReader(mode=ERAS[era][0], health_interval_s=None, peer=switch, bounds=bounds) as reader:
         with anyio.fail_after(WAIT), pytest.raises(SourceReadError) as caught:

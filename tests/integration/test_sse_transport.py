@@ -15,7 +15,7 @@ are exercised. Every wait is bounded; the autouse ``no_leaked_children`` fixture
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.model import SourceSpec, SourceStatus
 from mcp_reconciler.reconciler.reconcile import Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
-from tests.integration.conftest import HttpUpstreams, wait_for_file
+from tests.integration.conftest import SseUpstreams, wait_for_file
 from tests.support.observe import Publications
 from tests.support.upstream_server import CONTROL_TOOLS
 
@@ -45,21 +45,6 @@ ERAS = {"legacy": "2025-11-25", "auto": "2026-07-28"}
 
 
 # -- fixtures and helpers ------------------------------------------------------------------------
-
-
-class SseUpstreams(HttpUpstreams):
-    """Like ``HttpUpstreams`` (kill and reap on close) but serving ``--transport sse``."""
-
-    transport = "sse"
-
-
-@pytest.fixture
-def sse_upstreams(tmp_path: Path) -> Iterator[SseUpstreams]:
-    ups = SseUpstreams(tmp_path)
-    try:
-        yield ups
-    finally:
-        ups.close()
 
 
 def sse_spec(name: str, port: int) -> SourceSpec:

@@ -6,7 +6,6 @@ bounds applied while the list is read (the source keeps its last-known-good entr
 from __future__ import annotations
 
 import dataclasses
-import resource
 
 import anyio
 import mcp_types as types
@@ -18,16 +17,11 @@ from mcp_reconciler.reconciler.model import SourceStatus
 from mcp_reconciler.reconciler.peer_contract import MESSAGE_BOUND_KEY, MessageBoundError
 from tests.integration.conftest import stdio_spec
 from tests.integration.test_upstream_transports import FAST, WAIT, call, connection, engine, status
+from tests.support.peer_bounds import cpu_s, list_past_entries_per_generation, page_past_bytes_per_candidate
 
 pytestmark = pytest.mark.anyio
 
 MiB = 1024 * 1024
-
-
-def cpu_s() -> float:
-    """This process's CPU time (the gateway side; the upstream is another process)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 async def big(rec: object, size: int, blocks: int = 1) -> types.CallToolResult:
@@ -124,30 +118,15 @@ async def test_a_list_past_entries_per_generation_stops_being_read_and_the_sourc
     bounds = dataclasses.replace(FAST, entries_per_generation=50)
     spec = stdio_spec("up", "--tools", "a,b", "--page-size", "40")
     async with engine(spec, bounds=bounds) as (_reader, rec, pubs):
-        good = await pubs.wait_for(lambda g: status(g).value == "ready")
-        assert "up__a" in good.tools
-        # 200 tools in pages of 40: the bound is passed on the second page; the third is never asked for.
-        await call(rec, "set_tools", {"names": [f"t{i}" for i in range(200)]})
-        bad = await pubs.wait_for(lambda g: g.revision > good.revision and status(g) is SourceStatus.STALE)
-        assert "up__a" in bad.tools and "up__t0" not in bad.tools  # last-known-good entries kept
-        state = bad.source_state("up")
-        assert state is not None and state.error is not None
-        assert "entries_per_generation" in state.error and "50" in state.error
+        await list_past_entries_per_generation(rec, pubs)
 
 
 async def test_a_list_page_past_bytes_per_candidate_is_refused_while_read() -> None:
     bounds = dataclasses.replace(FAST, bytes_per_candidate=64 * 1024)
     spec = stdio_spec("up", "--tools", "a,b", "--page-size", "5000")
     async with engine(spec, bounds=bounds) as (_reader, rec, pubs):
-        good = await pubs.wait_for(lambda g: status(g).value == "ready")
-        await call(rec, "set_tools", {"names": [f"tool_with_a_longer_name_{i}" for i in range(5000)]})
-        bad = await pubs.wait_for(lambda g: g.revision > good.revision and status(g) is SourceStatus.STALE)
-        assert "up__a" in bad.tools
-        state = bad.source_state("up")
-        assert state is not None and state.error is not None
-        assert "bytes_per_candidate" in state.error and "65536" in state.error
-        # The refused page was an answer like any other: the connection still serves calls.
-        assert (await call(rec, "progress", {"n": 0}))["steps"] == 0
+        error = await page_past_bytes_per_candidate(rec, pubs)
+        assert "bytes_per_candidate" in error and "65536" in error
 
 
 async def test_a_single_page_past_entries_per_generation_is_refused_before_its_entries_are_validated() -> None:

@@ -40,12 +40,14 @@ async def own_cpu_between_turns(work: Callable[[], Awaitable[T]]) -> tuple[T, li
     one slice (seen in CI), which measures the test process, not the code under test."""
     own: list[float] = []
     done = anyio.Event()
+    frozen_before = gc.get_freeze_count()  # the test run's own freeze (tests/conftest.py) stays
     gc.collect()
     gc.freeze()
     try:
         return await _own_cpu_between_turns(work, own, done)
     finally:
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
 
 
 async def _own_cpu_between_turns(

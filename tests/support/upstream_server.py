@@ -501,7 +501,8 @@ def load_tools(args: argparse.Namespace) -> list[str]:
 
 def load_catalog(args: argparse.Namespace) -> tuple[list[str], dict[str, str], dict[str, dict[str, Any]]]:
     """Tool names, descriptions and input schemas: ``--tools`` gives names only; ``--tools-file``
-    a JSON list of names or of ``{name, description, properties: {param: description}}``."""
+    a JSON list of names or of ``{name, description, properties: {param: description}}``, with
+    ``headers: {param: token}`` for string params annotated ``x-mcp-header`` (2026-era routing)."""
     if not args.tools_file:
         return [t for t in (s.strip() for s in args.tools.split(",")) if t], {}, {}
     items = json.loads(Path(args.tools_file).read_text())
@@ -519,12 +520,17 @@ def load_catalog(args: argparse.Namespace) -> tuple[list[str], dict[str, str], d
             if isinstance(item.get("description"), str):
                 descriptions[name] = item["description"]
             props = item.get("properties") or {}
+            routed = item.get("headers") or {}  # param -> its x-mcp-header token (Mcp-Param-<token>)
             schemas[name] = {
                 "type": "object",
-                "properties": {str(p): {"type": "string", "description": str(d)} for p, d in props.items()},
+                "properties": {
+                    str(p): {"type": "string", "description": str(d)}
+                    | ({"x-mcp-header": str(routed[p])} if p in routed else {})
+                    for p, d in props.items()
+                },
             }
         else:
-            raise SystemExit("--tools-file items are names or {name, description, properties} objects")
+            raise SystemExit("--tools-file items are names or {name, description, properties, headers} objects")
     return names, descriptions, schemas
 
 

@@ -146,12 +146,18 @@ async def test_transport_owned_sessions_do_not_use_up_api_session_slots() -> Non
                 ):
                     for c in (c1, c2, c3, c4):  # 4 connections, 4 transport-owned sessions > bound 3
                         assert [t.name for t in (await c.list_tools()).tools] == ["a__x"]
+                    owned = [b.session.id for b in front.sessions.bindings.values() if b.era == "legacy"]
+                    assert len(owned) == 4
                     for i in range(3):  # the control API's 3 slots are all still free
                         engine.sessions.create(f"owner{i}", engine.current.generation)  # type: ignore[union-attr]
                     with pytest.raises(Exception, match="at most 3 sessions"):
                         engine.sessions.create("owner3", None)
                     async with Client(PlaneTransport(front), mode="auto") as modern:  # not -32603
                         assert (await modern.call_tool("a__x", {"x": "1"})).is_error is False
+                # Each connection's end unbound it and removed the session made for it (the plane
+                # tells the front door: ``Sessions.connection_closed``).
+                assert not [b for b in front.sessions.bindings.values() if b.era == "legacy"]
+                assert [sid for sid in owned if engine.sessions.get(sid) is not None] == []
             tg.cancel_scope.cancel()
 # -- standing grants: follow (I9) ------------------------------------------------------------------
 

@@ -84,13 +84,17 @@ async def test_I6_storm_of_triggers_is_bounded_by_cooldown() -> None:
             rec.trigger("a")
             if i % 500 == 0:
                 await anyio.sleep(0)  # let the loop run while the storm goes on
+        storm_s = anyio.current_time() - t0
         await rec.refresh(["a"], timeout_s=WAIT)  # a cycle after the storm settles it
         elapsed = anyio.current_time() - t0
         ran = rec.cycles - cycles_before
         windows = int(elapsed / cooldown) + 1
         assert ran <= 2 * windows, (ran, elapsed)
         assert rec.queue.triggers >= 10_000
-        assert ran <= 3  # 10,000 triggers inside ~one window: the pending one plus the refresh
+        # 10,000 triggers inside one window: the pending one plus the refresh (3, as on a quiet
+        # machine); a busy box or a gen-2 pass late in a full run can stretch the storm over more
+        # windows, each allowed its one cycle — the count, not the machine's speed, is checked.
+        assert ran <= int(storm_s / cooldown) + 3, (ran, storm_s, elapsed)
 
 
 async def test_I6_trigger_mid_cycle_causes_exactly_one_more_cycle() -> None:

@@ -130,12 +130,12 @@ async def test_a_long_list_page_over_the_entry_bound_is_refused_while_parsed_in_
     entry N+1 (the rest is never parsed); a page of N entries comes through whole; other
     answers are untouched, however long."""
     from mcp_reconciler.reconciler.sliced_json import CHUNK_CHARS
-    from mcp_reconciler.reconciler.stdio_peer import SLICE_BYTES, _Lists
+    from mcp_reconciler.reconciler.stdio_peer import SLICE_BYTES, ListWatch
 
     tools = [{"name": f"tool_{i}", "inputSchema": {"type": "object"}} for i in range(60_000)]
     line = json.dumps({"jsonrpc": "2.0", "id": 5, "result": {"tools": tools}}).encode()
     assert len(line) > 2 * SLICE_BYTES
-    lists = _Lists("s", None, 10_000)
+    lists = ListWatch("s", None, 10_000)
     lists.ids.add(5)
     refused = await parse_line(line, lists)
     assert not isinstance(refused, Exception) and isinstance(refused.message, types.JSONRPCError)
