@@ -83,10 +83,11 @@ class ListCache:
         hit = self._digests.get(id(grants))
         if hit is not None and hit[0] is grants:
             return hit[1]
-        h = hashlib.sha256()
-        for key, digest in sorted(grants.items()):
-            h.update(f"{key}\0{digest}\n".encode())
-        value = h.hexdigest()
+        # One join and one update (the same bytes, so the same digest, as an update per grant:
+        # ~20 % less on a session's first list of 1,000 grants, issue 26).
+        value = hashlib.sha256(
+            "".join([f"{key}\0{digest}\n" for key, digest in sorted(grants.items())]).encode()
+        ).hexdigest()
         self._digests.put(id(grants), (grants, value))
         return value
 

@@ -243,10 +243,8 @@ class FrameChannel(Channel):
         return self._streams()[1]
 
     async def emit(self, message: dict[str, Any]) -> None:
-        """One SSE frame onto the stream (a notification without params, as ``list_changed``, is
-        one frame made once and written to every session's stream: ``sse.bare_notification``)."""
-        bare = message.keys() == _BARE_NOTIFICATION and message["jsonrpc"] == "2.0"
-        frame = sse.bare_notification(message["method"]) if bare else sse.frame(message)
+        """One SSE frame onto the stream (:func:`frame_of`)."""
+        frame = frame_of(message)
         if self._wait:
             await self.sink.send(frame)
         else:
@@ -254,6 +252,13 @@ class FrameChannel(Channel):
 
 
 _BARE_NOTIFICATION = frozenset({"jsonrpc", "method"})
+
+
+def frame_of(message: dict[str, Any]) -> bytes:
+    """``message``'s SSE frame (a notification without params, as ``list_changed``, is one frame
+    made once and written to every session's stream: ``sse.bare_notification``)."""
+    bare = message.keys() == _BARE_NOTIFICATION and message["jsonrpc"] == "2.0"
+    return sse.bare_notification(message["method"]) if bare else sse.frame(message)
 
 
 class ResponseChannel(Channel):

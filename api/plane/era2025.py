@@ -56,6 +56,9 @@ from mcp_reconciler.api.plane.sessions import GET_STREAM, PUSH_BACKLOG, Event, L
 log = logging.getLogger("mcp_reconciler.plane")
 
 SESSION_HEADER = "mcp-session-id"
+#: A request stream's event up to this many bytes goes out as one ``send`` (``_Writer``).
+JOIN_MAX = 256 * 1024
+_SMALL = 4096  # a bigger event's pieces under this size are joined with their small neighbours
 _ACCEPTED = ((b"content-type", b"application/json"),)  # a 202 as the SDK server sends it: typed, empty
 _ALLOW = (b"allow", b"GET, POST, DELETE")
 
@@ -268,8 +271,9 @@ class Era2025:
                 if answer:  # none when the client cancelled the request
                     event = session.remember(await sse.frame_sliced(answer[0]), stream.key)  # in pieces: ADR 0040
                     stream.relay(event)
-                    await writer.write(*event)
-                await writer.end()
+                    await writer.write(*event, end=True)  # the response and the body's end: one send
+                else:
+                    await writer.end()
                 tg.cancel_scope.cancel()
         finally:
             session.close_stream(stream)
@@ -309,16 +313,20 @@ class Era2025:
 
                 tg.start_soon(watch_disconnect)
                 writer = _Writer(send)
+                # Pushes are written directly while this stream is idle (sessions.PushStream);
+                # until ready() they queue behind the replay and its priming event.
+                push = session.standalone.open_stream(session, send, writer.write)
                 if resume is not None:  # the kept pushes after it, then a priming event
                     for kept in replay:
                         await writer.write(*kept)
                     await writer.write(session.priming(GET_STREAM))
+                push.ready()
                 while (frame := await next_frame(session.standalone.frames)) is not None:
-                    # a push gets an id the client can resume from; a keepalive ping does not
-                    await writer.write(*((frame,) if frame is sse.PING else session.remember((frame,))))
+                    await push.from_backlog(frame)
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tg.cancel_scope.cancel()
         finally:
+            session.standalone.close_stream()
             session.get_open = False
             session.streams -= 1
             session.last_seen = anyio.current_time()
@@ -374,11 +382,18 @@ class _Writer:
         self._send = send
         self.detached = False
 
-    async def write(self, *pieces: bytes) -> None:  # one event's pieces, unless the client is gone
+    async def write(self, *pieces: bytes, end: bool = False) -> None:
+        """One event's pieces (``end``: and the body's end), unless the client is gone. Pieces of
+        up to :data:`JOIN_MAX` in all go as one ``send`` (one socket write, not one per piece: a
+        list response is six pieces); in a bigger event only neighbouring small pieces are joined
+        (a big piece goes as it is: no copy of it, ADR 0040)."""
+        if len(pieces) > 1:
+            pieces = _coalesced(pieces)
         try:
-            for piece in pieces:
+            for i, piece in enumerate(pieces, 1):
                 if not self.detached:
-                    await self._send({"type": "http.response.body", "body": piece, "more_body": True})
+                    more = not (end and i == len(pieces))
+                    await self._send({"type": "http.response.body", "body": piece, "more_body": more})
         except OSError:
             self.detached = True
 
@@ -387,6 +402,25 @@ class _Writer:
         if not self.detached:
             with contextlib.suppress(OSError):
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _coalesced(pieces: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """``pieces`` with fewer, bigger pieces, the same bytes in order (``_Writer.write``)."""
+    if sum(map(len, pieces)) <= JOIN_MAX:
+        return (b"".join(pieces),)
+    out: list[bytes] = []
+    run: list[bytes] = []
+    for piece in pieces:
+        if len(piece) < _SMALL:
+            run.append(piece)
+            continue
+        if run:
+            out.append(b"".join(run))
+            run = []
+        out.append(piece)
+    if run:
+        out.append(b"".join(run))
+    return tuple(out)
 
 
 async def _too_many_for_client(send: Send, limit: int) -> None:

@@ -5,7 +5,9 @@ kept events, and the request streams a client may resume with ``Last-Event-ID``
 
 Event ids are ``<session>.<stream>:<n>``: the GET stream is stream 0, request streams count up
 from 1, ``n`` counts every event of the session in order. One bounded history per session
-(:data:`EVENT_HISTORY`) keeps the framed events of every stream."""
+(:data:`EVENT_HISTORY`) keeps the framed events of every stream. A push is written directly to
+the session's idle GET stream by the task that pushes it, else through the stream's bounded
+backlog (:class:`PushStream`: same order, same ids, same bound)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import hashlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,9 +27,10 @@ from anyio import EventStatistics
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.connection import Connection
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
-from starlette.types import Scope
+from starlette.types import Scope, Send
 
-from mcp_reconciler.api.plane.channel import FrameChannel, Replies
+from mcp_reconciler.api.plane import sse
+from mcp_reconciler.api.plane.channel import FrameChannel, Replies, frame_of
 from mcp_reconciler.reconciler import telemetry
 
 log = logging.getLogger("mcp_reconciler.plane")
@@ -123,6 +126,124 @@ class LazyEvent(anyio.Event):
         return self._event.statistics() if self._event is not None else EventStatistics(tasks_waiting=0)
 
 
+def transport_writable(send: Send) -> Callable[[], bool] | None:
+    """Whether a ``send`` to this response would complete without waiting, asked of the server's
+    flow control: uvicorn's ``send`` waits only while its transport's writes are paused (the client
+    stopped reading). ``None`` for a server that does not tell (then nothing is written
+    directly: a push always takes the stream's backlog)."""
+    flow = getattr(getattr(send, "__self__", None), "flow", None)
+    if flow is None or not isinstance(getattr(flow, "write_paused", None), bool):
+        return None
+    return lambda: not flow.write_paused
+
+
+class PushStream:
+    """A session's open GET stream, written by whichever task has the next frame (issue 26's
+    fan-out: one ``list_changed`` to 1,000 idle streams was 1,000 task wakes and cancel scopes).
+
+    Guarantees: a push goes *directly* — written by the task that pushes it, no backlog hop, no
+    wake of the stream's task — only when nothing can be ahead of it or interleave with it: no
+    frame is queued in the backlog or being written (:attr:`busy`), the session is open, and the
+    transport takes the bytes without waiting (:func:`transport_writable`: a client that stopped
+    reading never stalls the pusher, the notifier telling every session). Otherwise the frame
+    takes the bounded backlog (``PUSH_BACKLOG``, dropped beyond it), which the stream's task
+    drains in order, waiting while a direct write is in flight. Either way the event gets its id
+    and is kept (``Last-Event-ID``) at the moment it is written, so ids are in wire order."""
+
+    __slots__ = ("_free", "_session", "_writable", "_write", "busy", "direct_frames", "queued")
+
+    def __init__(
+        self,
+        session: LegacySession,
+        write: Callable[..., Awaitable[None]],
+        writable: Callable[[], bool] | None,
+        queued: int,
+    ) -> None:
+        self._session = session
+        self._write = write
+        self._writable = writable
+        self.busy = True  # the opening task writes first (a replay and its priming): see ready()
+        self.queued = queued  # frames in the backlog, or taken from it and not yet written
+        self._free: anyio.Event | None = None  # made only when the stream's task waits on a direct write
+        self.direct_frames = 0
+
+    def ready(self) -> None:
+        """The opening task's own writes are done: pushes may be written directly."""
+        self._release()
+
+    def takes_direct(self) -> bool:
+        """Whether a push now may be written directly (class docstring)."""
+        return (
+            not self.busy
+            and not self.queued
+            and not self._session.closed
+            and self._writable is not None
+            and self._writable()
+        )
+
+    async def direct(self, frame: bytes) -> None:
+        """Write the push ``frame`` now (the caller checked :meth:`takes_direct`)."""
+        self.direct_frames += 1
+        await self._write_event(frame)
+
+    async def from_backlog(self, frame: bytes) -> None:
+        """Write ``frame``, which the stream's task took from the backlog (or a keepalive ping),
+        after a direct write in flight."""
+        while self.busy:
+            if self._free is None:
+                self._free = anyio.Event()
+            await self._free.wait()
+        try:
+            await self._write_event(frame)
+        finally:
+            if frame is not sse.PING:
+                self.queued -= 1
+
+    async def _write_event(self, frame: bytes) -> None:
+        self.busy = True
+        try:
+            # a push gets an id the client can resume from; a keepalive ping does not
+            await self._write(*((frame,) if frame is sse.PING else self._session.remember((frame,))))
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self.busy = False
+        if self._free is not None:
+            self._free.set()
+            self._free = None
+
+
+class PushChannel(FrameChannel):
+    """A session's push channel (its GET stream's): a frame goes to the open :class:`PushStream`
+    directly when it takes one, else to the bounded backlog (a push never waits)."""
+
+    #: The session's GET stream while it is open (a class default: an idle session holds none).
+    stream: PushStream | None = None
+
+    async def emit(self, message: dict[str, Any]) -> None:
+        """One frame onto the GET stream, directly or through the backlog (:class:`PushStream`)."""
+        frame = frame_of(message)
+        stream = self.stream
+        if stream is not None and stream.takes_direct():
+            await stream.direct(frame)
+            return
+        self.sink.send_nowait(frame)  # WouldBlock beyond PUSH_BACKLOG: the push is dropped
+        if stream is not None:
+            stream.queued += 1
+
+    def open_stream(self, session: LegacySession, send: Send, write: Callable[..., Awaitable[None]]) -> PushStream:
+        """Attach the GET stream now opening (``send`` its response's, ``write`` its writer);
+        frames pushed while no stream was open are still in the backlog, ahead of any new one."""
+        stream = PushStream(session, write, transport_writable(send), self.frames.statistics().current_buffer_used)
+        self.stream = stream
+        return stream
+
+    def close_stream(self) -> None:
+        """The GET stream ended: pushes take the backlog until the next one opens."""
+        self.stream = None
+
+
 class LazyExitStack(AsyncExitStack):
     """An ``AsyncExitStack`` whose callback queue is made when the first callback is pushed: the
     connection's exit stack of an idle session (the front door is told of the end by the table,
@@ -157,7 +278,7 @@ class LegacySession:
     principal: str
     client: str
     connection: Connection
-    standalone: FrameChannel
+    standalone: PushChannel
     replies: Replies
     last_seen: float
     streams: int = 0  # open request streams and the GET stream: a busy session is never idle
@@ -245,7 +366,7 @@ class SessionTable:
         """A new session for ``principal``, counted against ``client`` (the caller checked :meth:`room`)."""
         sid = uuid.uuid4().hex
         replies = Replies()
-        standalone = FrameChannel(None, None, PUSH_BACKLOG, wait=False, replies=replies)
+        standalone = PushChannel(None, None, PUSH_BACKLOG, wait=False, replies=replies)
         connection = Connection.for_loop(standalone, session_id=sid, protocol_version_hint=LATEST_HANDSHAKE_VERSION)
         connection.initialized = LazyEvent()  # the SDK's event, made only if waited on (issue 26)
         connection.exit_stack = LazyExitStack()  # its queue made only if a callback is pushed

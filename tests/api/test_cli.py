@@ -161,8 +161,10 @@ async def test_status_exit_codes_agree_with_readyz(tmp_path: Path) -> None:
 
 
 async def test_refresh_timeout_exit_5(tmp_path: Path) -> None:
-    # The first cycle ran at startup; with a 5 s cooldown the next cannot answer within 0.3 s.
-    cfg = write_config(tmp_path, gateway={"cooldown_s": 5.0})
+    # The first cycle ran at startup; with a 600 s cooldown the next cannot answer within 0.3 s
+    # (5 s was not enough on a box at load 20: the CLI took longer than that to start, and its
+    # refresh found the cooldown over).
+    cfg = write_config(tmp_path, gateway={"cooldown_s": 600.0})
     async with served_gateway(cfg) as served:
         r = await cli("refresh", "--timeout", "0.3", url=served.base_url, token=OPERATOR_TOKEN)
         assert r.code == 5, r

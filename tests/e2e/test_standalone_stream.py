@@ -20,7 +20,7 @@ import httpx2
 import pytest
 
 from mcp_reconciler.api.plane.channel import FrameChannel
-from mcp_reconciler.api.plane.sessions import PUSH_BACKLOG
+from mcp_reconciler.api.plane.sessions import PUSH_BACKLOG, SessionTable
 from mcp_reconciler.api.server import Served, serve_http
 from tests.e2e.conftest import WAIT, write_config
 from tests.e2e.support_resources import UPSTREAM_ARGS, new_token, resource_source, until
@@ -187,3 +187,26 @@ async def test_a_client_that_stops_reading_holds_a_bounded_backlog_and_never_blo
     assert channel.frames.statistics().current_buffer_used == PUSH_BACKLOG
     held = [channel.frames.receive_nowait() for _ in range(PUSH_BACKLOG)]
     assert all(json.loads(f.split(b"data: ", 1)[1]) == message for f in held)
+
+
+async def test_pushes_to_an_idle_get_stream_are_written_directly_and_resumable(tmp_path: Path) -> None:
+    """Over uvicorn and real sockets: a push to an idle GET stream is written by the pusher
+    (``sessions.PushStream``, no backlog hop), with its id, and a resume replays it."""
+    async with gateway(tmp_path) as (served, http):
+        table = served.transport_sessions
+        assert isinstance(table, SessionTable)
+        s = await subscribed_session(served, http)
+        async with s.get() as stream:
+            await until(lambda: table.standalone_stream_open(s.sid) is True, "the GET stream is open")
+            push = table.sessions[s.sid].standalone.stream
+            assert push is not None
+            for _ in range(3):
+                await touch(s)
+            written = await events(stream, 3)
+            assert push.direct_frames == 3  # uvicorn's flow control was asked; nothing was queued
+        assert [json.loads(e["data"]) for e in written] == [resource_updated("note://a")] * 3
+        await until(lambda: table.standalone_stream_open(s.sid) is False, "the GET stream ended")
+        async with s.get(**{"last-event-id": written[0]["id"]}) as resumed:
+            *replayed, priming = await events(resumed, 3)
+        assert priming["data"] == ""
+        assert [(e["id"], e["data"]) for e in replayed] == [(e["id"], e["data"]) for e in written[1:]]
