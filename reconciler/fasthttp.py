@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import select
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -247,7 +248,9 @@ class JsonRpcPoster:
                  "content-type": "application/json", "user-agent": "mcp-reconciler"}  # fmt: skip
         fixed.update({k.lower(): v for k, v in (headers or {}).items()})
         self._fixed = fixed
-        self._idle: list[tuple[ByteStream, float]] = []  # (connection, idle since)
+        # (connection, its socket, idle since): the socket is looked up once per connection, not
+        # per checkout (anyio builds a stream's extra attributes anew on every lookup).
+        self._idle: list[tuple[ByteStream, socket.socket, float]] = []
         self._max_idle = max_idle
         self._connect_timeout_s = connect_timeout_s
         self._max_message_bytes = max_message_bytes
@@ -264,7 +267,7 @@ class JsonRpcPoster:
         """Close every idle connection; later exchanges fail."""
         self._closed = True
         idle, self._idle = self._idle, []
-        for stream, _ in idle:
+        for stream, _, _ in idle:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
 
@@ -411,7 +414,7 @@ class JsonRpcPoster:
         until_answer: bool = False,
     ) -> _Response:
         for attempt in (0, 1):
-            stream, reused = await self._checkout()
+            stream, sock, reused = await self._checkout()
             done = False
             try:
                 response, keep = await self._exchange(stream, request, request_id, on_message, bound, until_answer)
@@ -427,7 +430,7 @@ class JsonRpcPoster:
                     with anyio.CancelScope(shield=True):
                         await stream.aclose()
             if keep and not self._closed and len(self._idle) < self._max_idle:
-                self._idle.append((stream, anyio.current_time()))
+                self._idle.append((stream, sock, anyio.current_time()))
             else:
                 with anyio.CancelScope(shield=True):
                     await stream.aclose()
@@ -450,26 +453,27 @@ class JsonRpcPoster:
         head += "".join(f"{k}: {v}\r\n" for k, v in merged.items()).encode("latin-1") + b"\r\n"
         return head + body
 
-    async def _checkout(self) -> tuple[ByteStream, bool]:
+    async def _checkout(self) -> tuple[ByteStream, socket.socket, bool]:
         if self._closed:
             raise UpstreamUnavailableError("connection pool closed")
         while self._idle:
-            stream, since = self._idle.pop()
-            if anyio.current_time() - since < KEEPALIVE_EXPIRY_S and not _readable(stream):
-                return stream, True
+            stream, sock, since = self._idle.pop()
+            if anyio.current_time() - since < KEEPALIVE_EXPIRY_S and not _readable(sock):
+                return stream, sock, True
             with anyio.CancelScope(shield=True):  # the server may be closing it right now
                 await stream.aclose()
         try:
             with anyio.fail_after(self._connect_timeout_s):
                 if self._tls:
                     context = self._ssl_context or ssl.create_default_context()
-                    tls = await anyio.connect_tcp(
+                    fresh: ByteStream = await anyio.connect_tcp(
                         self._host, self._port, tls=True, ssl_context=context, tls_standard_compatible=False
                     )
-                    return tls, False
-                return await anyio.connect_tcp(self._host, self._port), False
+                else:
+                    fresh = await anyio.connect_tcp(self._host, self._port)
         except (OSError, TimeoutError) as exc:
             raise UpstreamUnavailableError(type(exc).__name__) from None
+        return fresh, fresh.extra(SocketAttribute.raw_socket), False
 
     def refused(self, bound: tuple[str, int], size: int) -> MessageBoundError:
         """A message passed ``bound`` (config key, limit) at ``size``: the call's error, logged for
@@ -539,10 +543,9 @@ class _StaleConnection(Exception):
     """The request could not be written: the server had closed the connection."""
 
 
-def _readable(stream: ByteStream) -> bool:
-    """Whether an idle connection has something to read: the server's FIN or reset, or bytes
-    no request asked for. Either way it must not carry another request."""
-    sock = stream.extra(SocketAttribute.raw_socket)
+def _readable(sock: socket.socket) -> bool:
+    """Whether an idle connection (its socket) has something to read: the server's FIN or
+    reset, or bytes no request asked for. Either way it must not carry another request."""
     try:
         readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):  # closed underneath us

@@ -7,7 +7,7 @@ own requests, ``subscriptions/listen`` streams, and the handshake that picks the
 session layer (ids, stamping, timeouts, cancellation, progress, inbound dispatch, listen routes)
 is here, once; a subclass supplies the wire: :class:`StreamSession` a message channel (our stdio
 channel, ``reconciler/stdio_peer.py``; the SDK's SSE transport; an in-process server's memory
-streams), :class:`~reconciler.http_session.HttpSession` the streamable-HTTP peer of ADR 0030.
+streams), :class:`~reconciler.http_peer.HttpPeer` the streamable-HTTP peer of ADR 0030.
 
 Guarantees of a :class:`JsonRpcPeer` (``tests/integration/test_peer_contract.py`` checks each
 per transport and era, with the SDK's own client as the oracle):

@@ -10,7 +10,7 @@ notifications, and it may be ended by the server before the response, to be resu
 
 - the request is POSTed by the connection's :class:`~reconciler.fasthttp.JsonRpcPoster` with the
   session's headers (``Mcp-Session-Id``, from the gateway's own handshake,
-  ``reconciler/http_session.py``);
+  ``reconciler/http_peer.py``);
 - the server's requests on the stream are answered concurrently, each in a task of the call's
   own task group (a copy of the caller's context: the relay attributes them to the call exactly,
   ``api/frontdoor/relay.py``), through ``serve`` (the connection's handlers, so configured roots

@@ -8,7 +8,7 @@ gateway's own JSON-RPC session over it (``reconciler/jsonrpc_peer.py``, ADR 0037
   SIGKILL. The gateway never signals any other process (I15). stderr is a pipe read by
   :func:`~reconciler.logsource.pump_stderr` (one task per connection): every line becomes a
   log record labeled with the source, redacted and rate-limited.
-- **streamable HTTP**: :class:`~reconciler.http_session.HttpSession` over the source's
+- **streamable HTTP**: :class:`~reconciler.http_peer.HttpPeer`, the session over the source's
   keep-alive pool (``reconciler/fasthttp.py``; TLS, OAuth, both eras).
 - **legacy SSE** (deprecated by the spec): the SDK's ``sse_client`` transport — the one
   documented exception (ADR 0037) — over our bounded HTTP transport
@@ -33,7 +33,6 @@ from mcp import StdioServerParameters
 from mcp_reconciler.reconciler.failure_cause import Evidence
 from mcp_reconciler.reconciler.fasthttp import JsonRpcPoster
 from mcp_reconciler.reconciler.http_peer import HttpPeer
-from mcp_reconciler.reconciler.http_session import HttpSession
 from mcp_reconciler.reconciler.jsonrpc_peer import Inbound, PeerSession, StreamSession
 from mcp_reconciler.reconciler.logsource import StderrSink, pump_stderr
 from mcp_reconciler.reconciler.model import SourceSpec
@@ -201,11 +200,11 @@ def transport_for(
             )
             try:
                 async with anyio.create_task_group() as tg:
-                    session = HttpSession(
+                    session = HttpPeer(
                         poster, inbound, tg, source=spec.name, list_bytes=list_bytes, list_entries=list_entries,
                         on_end=target.on_end,
                     )  # fmt: skip
-                    target.peer = session.peer
+                    target.peer = session
                     try:
                         yield session
                     finally:

@@ -26,7 +26,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -308,26 +308,27 @@ class UpstreamConnection:
         (``pydantic.ValidationError`` for one that does not conform to the negotiated version)."""
         return check_result(self.protocol_version or "2025-11-25", method, raw, result_type)
 
-    async def send_raw(
+    def send_raw(
         self, request: Any, *, timeout_s: float | None = None, progress_callback: ProgressFn | None = None
-    ) -> dict[str, Any]:
-        """Send ``request`` (an ``mcp_types`` request model) and return its raw result: the one
-        path of every request to an upstream (ADR 0030, ADR 0037): the connection's session
-        (``reconciler/jsonrpc_peer.py``) over its wire — a streamable-HTTP source's
-        :attr:`http_peer`, our stdio channel (ADR 0025), the SDK's SSE transport. Stamped as the
-        SDK's ``send_request`` stamps it; ``timeout_s`` raises ``MCPError`` ``REQUEST_TIMEOUT``; an error answer
-        raises ``MCPError``, a bound :class:`MessageBoundError`, a broken exchange
-        :class:`UpstreamUnavailableError`. Cancelling the caller cancels upstream."""
-        session = self.session
+    ) -> Awaitable[dict[str, Any]]:
+        """Send ``request`` (an ``mcp_types`` request model); awaiting the returned awaitable
+        gives its raw result. The one path of every request to an upstream (ADR 0030, ADR 0037):
+        the connection's session (``reconciler/jsonrpc_peer.py``) over its wire — a
+        streamable-HTTP source's :attr:`http_peer`, our stdio channel (ADR 0025), the SDK's SSE
+        transport. Stamped as the SDK's ``send_request`` stamps it; ``timeout_s`` raises
+        ``MCPError`` ``REQUEST_TIMEOUT``; an error answer raises ``MCPError``, a bound
+        :class:`MessageBoundError`, a broken exchange :class:`UpstreamUnavailableError`.
+        Cancelling the caller cancels upstream.
+
+        A hand-off, not a layer (issue 26's call path): the connection resolves its open
+        session (``UpstreamUnavailableError`` at once when it is not :attr:`alive`) and returns
+        the session's request for the caller to await, so the call goes from the operation to
+        the session directly. Nothing is left to do here afterwards: a wire that ends calls
+        the session's ``on_end`` (this connection's :meth:`_transport_ended`) itself."""
         data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        try:
-            return await session.request(
-                data["method"], data.get("params"), timeout_s=timeout_s, on_progress=progress_callback
-            )
-        except UpstreamUnavailableError:
-            if session.ended:
-                self._transport_ended()
-            raise
+        return self.session.request(
+            data["method"], data.get("params"), timeout_s=timeout_s, on_progress=progress_callback
+        )
 
     async def notify(self, notification: types.ClientNotification) -> None:
         """Send a notification to the server (e.g. progress on a request it sent us)."""

@@ -21,12 +21,13 @@ pytestmark = pytest.mark.slow
 TIMEOUT_S = 540
 
 
-#: Every smoke run, each as ``make`` would run it with ``--smoke``: the data plane, and the plane
-#: goals' three phases one per process (``--only``). They run at once — each has its own servers
-#: and temporary directory, and a smoke run is mostly interpreters starting, which overlap (~20 s
-#: one after another).
+#: Every smoke run, each as ``make`` would run it with ``--smoke``: the data plane, the upstream
+#: side's CPU per call, and the plane goals' three phases one per process (``--only``). They run
+#: at once — each has its own servers and temporary directory, and a smoke run is mostly
+#: interpreters starting, which overlap (~20 s one after another).
 RUNS = {
     "dataplane": ("bench/bench_dataplane.py",),
+    "upstream call": ("bench/bench_upstream_call.py",),
     **{f"plane goals {phase}": ("bench/bench_plane_goals.py", "--only", phase) for phase in ("list", "fanout", "idle")},
 }
 
@@ -82,6 +83,12 @@ def test_bench_dataplane_measures_every_row_and_goal_in_both_eras(runs: dict[str
         "gateway tput@4 / direct",
     ):
         assert out.count(goal) == 2, goal
+
+
+def test_bench_upstream_call_measures_the_upstream_side_in_both_eras(runs: dict[str, Run]) -> None:
+    out = runs["upstream call"].ok()
+    for era in ("2025", "2026"):
+        assert re.search(rf"\n  {era} +\d+\.\d+ +\d+\.\d+\n", out), era  # CPU and wall per call
 
 
 def test_bench_plane_goals_measures_lists_fanout_and_idle_sessions(runs: dict[str, Run]) -> None:

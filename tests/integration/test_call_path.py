@@ -37,14 +37,15 @@ pytestmark = pytest.mark.anyio
 WAIT = 20.0
 PACKAGE = "mcp_reconciler."
 PEER = "mcp_reconciler.reconciler.http_peer"
-#: The issue's goal is 8. Measured on this branch (the failure message lists them): 9 modules in
-#: both eras (the plane's entry, the era's handler, dispatch, door, forwarding, upstream, issue
-#: 25's jsonrpc_peer and http_session, the peer). A 2025-era call passed 10 until ADR 0042 (its
-#: frame reader in channel: the request's events now go straight onto the response, as in the
-#: 2026 era); 8 / 7 before issue 25's upstream session added its two modules. The edge steps and
-#: the front door's per-request duties are calls that return before the operation runs, not
-#: layers around it. The bounds are the real figures, kept so a new hop fails this test.
-MAX_MODULES = {"legacy": 9, "modern": 9}
+#: The issue's goal is 8. Measured (the failure message lists them): 7 modules in both eras (the
+#: plane's entry, the era's handler, dispatch, door, forwarding, the session layer jsonrpc_peer,
+#: the HTTP peer). ``UpstreamConnection.send_raw`` hands the call to the session and returns (ADR
+#: 0037 "Call path"); a 2025-era call's frame reader in channel left the path with ADR 0042 (its
+#: events go straight onto the response, as in the 2026 era); 10 / 9 before both and before
+#: http_session was folded into the peer. The edge steps and the front door's per-request duties
+#: are calls that return before the operation runs, not layers around it. The bounds are the real
+#: figures, kept so a new hop fails this test.
+MAX_MODULES = {"legacy": 7, "modern": 7}
 ENTRY = ("mcp_reconciler.api.plane.asgi", "__call__")  # Plane: the app uvicorn calls
 
 _active: contextvars.ContextVar[bool] = contextvars.ContextVar("call_path", default=False)
