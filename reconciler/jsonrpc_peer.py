@@ -130,10 +130,12 @@ class JsonRpcPeer(Protocol):
         *,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
+        param_headers: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Send a request and return its raw result. ``MCPError`` for an error answer or a
         timeout (``REQUEST_TIMEOUT``), :class:`MessageBoundError` at a bound,
-        :class:`UpstreamUnavailableError` when the wire breaks."""
+        :class:`UpstreamUnavailableError` when the wire breaks. ``param_headers``: a
+        ``tools/call``'s ``Mcp-Param-*`` headers, sent in the 2026 era (HTTP only)."""
         ...
 
     async def notify(self, method: str, params: Mapping[str, Any] | None) -> None:
@@ -293,6 +295,7 @@ class PeerSession:
         *,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
+        param_headers: Mapping[str, str] | None = None,
         request_id: int | str | None = None,
     ) -> dict[str, Any]:
         """Send a request and return its raw result (:class:`JsonRpcPeer`)."""
@@ -303,6 +306,8 @@ class PeerSession:
         if params:
             message["params"] = dict(params)
         headers = self._wire_stamp.apply(message)
+        if param_headers and self._wire_stamp.modern:  # the 2026 wire's routing headers (SDK: its stamp)
+            headers.update(param_headers)
         route = self._progress_route(message, on_progress)
         _requests.add(1, {"method": method})
         try:

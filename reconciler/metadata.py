@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from mcp.shared.inbound import X_MCP_HEADER_KEY, find_invalid_x_mcp_header, x_mcp_header_map
+
 from mcp_reconciler.reconciler import audit, telemetry
 from mcp_reconciler.reconciler.digest import canonical_json, digest_bytes
 from mcp_reconciler.reconciler.model import (
@@ -232,6 +234,7 @@ def _admit(
         digest=digest,
         size=len(raw0),
         provenance=prov,
+        param_headers=param_headers(body, raw0) if kind is EntryKind.TOOL else (),
     )
     if not (changes or findings or omitted):
         return Admission(entry=entry)
@@ -244,6 +247,21 @@ def _admit(
 
 
 _PLAIN_META: dict[str, tuple[bytes, bytes]] = {}  # by spec digest
+
+_X_MCP_HEADER = X_MCP_HEADER_KEY.encode()
+
+
+def param_headers(tool: Mapping[str, Any], raw: bytes) -> tuple[tuple[tuple[str, ...], str], ...]:
+    """``tool``'s ``x-mcp-header`` annotations as the upstream sent them (``raw`` its canonical
+    bytes: a schema without the keyword is not walked). None for an invalid annotation: the
+    SDK's client drops such a tool, the gateway lists it and sends no header (the upstream
+    decides)."""
+    if _X_MCP_HEADER not in raw:
+        return ()
+    schema = tool.get("inputSchema")
+    if not isinstance(schema, Mapping) or find_invalid_x_mcp_header(schema) is not None:
+        return ()
+    return tuple(sorted(x_mcp_header_map(schema).items()))
 
 
 def _plain_meta(source: str, trust: Trust) -> tuple[bytes, bytes]:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from mcp.shared.inbound import mcp_param_headers
+
 from mcp_reconciler.reconciler.digest import digest_json, digest_parts, freeze
 from mcp_reconciler.reconciler.projection import MetadataPolicy, Trust
 
@@ -181,6 +183,18 @@ class CatalogEntry:
     digest: str
     size: int = 0  # canonical JSON bytes of the digested definition, for the candidate byte bound
     provenance: EntryProvenance | None = None
+    #: A tool's ``x-mcp-header`` annotations (argument path → header token) in its input schema
+    #: *as the upstream sent it* (a projection or override may change the served schema, never
+    #: what the upstream checks); empty for most tools and every other kind.
+    param_headers: tuple[tuple[tuple[str, ...], str], ...] = ()
+
+    def call_headers(self, arguments: Mapping[str, Any] | None) -> dict[str, str]:
+        """The ``Mcp-Param-*`` headers a call of this tool with ``arguments`` carries upstream (a
+        2026-era upstream refuses a call of an annotated tool without them, ``HeaderMismatch``),
+        mirrored as the SDK's client mirrors them."""
+        if not self.param_headers:
+            return {}
+        return mcp_param_headers(dict(self.param_headers), arguments or {})
 
     @property
     def definition(self) -> Mapping[str, Any]:

@@ -26,7 +26,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -278,6 +278,7 @@ class UpstreamConnection:
         result_type: type[R],
         timeout_s: float | None = None,
         progress_callback: ProgressFn | None = None,
+        param_headers: Mapping[str, str] | None = None,
     ) -> R: ...
 
     @overload
@@ -287,6 +288,7 @@ class UpstreamConnection:
         result_type: TypeAdapter[Any],
         timeout_s: float | None = None,
         progress_callback: ProgressFn | None = None,
+        param_headers: Mapping[str, str] | None = None,
     ) -> Any: ...
 
     async def send(
@@ -295,12 +297,15 @@ class UpstreamConnection:
         result_type: Any,
         timeout_s: float | None = None,
         progress_callback: ProgressFn | None = None,
+        param_headers: Mapping[str, str] | None = None,
     ) -> Any:
         """Send a request on this connection and type its result as ``send_request`` would (no
         client-side caching or output-schema validation: a gateway passes results through).
         ``result_type`` is a pydantic model or ``TypeAdapter``. :meth:`send_raw`, then
         :meth:`check`."""
-        raw = await self.send_raw(request, timeout_s=timeout_s, progress_callback=progress_callback)
+        raw = await self.send_raw(
+            request, timeout_s=timeout_s, progress_callback=progress_callback, param_headers=param_headers
+        )
         return self.check(request.method, raw, result_type)
 
     def check(self, method: str, raw: dict[str, Any], result_type: Any) -> Any:
@@ -309,7 +314,12 @@ class UpstreamConnection:
         return check_result(self.protocol_version or "2025-11-25", method, raw, result_type)
 
     def send_raw(
-        self, request: Any, *, timeout_s: float | None = None, progress_callback: ProgressFn | None = None
+        self,
+        request: Any,
+        *,
+        timeout_s: float | None = None,
+        progress_callback: ProgressFn | None = None,
+        param_headers: Mapping[str, str] | None = None,
     ) -> Awaitable[dict[str, Any]]:
         """Send ``request`` (an ``mcp_types`` request model); awaiting the returned awaitable
         gives its raw result. The one path of every request to an upstream (ADR 0030, ADR 0037):
@@ -318,7 +328,8 @@ class UpstreamConnection:
         transport. Stamped as the SDK's ``send_request`` stamps it; ``timeout_s`` raises
         ``MCPError`` ``REQUEST_TIMEOUT``; an error answer raises ``MCPError``, a bound
         :class:`MessageBoundError`, a broken exchange :class:`UpstreamUnavailableError`.
-        Cancelling the caller cancels upstream.
+        Cancelling the caller cancels upstream. ``param_headers``: a ``tools/call``'s
+        ``Mcp-Param-*`` headers (``CatalogEntry.call_headers``), sent to a 2026-era upstream.
 
         A hand-off, not a layer (issue 26's call path): the connection resolves its open
         session (``UpstreamUnavailableError`` at once when it is not :attr:`alive`) and returns
@@ -327,7 +338,11 @@ class UpstreamConnection:
         the session's ``on_end`` (this connection's :meth:`_transport_ended`) itself."""
         data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
         return self.session.request(
-            data["method"], data.get("params"), timeout_s=timeout_s, on_progress=progress_callback
+            data["method"],
+            data.get("params"),
+            timeout_s=timeout_s,
+            on_progress=progress_callback,
+            param_headers=param_headers,
         )
 
     async def notify(self, notification: types.ClientNotification) -> None:

@@ -237,6 +237,7 @@ class Forwarder:
             if sealed is not None and sealed.upstream_state is not None:
                 extra["request_state"] = sealed.upstream_state
             request = build(entry, up_meta, extra)
+            headers = entry.call_headers(getattr(params, "arguments", None))  # Mcp-Param-* (2026 wire)
             call_s = call_timeout(conn)
             interactive = INTERACTIVE.get(result_type)
             if interactive is not None and binding.era == "modern" and conn.legacy:
@@ -245,8 +246,16 @@ class Forwarder:
                 with live.pin():
                     async with slot:
                         result = await self._exchanges.start(
-                            binding, ctx, conn, live, request, result_type,
-                            kind=kind, name=name, drifted=resolved.drifted, timeout_s=call_s,
+                            binding,
+                            ctx,
+                            conn,
+                            live,
+                            request,
+                            result_type,
+                            kind=kind,
+                            name=name,
+                            drifted=resolved.drifted,
+                            timeout_s=call_s,
                         )
             else:
                 rtype = interactive if interactive is not None and not conn.legacy else result_type
@@ -255,11 +264,11 @@ class Forwarder:
                     with self._relay.call(binding, ctx, conn) as call:
                         sent = anyio.current_time()
                         try:
-                            result = await self._send(conn, request, rtype, ctx, meta, call_s, raw)
+                            result = await self._send(conn, request, rtype, ctx, meta, call_s, raw, headers)
                         finally:  # the upstream's share, also when it failed
                             facts.upstream_s = anyio.current_time() - sent
                         if isinstance(result, types.InputRequiredResult):
-                            retry = self._retrier(conn, entry, build, up_meta, rtype, ctx, meta, call_s)
+                            retry = self._retrier(conn, entry, build, up_meta, rtype, ctx, meta, call_s, headers)
                             result = await answer_input_required(
                                 self._relay,
                                 self._seal,
@@ -291,13 +300,14 @@ class Forwarder:
         meta: Mapping[str, Any] | None,
         call_s: float | None,
         raw: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         if progress_token(meta) is None:
-            answer = await conn.send_raw(request, timeout_s=call_s)
+            answer = await conn.send_raw(request, timeout_s=call_s, param_headers=headers)
             if raw and simple_call_result(answer):
                 return RawResult(answer)
             return conn.check(request.method, answer, result_type)
-        return await send_with_progress(conn, request, result_type, ctx, call_s)
+        return await send_with_progress(conn, request, result_type, ctx, call_s, headers)
 
     def _retrier(
         self,
@@ -309,6 +319,7 @@ class Forwarder:
         ctx: ServerRequestContext[Any],
         meta: Mapping[str, Any] | None,
         call_s: float | None,
+        headers: Mapping[str, str],
     ) -> Retry:
         """Sends the upstream request again with a round's answers and the upstream's state."""
 
@@ -318,7 +329,7 @@ class Forwarder:
                 extra["input_responses"] = answers
             if upstream_state is not None:
                 extra["request_state"] = upstream_state
-            return await self._send(conn, build(entry, up_meta, extra), rtype, ctx, meta, call_s)
+            return await self._send(conn, build(entry, up_meta, extra), rtype, ctx, meta, call_s, headers=headers)
 
         return retry
 

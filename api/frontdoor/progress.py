@@ -22,6 +22,7 @@ async def send_with_progress(
     result_type: type[Any],
     ctx: ServerRequestContext[Any],
     timeout_s: float | None = None,
+    param_headers: Mapping[str, str] | None = None,
 ) -> Any:
     """Forward ``request`` and relay the upstream's progress to the caller, in order, all of it
     before the result. The SDK runs each progress callback as its own task; they only enqueue
@@ -44,7 +45,9 @@ async def send_with_progress(
     async with anyio.create_task_group() as tg:
         tg.start_soon(pump)
         with send:  # closing it lets the pump drain and end
-            return await conn.send(request, result_type, timeout_s=timeout_s, progress_callback=callback)
+            return await conn.send(
+                request, result_type, timeout_s=timeout_s, progress_callback=callback, param_headers=param_headers
+            )
 
 
 #: The SDK hands request ``_meta`` to handlers with the progress token under its Python name

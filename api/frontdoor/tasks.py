@@ -207,7 +207,8 @@ class Tasks:
                 _meta=forwardable(params.meta),
             )
         )
-        raw = await conn.send_raw(request, timeout_s=call_timeout(conn))
+        headers = resolved.entry.call_headers(params.arguments)  # Mcp-Param-* (2026 wire)
+        raw = await conn.send_raw(request, timeout_s=call_timeout(conn), param_headers=headers)
         try:
             if "task" in raw:
                 return types.CreateTaskResult.model_validate(raw, by_name=False)

@@ -3,7 +3,9 @@ server behind it (the oracle): a tool whose input schema annotates a param with 
 needs the header to match the argument (``HEADER_MISMATCH`` otherwise); a tool without
 annotations takes the call whatever ``Mcp-Param-*`` headers come with it. The gateway looks the
 annotation up once per definition (``Listing.param_header_schema``, ADR 0041), so both kinds of
-tool are checked here, and a stray header on the plain tool must not make it check anything."""
+tool are checked here, and a stray header on the plain tool must not make it check anything. The
+gateway is a client of the upstream too: its forwarded call carries the ``Mcp-Param-*`` headers
+the upstream's annotation asks for (``CatalogEntry.call_headers``)."""
 
 from __future__ import annotations
 
@@ -78,10 +80,15 @@ async def test_param_headers_checked_for_annotated_tools_only(tmp_path: Path, ht
         with anyio.fail_after(WAIT):  # the cached answer holds on a second call too
             again = await http.post(gw.url, content=call("up__routed", "eu"), headers=headers("up__routed"))
         assert outcome(again)[1] == HEADER_MISMATCH
-        # A matching header passes the gateway's edge. (The upstream then refuses the forwarded
-        # call: the upstream leg sends no Mcp-Param-* header of its own yet — a gap of the
-        # upstream side, not checked here.)
+        # A matching header passes the gateway's edge, and the gateway mirrors the argument into
+        # its own Mcp-Param-* header upstream (the tool's annotation as the upstream listed it):
+        # the upstream, which checks it, serves the call — as it serves the SDK's client.
         matched = await http.post(
             gw.url, content=call("up__routed", "eu"), headers=headers("up__routed", **{"mcp-param-region": "eu"})
         )
-        assert outcome(matched)[1] != HEADER_MISMATCH, matched.text
+        sdk = await http.post(
+            direct, content=call("routed", "eu"), headers=headers("routed", **{"mcp-param-region": "eu"})
+        )
+        assert outcome(sdk) == (200, None), sdk.text
+        assert outcome(matched) == (200, None), matched.text
+        assert matched.json()["result"]["content"] == sdk.json()["result"]["content"]

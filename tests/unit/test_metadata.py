@@ -43,6 +43,33 @@ def state(sp: SourceSpec, *definitions: dict[str, Any]) -> SourceState:
 # -- admission ---------------------------------------------------------------------------------------
 
 
+ROUTED = {
+    "type": "object",
+    "properties": {"region": {"type": "string", "x-mcp-header": "Region"}, "n": {"type": "integer"}},
+}
+
+
+@pytest.mark.parametrize("trust", [Trust.TRUSTED, Trust.UNTRUSTED])
+def test_a_tools_param_headers_are_the_upstreams_annotations_whatever_is_served(trust: Trust) -> None:
+    """What a 2026-era call mirrors into ``Mcp-Param-*`` headers is the upstream's annotation,
+    kept beside the served (possibly projected, overridden) definition."""
+    sp = spec(trust=trust, overrides={"t": Override(description="Routed.")})
+    entry = admit(sp, EntryKind.TOOL, "t", "s__t", tool(description=POISON, inputSchema=ROUTED)).entry
+    assert entry.param_headers == ((("region",), "Region"),)
+    assert entry.call_headers({"region": "eu", "n": 3}) == {"Mcp-Param-Region": "eu"}
+    assert entry.call_headers({"n": 3}) == {} and entry.call_headers(None) == {}
+
+
+def test_no_param_headers_without_a_valid_annotation() -> None:
+    plain = admit(spec(), EntryKind.TOOL, "t", "s__t", tool()).entry
+    bad = {"type": "object", "properties": {"a": {"type": "object", "x-mcp-header": "A"}}}  # not a primitive
+    invalid = admit(spec(), EntryKind.TOOL, "u", "s__u", tool(name="u", inputSchema=bad)).entry
+    prompt = admit(spec(), EntryKind.PROMPT, "p", "s__p", {"name": "p", "x-mcp-header": "P"}).entry
+    assert plain.param_headers == invalid.param_headers == prompt.param_headers == ()
+    assert plain.call_headers({"region": "eu"}) == {}
+
+
+
 def test_I20_digest_is_of_the_original_definition_whatever_is_served() -> None:
     definition = tool(description="Echo.\u200b", _meta={"vendor/x": 1})
     original = digest_bytes(canonical_json({k: v for k, v in definition.items() if k != "_meta"}))
