@@ -16,9 +16,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -126,31 +124,6 @@ class LazyEvent(anyio.Event):
         return self._event.statistics() if self._event is not None else EventStatistics(tasks_waiting=0)
 
 
-class LazyExitStack(AsyncExitStack):
-    """An ``AsyncExitStack`` whose callback queue is made when the first callback is pushed: the
-    connection's exit stack of an idle session (the front door is told of the end by the table,
-    :class:`SessionTable` ``on_close``) holds nothing, so it need not hold an empty deque either
-    (~0.7 KiB, issue 26). It reads and writes the queue where ``contextlib`` does."""
-
-    def __init__(self) -> None:  # not the base's: it would make the queue now
-        self._queue: deque[Any] | None = None
-
-    @property
-    def _exit_callbacks(self) -> deque[Any]:
-        if self._queue is None:
-            self._queue = deque()
-        return self._queue
-
-    @_exit_callbacks.setter
-    def _exit_callbacks(self, value: deque[Any]) -> None:
-        self._queue = value
-
-    async def aclose(self) -> None:
-        """Unwind the callbacks pushed, newest first (nothing to do, and nothing made, if none was)."""
-        if self._queue:
-            await super().aclose()
-
-
 @dataclass(eq=False, slots=True)
 class LegacySession:
     """One 2025-era session: who opened it (and the client key it counts against), its
@@ -251,7 +224,6 @@ class SessionTable:
         standalone = PushChannel(None, None, PUSH_BACKLOG, wait=False, replies=replies)
         connection = Connection.for_loop(standalone, session_id=sid, protocol_version_hint=LATEST_HANDSHAKE_VERSION)
         connection.initialized = LazyEvent()  # the SDK's event, made only if waited on (issue 26)
-        connection.exit_stack = LazyExitStack()  # its queue made only if a callback is pushed
         session = LegacySession(sid, principal, client, connection, standalone, replies, anyio.current_time())
         self.sessions[sid] = session
         self._per_client[client] = self._per_client.get(client, 0) + 1

@@ -83,6 +83,7 @@ async def test_I18_idle_2025_sessions_cost_under_4_kib_each_and_reaping_gives_al
             growth = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
             top = after.compare_to(before, "filename")[:5]
             per_session = growth / len(sids)
+            print(f"\nidle 2025-era session: {per_session:.0f} B by tracemalloc")
             assert per_session < BOUND, (per_session, [(str(s.traceback), s.size_diff // SESSIONS) for s in top])
             front = served.front
             assert len(front.sessions.bindings) >= SESSIONS + 50

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_reconciler.api.plane.sessions import LazyExitStack
 from mcp_reconciler.reconciler import sharing
 from mcp_reconciler.reconciler.authority import Authority, GrantPolicy
 from mcp_reconciler.reconciler.errors import UnknownNameError
@@ -82,26 +81,3 @@ def test_view_memo_is_bounded_per_generation_at_n_and_n_plus_1() -> None:
     assert memo.get(first, dict(grants[1]), None) is None  # by the map's identity, not its content
     memo.put(second, grants[1], None, "new")  # another generation: the first one's are dropped
     assert memo.get(first, grants[1], None) is None and memo.get(second, grants[1], None) == "new"
-
-
-@pytest.mark.anyio
-async def test_lazy_exit_stack_unwinds_like_an_exit_stack_and_holds_nothing_until_used() -> None:
-    stack = LazyExitStack()
-    await stack.aclose()
-    assert stack._queue is None  # nothing pushed: nothing made, even by closing
-    ran: list[int] = []
-    stack.callback(ran.append, 1)
-    stack.callback(ran.append, 2)
-
-    async def last() -> None:
-        ran.append(3)
-
-    stack.push_async_callback(last)
-    moved = stack.pop_all()
-    await stack.aclose()
-    assert ran == []  # moved away with pop_all
-    await moved.aclose()
-    assert ran == [3, 2, 1]  # newest first
-    async with LazyExitStack() as scoped:
-        scoped.callback(ran.append, 4)
-    assert ran[-1] == 4
