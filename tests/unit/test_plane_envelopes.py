@@ -40,15 +40,21 @@ def test_a_repeated_envelope_makes_the_connection_from_envelope_makes(info: Any,
     assert second.client_capabilities is first.client_capabilities  # validated once
 
 
-def test_envelopes_are_bounded_at_n_and_n_plus_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    validated: list[Any] = []
+@pytest.fixture
+def validated(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The client infos ``Connection.from_envelope`` validates, in order, while the test runs."""
+    seen: list[Any] = []
     real = Connection.from_envelope
 
     def counting(version: str, info: Any, caps: Any) -> Connection:
-        validated.append(info)
+        seen.append(info)
         return real(version, info, caps)
 
     monkeypatch.setattr(era2026.Connection, "from_envelope", staticmethod(counting))
+    return seen
+
+
+def test_envelopes_are_bounded_at_n_and_n_plus_1(validated: list[Any]) -> None:
     envelopes = Envelopes(kept=2)
     a, b, c = ({"name": n, "version": "1"} for n in "abc")
     for info in (a, b, a, b):  # N = 2 kept: each validated once
@@ -60,15 +66,7 @@ def test_envelopes_are_bounded_at_n_and_n_plus_1(monkeypatch: pytest.MonkeyPatch
     assert validated == [a, b, c, a]
 
 
-def test_an_envelope_key_is_kept_up_to_its_bound_and_not_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    validated: list[Any] = []
-    real = Connection.from_envelope
-
-    def counting(version: str, info: Any, caps: Any) -> Connection:
-        validated.append(info)
-        return real(version, info, caps)
-
-    monkeypatch.setattr(era2026.Connection, "from_envelope", staticmethod(counting))
+def test_an_envelope_key_is_kept_up_to_its_bound_and_not_over(validated: list[Any]) -> None:
     fits = {"name": "n", "version": "1"}
     bound = len(repr((VERSION, fits, CAPS)))
     envelopes = Envelopes(key_max=bound)
