@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -206,7 +207,11 @@ def routes(control: Control) -> list[BaseRoute]:
     out.append(Route(EVENTS_PATH, endpoint=control.events, methods=["GET"]))
     # Last: anything else under /v1 answers a JSON error too (never Starlette's plain-text 404/405,
     # nor a slash redirect that would turn "DELETE /v1/sessions/" into a request on the collection).
-    out.append(Route("/v1/{rest:path}", endpoint=_unmatched(list(out)), methods=_ANY_METHOD))
+    unmatched = Route("/v1/{rest:path}", endpoint=_unmatched(list(out)), methods=_ANY_METHOD)
+    # Starlette's ``path`` convertor is ``.*`` without DOTALL: a path holding a newline (``%0A``)
+    # matched no route and got Starlette's plain-text 404. Every path under /v1 lands here.
+    unmatched.path_regex = re.compile(r"^/v1/(?P<rest>.*)$", re.DOTALL)
+    out.append(unmatched)
     # The operator console (api/ui/): a static page over this API, served beside it.
     return [*out, *ui_routes()]
 
