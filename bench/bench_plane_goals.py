@@ -3,10 +3,10 @@
 Run from the repo root:  python bench/bench_plane_goals.py [--quick | --smoke] [--only list,fanout,idle] [--json PATH]
 
 Every gateway is a process of its own on 127.0.0.1 that binds port 0 and reports the port it got:
-``mcp-reconciler serve`` (the "gateway" row) and, while ``bench/plane_gateway.py`` exists, the
-new plane in a gateway of its own on the same config (the "new plane" row; issue 26's switch
-makes ``serve`` that plane and removes the row). Sources are ``tests.support.upstream_server``
-over streamable HTTP. Clients speak raw HTTP (no SDK client), so what is timed is the gateway.
+``mcp-reconciler serve`` (the "gateway" row; since issue 26's switch it is the gateway's own
+plane, and the bench-only "new plane" row went with ``bench/plane_gateway.py``). Sources are
+``tests.support.upstream_server`` over streamable HTTP. Clients speak raw HTTP (no SDK client),
+so what is timed is the gateway.
 
 1. ``list``: ``tools/list`` of 1,000 tools (one source of 993 + its 7 control tools) with 1,000
    2025-era sessions open: p50/p99 of the time to the last byte over a sample spread across the
@@ -59,7 +59,6 @@ QUICK = "--quick" in sys.argv
 LIST = (6, 6, 30) if SMOKE else (300, 60, 1000) if QUICK else (1000, 200, 1000)
 FANOUT = (4, 2) if SMOKE else (300, 8) if QUICK else (1000, 12)
 IDLE = (20, 2.0) if SMOKE else (2000, 30.0) if QUICK else (10000, 90.0)
-PLANE_GATEWAY = SELF.parent / "plane_gateway.py"
 UPSTREAM = [sys.executable, "-m", "tests.support.upstream_server", "--transport", "http"]
 CONTROL_TOOLS = 7  # the upstream's own control tools, listed beside the catalog
 DRIVERS = 2
@@ -73,9 +72,8 @@ MIB = 1024 * 1024
 
 
 def gateways() -> list[str]:
-    """The rows: ``serve`` always, the bench-only new-plane gateway while it exists (not in a
-    smoke run: it checks the bench, not the plane)."""
-    return ["gateway", *(["new plane"] if PLANE_GATEWAY.exists() and not SMOKE else [])]
+    """The rows: ``serve``."""
+    return ["gateway"]
 
 
 def rss(pid: int) -> int:
@@ -107,10 +105,7 @@ async def gateway(
         gateway_cfg = {"anonymous": {"grant_policy": policy}, "cooldown_s": 0, "limits": limits}
         source = {"name": "h", "http": {"url": f"http://127.0.0.1:{up_port}/mcp"}}
         cfg.write_text(json.dumps({"gateway": gateway_cfg, "sources": [source]}))
-        if row.rsplit("-", 1)[-1] == "gateway":  # rows arrive as "<bench>-<row>"
-            argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), *port_args(gw_file)]
-        else:
-            argv = [sys.executable, str(PLANE_GATEWAY), "--config", str(cfg), "--port-file", str(gw_file)]
+        argv = [sys.executable, "-m", "mcp_reconciler.api.cli", "serve", "--config", str(cfg), *port_args(gw_file)]
         pid, port = await stack.enter_async_context(process(argv, gw_file))
         limits_http = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
         http = await stack.enter_async_context(httpx2.AsyncClient(timeout=60, limits=limits_http))
