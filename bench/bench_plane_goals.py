@@ -51,7 +51,7 @@ sys.path.insert(0, str(SELF.parent))
 
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
-from _clients import cpu_s, list_once, loadavg, raw_session  # noqa: E402
+from _clients import INITIALIZE, INITIALIZED, cpu_s, list_once, loadavg, raw_session  # noqa: E402
 from _ports import port_args, reported_port  # noqa: E402
 from _rawhttp import RawHTTP, answer_of  # noqa: E402
 from _stats import json_if_asked, pct  # noqa: E402
@@ -174,19 +174,10 @@ def raw_list(conn: RawHTTP, path: str, era: str, i: int, sid: str | None) -> tup
 
 def raw_session_on(conn: RawHTTP, path: str) -> str:
     """A 2025-era session opened on ``conn`` (initialize + initialized): its id."""
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "1"},
-        },
-    }
-    sid = conn.post(path, HEADERS, json.dumps(init).encode()).headers["mcp-session-id"]
-    notice = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
-    conn.post(path, {**HEADERS, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}, notice)
+    sid = conn.post(path, HEADERS, json.dumps(INITIALIZE).encode()).headers["mcp-session-id"]
+    conn.post(
+        path, {**HEADERS, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}, json.dumps(INITIALIZED).encode()
+    )
     return sid
 
 
