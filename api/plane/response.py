@@ -137,7 +137,9 @@ class LiveResponse:
         scope.cancel()
 
     def _start_pinger(self) -> None:
-        self._lock = anyio.Lock()
+        # fast_acquire: an uncontended frame takes the lock without yielding, so a listen stream's
+        # event is still written without waiting (push.start_now) once the pinger exists.
+        self._lock = anyio.Lock(fast_acquire=True)
         self._pinger = asyncio.get_running_loop().create_task(self._ping())
 
     async def _ping(self) -> None:
