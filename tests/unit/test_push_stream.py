@@ -211,15 +211,17 @@ async def test_pushes_queued_before_the_stream_opened_and_its_replay_go_first() 
     await _push(session, 1)  # the opener still writes its replay: queued behind
     await wire.write(session.priming(0))
     stream.ready()
+    await _push(session, 2)  # idle, but frames are queued: behind them, not past them
+    assert stream.direct_frames == 0 and stream.queued == 3 and len(wire.written) == 1
     with anyio.fail_after(WAIT):
         async with anyio.create_task_group() as tg:
             tg.start_soon(_drain, stream, session)
             while stream.queued:
                 await anyio.wait_all_tasks_blocked()
-            await _push(session, 2)
+            await _push(session, 3)
             session.standalone.sink.close()
     assert wire.written[0].endswith(b"data: \r\n\r\n")  # the priming event
-    assert _uris(wire.written[1:]) == ["note://0", "note://1", "note://2"]
+    assert _uris(wire.written[1:]) == ["note://0", "note://1", "note://2", "note://3"]
     assert stream.direct_frames == 1
 
 
