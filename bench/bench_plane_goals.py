@@ -14,11 +14,14 @@ so what is timed is the gateway.
    the gateway's CPU per list. Goal p50 <= 1 ms, p99 <= 5 ms.
 2. ``fanout``: one ``notifications/tools/list_changed`` reaching N open sessions, both eras
    (2025: N standalone GET streams; 2026: N ``subscriptions/listen`` streams), held by two
-   driver processes (this file with ``--driver``) that timestamp each arrival (wall clock). A
+   driver processes (this file with ``--driver``): raw sockets in one ``selectors`` loop each,
+   timestamping (wall clock) the read that holds a session's frame — no HTTP client or SSE
+   parsing, so the receivers' own CPU stays small beside the gateway's on the same cores. A
    round: the upstream's ``set_tools`` is called through the gateway (the upstream announces to
    the gateway, which re-lists and tells every session); per round, each session's arrival is
    measured from the trigger and from the round's first arrival (the fan-out itself, without
-   the re-list). Goal p99 <= 20 ms.
+   the re-list), and the gateway's own write spread per notifier pass (first session told to
+   the last, ``frontdoor.list_changed.fanout`` read from ``/metrics``). Goal p99 <= 20 ms.
 3. ``idle``: N idle 2025-era sessions (initialize + initialized, then nothing): the gateway's RSS
    before, with N open, after they were reaped (``session_idle_s``), with N open again, and
    after reaping again — growth per session, what reaping gave back, and whether the second N
