@@ -43,7 +43,10 @@ def start_now(write: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
     """Run ``write`` in the calling task until it finishes or first waits. ``None`` when it
     finished (an ASGI ``send`` that did not wait: its bytes are on the transport); else the task
     that runs the rest, so the caller never waits for one client (an exception raised before the
-    first wait is the caller's)."""
+    first wait is the caller's). The rest runs in another task than the start: fit for a write
+    that waits on a future (an ASGI ``send`` under its flow control, which is what is passed
+    here), not for one that waits inside a cancel scope it entered (a scope is left in the task
+    that entered it)."""
     try:
         waiting_on = write.send(None)
     except StopIteration:
