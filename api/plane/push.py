@@ -136,11 +136,14 @@ class DirectStream:
 
     async def write(self, frame: bytes) -> None:
         """Write ``frame`` from the stream's own task (a backlog frame, an ack, a ping), after
-        any write in flight."""
+        any write in flight. A client gone meanwhile drops it, as :meth:`direct` does (the
+        stream's task is being cancelled with the response)."""
         await self.settled()
         self.busy = True
         try:
             await self._write(*self._stamp(frame))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
         finally:
             self._release()
 
