@@ -287,7 +287,6 @@ async def test_I18_bound_hits_are_counted_by_bound(tmp_path: Path) -> None:
     assert _delta(after, before, series) == 1
 
 
-
 async def test_I18_transport_session_refusals_are_counted_by_bound(tmp_path: Path) -> None:
     """README "Observe it": ``gateway_limits_hits_total`` counts every I18 bound hit, the total
     transport sessions (503) as well as the per-client bound (429): nothing at N, one at N+1."""
@@ -323,6 +322,7 @@ async def test_I18_transport_session_refusals_are_counted_by_bound(tmp_path: Pat
         after = parse_text((await _scrape(served.base_url)).text)
     assert _delta(after, before, total) == 2
     assert _delta(after, before, per_client) == 0
+
 
 async def test_cluster_replica_labels_metrics_and_records(tmp_path: Path) -> None:
     trail = tmp_path / "audit.jsonl"
