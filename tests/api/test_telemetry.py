@@ -70,6 +70,7 @@ async def _script(served: Any) -> None:
         assert created.status_code == 201
         session = created.json()
     async with mcp_client(served, headers={"authorization": f"Bearer {session['token']}"}) as client:
+        assert (await client.list_tools()) == (await client.list_tools())  # the second from the page cache
         await client.call_tool("up__a", {"x": 1, "token": PLANTED})
         await client.call_tool("up__a", {"x": 2})
         await client.call_tool("up__b", {})
@@ -120,6 +121,9 @@ async def test_metrics_after_a_scripted_session(tmp_path: Path) -> None:
     assert _delta(after, before, le) == 2
     assert _delta(after, before, f'{calls}{{kind="tool",name="up__crash",outcome="upstream_unavailable"}}') == 1
     assert _delta(after, before, 'mcp_reconciler_frontdoor_auth_refused_total{reason="invalid"}') == 1
+    pages = "mcp_reconciler_frontdoor_list_pages_total"
+    assert _delta(after, before, f'{pages}{{from="built",method="tools/list"}}') >= 1
+    assert _delta(after, before, f'{pages}{{from="cache",method="tools/list"}}') >= 1
     # set_tools publishes a, b, c; the crash may publish the source's failure; the reconnected
     # upstream lists its spawn snapshot a, b again: exactly what the engine published.
     assert len(published) >= 2
