@@ -38,7 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.api.conftest import backdate
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE
-from tests.support.gateway_process import GatewayProcess, alive, gateway_process, stop
+from tests.support.gateway_process import GatewayProcess, alive, cmdline, gateway_process, stop
 from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -113,9 +113,10 @@ class Walk:
 
     def upstreams(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {s: [] for s in SOURCES}
+        gateway = cmdline(self.gw.pid)
         for pid, cmd in self.gw.upstreams().items():
-            if not cmd:
-                continue  # exited between the listing and the read
+            if not cmd or cmd == gateway:
+                continue  # exited between the listing and the read, or forked and not yet exec'd
             source = next((s for marker, s in _PROCESS_OF.items() if marker in cmd), None)
             assert source is not None, f"an unexpected child of the gateway: {pid} {cmd}"
             out[source].append(pid)
