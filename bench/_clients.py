@@ -24,7 +24,8 @@ import httpx2
 from _ports import port_args, reported_port
 from mcp import Client
 
-from tests.support.raw_mcp import legacy_headers, legacy_open
+from tests.support.raw_mcp import INITIALIZED as INITIALIZED  # re-exported: bench_plane_goals sends it
+from tests.support.raw_mcp import legacy_headers, legacy_initialize, legacy_open
 from tests.support.waits import until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -134,6 +135,11 @@ async def run_calls(
         for c in clients:
             tg.start_soon(loop, c)
     return lat, time.perf_counter() - t0
+
+
+#: The 2025-era handshake a raw client sends: ``initialize``, then ``notifications/initialized``
+#: (the tests' own, ``tests/support/raw_mcp.py``).
+INITIALIZE = legacy_initialize()
 
 
 async def raw_session(http: httpx2.AsyncClient, url: str) -> str:

@@ -35,6 +35,16 @@ def messages(response: httpx2.Response) -> list[dict[str, Any]]:
     return out
 
 
+def legacy_initialize(capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A 2025-11-25 ``initialize`` request (id 1)."""
+    client = {"name": "raw", "version": "0"}
+    return rpc("initialize", {"protocolVersion": LEGACY, "capabilities": capabilities or {}, "clientInfo": client})
+
+
+#: The handshake's second message (a notification).
+INITIALIZED = rpc("notifications/initialized", id_=None)
+
+
 def legacy_headers(session_id: str | None = None, headers: dict[str, str] | None = None) -> httpx2.Headers:
     """The headers of a 2025-11-25 request: :data:`ACCEPT` and ``headers`` (which win, whatever
     their case), and on an open session its id and protocol version."""
@@ -53,14 +63,10 @@ async def legacy_open(
 ) -> httpx2.Response:
     """``initialize`` + ``notifications/initialized`` of a 2025-11-25 session; returns the
     initialize response (its ``mcp-session-id`` header names the transport session)."""
-    client = {"name": "raw", "version": "0"}
-    params = {"protocolVersion": LEGACY, "capabilities": capabilities or {}, "clientInfo": client}
-    response = await http.post(url, json=rpc("initialize", params), headers=legacy_headers(None, headers))
+    response = await http.post(url, json=legacy_initialize(capabilities), headers=legacy_headers(None, headers))
     sid = response.headers.get("mcp-session-id")
     if response.status_code == 200 and sid:
-        done = await http.post(
-            url, json=rpc("notifications/initialized", id_=None), headers=legacy_headers(sid, headers)
-        )
+        done = await http.post(url, json=INITIALIZED, headers=legacy_headers(sid, headers))
         assert done.status_code == 202, done.text
     return response
 
