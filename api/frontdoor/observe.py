@@ -33,7 +33,7 @@ from opentelemetry import propagate, trace
 from pydantic_core import PydanticSerializationError, to_json
 
 from mcp_reconciler.api.frontdoor.passthrough import RawResult
-from mcp_reconciler.api.frontdoor.revisions import REVISION_META
+from mcp_reconciler.api.frontdoor.revisions import REVISION_META, request_header
 from mcp_reconciler.reconciler import audit, telemetry
 from mcp_reconciler.reconciler.model import CatalogEntry
 
@@ -99,11 +99,10 @@ def client_context(ctx: Any, meta: Mapping[str, Any] | None) -> otel_context.Con
     carrier: Mapping[str, Any] | None = meta if meta and "traceparent" in meta else None
     if carrier is None:
         request = getattr(ctx, "request", None)
-        headers = getattr(request, "headers", None)
-        value = headers.get("traceparent") if headers is not None else None
-        if not value or headers is None:
+        value = request_header(request, "traceparent")
+        if not value:
             return None
-        carrier = {"traceparent": value, "tracestate": headers.get("tracestate", "")}
+        carrier = {"traceparent": value, "tracestate": request_header(request, "tracestate") or ""}
     try:
         parent = propagate.extract(dict(carrier))
     except (ValueError, TypeError):

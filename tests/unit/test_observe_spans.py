@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
+from starlette.requests import Request
 
 from mcp_reconciler.api.frontdoor import observe
 from mcp_reconciler.api.frontdoor.observe import OperationObserver, inject
@@ -49,3 +50,15 @@ async def test_without_a_provider_the_clients_trace_context_reaches_the_upstream
         sent = inject({})
     assert len(no_provider) == 1  # the (no-op) span carries the client's context
     assert sent is not None and sent["traceparent"].split("-")[1] == TRACE_ID
+
+
+def test_the_traceparent_header_is_the_parent_without_one_in_meta() -> None:
+    class HttpCtx:
+        request = Request(
+            {"type": "http", "headers": [(b"x-a", b"1"), (b"traceparent", CLIENT["traceparent"].encode())]}
+        )
+
+    parent = observe.client_context(HttpCtx(), {"k": "v"})
+    assert parent is not None
+    assert f"{trace.get_current_span(parent).get_span_context().trace_id:032x}" == TRACE_ID
+    assert observe.client_context(_Ctx(), {"k": "v"}) is None  # stdio: no request, no header
