@@ -123,22 +123,26 @@ async def run_calls(
 _HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
+#: The 2025-era handshake a raw client sends: ``initialize``, then ``notifications/initialized``.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "1"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
 async def raw_session(http: httpx2.AsyncClient, url: str) -> str:
     """Open a 2025-era session with raw HTTP (initialize + initialized): its ``Mcp-Session-Id``."""
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "1"},
-        },
-    }
-    r = await http.post(url, json=init, headers=_HEADERS)
+    r = await http.post(url, json=INITIALIZE, headers=_HEADERS)
     sid = r.headers["mcp-session-id"]
     headers = _HEADERS | {"mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
-    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    await http.post(url, json=INITIALIZED, headers=headers)
     return sid
 
 

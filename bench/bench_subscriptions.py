@@ -53,6 +53,7 @@ sys.path.insert(0, str(BENCH_DIR))
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
 import mcp_types as types  # noqa: E402
+from _clients import INITIALIZE, INITIALIZED  # noqa: E402
 from _stats import dump_json, environment, median, pct, verdict  # noqa: E402
 from anyio.streams.text import TextReceiveStream  # noqa: E402
 from mcp import Client, MCPDeprecationWarning  # noqa: E402
@@ -124,20 +125,10 @@ async def _driver(url: str, mode: str, tokens: list[str]) -> None:
         """A 2025-11-25 session spoken over plain HTTP (no SDK client): initialize, subscribe, and
         a GET stream read line by line. What it measures is the gateway, not a client's parsing."""
         base = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "b", "version": "1"},
-            },
-        }
-        response = await http.post(url, json=init, headers=base)
+        response = await http.post(url, json=INITIALIZE, headers=base)
         sid = response.headers["mcp-session-id"]
         headers = {**base, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
-        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        await http.post(url, json=INITIALIZED, headers=headers)
         async with http.stream("GET", url, headers={**headers, "Accept": "text/event-stream"}) as stream:
             subscribe = {"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": URI}}
             (await http.post(url, json=subscribe, headers=headers)).raise_for_status()

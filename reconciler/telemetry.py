@@ -201,7 +201,7 @@ build_duration = meter.create_histogram(
     "reconciler.build.duration", unit="s", description="Wall time of one candidate build (reading sources, merging)"
 )
 notifications_sent = meter.create_counter(
-    "frontdoor.notifications", description="Change notifications sent to downstream sessions, by kind"
+    "frontdoor.notifications", description="Change notifications sent to downstream sessions, by era"
 )
 list_changed_lag = meter.create_histogram(
     "frontdoor.list_changed.lag",
@@ -227,7 +227,8 @@ STATE_GAUGES: dict[str, tuple[str, str]] = {
     "gateway.limits.hits": (
         "1",
         "Requests or connections refused (or closed to make room) at an I18 bound, by bound: connections, "
-        "header_bytes, header_timeout, body_bytes, transport_sessions_per_client, metrics_connections, metrics_headers",
+        "header_bytes, header_timeout, body_bytes, transport_sessions, transport_sessions_per_client, "
+        "metrics_connections, metrics_headers",
     ),
     "reconciler.source.state": ("1", "1 for each source's current state (ready|stale|failed|connecting), by source"),
     "reconciler.source.consecutive_failures": ("1", "Consecutive failed reads of each source"),

@@ -95,7 +95,11 @@ def test_bench_plane_goals_measures_lists_fanout_and_idle_sessions(runs: dict[st
     out = "\n".join(run.ok() for name, run in runs.items() if name.startswith("plane goals"))
     assert "[list gateway]" in out
     for phase in ("2025 first list per session", "2025 second pass", "2026 sessionless"):
-        assert phase in out
+        assert re.search(rf"\n  {phase} +p50 +\d+\.\d+ ms .* parse p50 +\d+\.\d+ ms", out), phase  # raw client
+    for era in ("2025", "2026"):  # the same-run baseline and the older httpx rows
+        assert re.search(rf"\n  direct upstream {era} +p50 +\d+\.\d+ ms", out), era
+        assert f"{era}: gateway p50 / direct upstream p50 (same run)" in out
+    assert "httpx 2025 second pass" in out and "httpx 2026 sessionless" in out
     for era in ("2025", "2026"):
         assert f"[fanout gateway] {era} era" in out
     assert "after the round's first arrival" in out
