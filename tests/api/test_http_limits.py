@@ -24,6 +24,7 @@ from mcp_reconciler.api.control import MAX_BODY_BYTES
 from mcp_reconciler.api.http_limits import ACCEPT_BACKLOG, descriptor_budget
 from mcp_reconciler.api.server import Served
 from tests.api.conftest import OPERATOR_TOKEN, served_gateway, write_config
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -121,9 +122,11 @@ async def test_connections_all_busy_refuse_the_next_with_503(tmp_path: Path) -> 
             busy.append(stream)
         guard = served.connections
         assert guard is not None
-        with anyio.fail_after(WAIT):  # every head is parsed: the slots are busy, not idle
-            while not (guard.open == CONNECTIONS and guard.idle == 0):
-                await anyio.sleep(0.01)
+        await until(
+            lambda: guard.open == CONNECTIONS and guard.idle == 0,
+            what="every head is parsed: the slots are busy, not idle",
+            timeout_s=WAIT,
+        )
         extra = await connect(served)
         refusal = await closed_by_peer(extra)
         assert refusal.startswith(b"HTTP/1.1 503 "), refusal

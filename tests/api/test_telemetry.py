@@ -26,12 +26,12 @@ from tests.api.conftest import (
     mcp_client,
     served_gateway,
     upstream_source,
-    wait_until,
     write_config,
 )
 from tests.api.test_transport_sessions import initialize
 from tests.support.calls import call_error
 from tests.support.plane_memory import PlaneTransport
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -77,11 +77,11 @@ async def _script(served: Any) -> None:
         await call_error(client, "up__nope", {})
         revision = engine.current_revision
         await client.call_tool("up__set_tools", {"names": ["a", "b", "c"]})
-        await wait_until(lambda: (engine.current_revision or 0) > (revision or 0), what="a publication")
+        await until(lambda: (engine.current_revision or 0) > (revision or 0), what="a publication")
         first = _connection(engine)
         crashed = await call_error(client, "up__crash", {})
         assert (crashed.error.data or {}).get("code") == "upstream_unavailable"
-    await wait_until(
+    await until(
         lambda: _connection(engine) not in (None, first) and _connection(engine).alive,
         what="the upstream reconnected",
     )

@@ -24,6 +24,7 @@ from mcp.shared.subscriptions import (
 )
 
 from mcp_reconciler.api.frontdoor.listen import ListenStreams, _Frames, meta_json
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -87,12 +88,13 @@ class Writer:
 
 async def settled(streams: ListenStreams, w: Writer) -> None:
     """Until the stream is acknowledged with nothing queued and its writer waits for a frame."""
-    with anyio.fail_after(WAIT):
-        while not (
-            all(st.acked and not st.backlog for st in streams._streams)
-            and w._out.statistics().tasks_waiting_receive == 1
-        ):
-            await anyio.sleep(0.001)
+    await until(
+        lambda: all(st.acked and not st.backlog for st in streams._streams)
+        and w._out.statistics().tasks_waiting_receive == 1,
+        what="the stream acknowledged, nothing queued, its writer waiting",
+        timeout_s=WAIT,
+        every_s=0.001,
+    )
 
 
 def listen_params(*uris: str) -> types.SubscriptionsListenRequestParams:
@@ -114,9 +116,11 @@ async def test_the_ack_is_first_then_frames_in_publish_order_direct_or_queued() 
             answered.set()
 
         tg.start_soon(serve)
-        with anyio.fail_after(WAIT):  # registered, its ack not yet taken (no writer yet)
-            while streams.open_streams == 0:
-                await anyio.sleep(0.01)
+        await until(
+            lambda: streams.open_streams != 0,
+            what="registered, its ack not yet taken (no writer yet)",
+            timeout_s=WAIT,
+        )
         streams.publish(ResourceUpdated(uri="note://a"))  # before the ack is written: queued
         tg.start_soon(w.run, w._out)
         await w.wait_frames(2)
@@ -208,9 +212,11 @@ async def test_publish_hands_over_only_when_nothing_can_be_ahead(
                 taken.append(await out.receive())
 
             tg.start_soon(take)
-            with anyio.fail_after(WAIT):
-                while out.statistics().tasks_waiting_receive == 0:
-                    await anyio.sleep(0.001)
+            await until(
+                lambda: out.statistics().tasks_waiting_receive != 0,
+                what="the taker to wait for a frame",
+                timeout_s=WAIT,
+            )
         streams.publish(ResourceUpdated(uri="note://a"))
         assert streams.direct_frames == int(direct)
         assert backlog_out.statistics().current_buffer_used == int(not direct)
