@@ -132,6 +132,8 @@ async def test_metrics_after_a_scripted_session(tmp_path: Path) -> None:
     )
     assert publishes == len(published)
     assert _delta(after, before, 'mcp_reconciler_reconnects_total{source="up"}') == 1
+    # a tally read at collection (telemetry.Tally): a, a, b, set_tools, crash sent upstream
+    assert _delta(after, before, 'mcp_reconciler_upstream_session_requests_total{method="tools/call"}') == 5
     assert after["mcp_reconciler_revision"] == revision
     assert after['mcp_reconciler_source_state{source="up",state="ready"}'] == 1
     assert after['mcp_reconciler_source_consecutive_failures{source="up"}'] == 0
