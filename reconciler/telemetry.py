@@ -208,6 +208,11 @@ list_changed_lag = meter.create_histogram(
     unit="s",
     description="From a publication to the list_changed notification a session was sent about it",
 )
+list_changed_fanout = meter.create_histogram(
+    "frontdoor.list_changed.fanout",
+    unit="s",
+    description="One notifier pass's deliveries: from the start of the first to the end of the last",
+)
 
 
 #: One gauge reading: ``(value, attributes)``.

@@ -21,13 +21,11 @@ cancels the operation (that is cancellation in this era)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-import anyio
 import mcp_types as types
 from mcp.server.connection import Connection
 from mcp.shared.inbound import (
@@ -44,8 +42,9 @@ from starlette.types import Receive, Scope, Send
 
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.plane import jsonrpc
-from mcp_reconciler.api.plane.channel import FrameChannel, ResponseChannel
+from mcp_reconciler.api.plane.channel import ResponseChannel
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
+from mcp_reconciler.api.plane.push import ListenChannel
 from mcp_reconciler.api.plane.response import LiveResponse, reply, respond
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.projection_text import memo_put
@@ -226,27 +225,16 @@ class Era2026:
     async def _listen(
         self, request: Request, message: jsonrpc.Call, connection: Connection, response: LiveResponse
     ) -> dict[str, Any]:
-        """A listen stream: its events come from the bus (``ListenStreams.publish`` hands encoded
-        frames to the stream's ``sink`` without waiting), so its channel is a queue, pumped onto
-        the response by a task of its own until the operation answers."""
-        channel = FrameChannel(message.id, request, 0, wait=True)
+        """A listen stream: its channel writes onto the response itself (``push.ListenChannel``:
+        the acknowledgement and backlog frames from this task, the bus's events directly from
+        the publisher's pass when the stream is idle) — no queue, no pump task."""
+        channel = ListenChannel(message.id, request, response)
         ctx = context(channel, connection, message.method, message.params, message.id, request)
-
-        async def pump() -> None:
-            async for frame in channel.frames:
-                with contextlib.suppress(anyio.ClosedResourceError):
-                    await response.frame(frame)
-
-        failed: Exception | None = None
-        async with channel.frames, anyio.create_task_group() as tg:
-            tg.start_soon(pump)
-            async with channel.sink:  # closed when it answers: the pump writes what is left, then ends
-                try:
-                    result = await self._dispatcher.request(ctx)
-                except Exception as exc:  # raised as itself, not inside the group's ExceptionGroup
-                    failed = exc
-        if failed is not None:
-            raise failed
+        try:
+            result = await self._dispatcher.request(ctx)
+            await channel.stream.settled()  # the answer is the last frame: after a write in flight
+        finally:
+            channel.stream.close()
         return result
 
 

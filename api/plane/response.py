@@ -156,7 +156,9 @@ class LiveResponse:
         self._timer = loop.call_later(sse.PING_INTERVAL_S - WATCH_AFTER_S, self._start_pinger)
 
     def _start_pinger(self) -> None:
-        self._lock = anyio.Lock()
+        # fast_acquire: an uncontended frame takes the lock without yielding, so a listen stream's
+        # event is still written without waiting (push.start_now) once the pinger exists.
+        self._lock = anyio.Lock(fast_acquire=True)
         self._pinger = asyncio.get_running_loop().create_task(self._ping())
 
     async def _ping(self) -> None:

@@ -180,7 +180,7 @@ async def test_a_client_that_stops_reading_holds_a_bounded_backlog_and_never_blo
 
 async def test_pushes_to_an_idle_get_stream_are_written_directly_and_resumable(tmp_path: Path) -> None:
     """Over uvicorn and real sockets: a push to an idle GET stream is written by the pusher
-    (``sessions.PushStream``, no backlog hop), with its id, and a resume replays it."""
+    (``push.DirectStream``, no backlog hop), with its id, and a resume replays it."""
     async with gateway(tmp_path) as (served, http):
         table = served.transport_sessions
         assert isinstance(table, SessionTable)
@@ -192,7 +192,7 @@ async def test_pushes_to_an_idle_get_stream_are_written_directly_and_resumable(t
             for _ in range(3):
                 await touch(s)
             written = await events(stream, 3)
-            assert push.direct_frames == 3  # uvicorn's flow control was asked; nothing was queued
+            assert push.direct_frames == 3  # written by the pusher (push.start_now); nothing was queued
         assert [json.loads(e["data"]) for e in written] == [resource_updated("note://a")] * 3
         await until(lambda: table.standalone_stream_open(s.sid) is False, what="the GET stream ended")
         async with s.get(**{"last-event-id": written[0]["id"]}) as resumed:
