@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--otel-console",
         action="store_true",
         help="export OpenTelemetry spans and metrics (every 10 s and at exit) to stderr; "
-        "needs the SDK: pip install 'mcp-reconciler[otel]'",
+        "the OpenTelemetry SDK is a dependency; OTLP export needs pip install 'mcp-reconciler[otel]'",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the MCP endpoint over streamable HTTP (no --config: the bundled demo)")

@@ -100,6 +100,7 @@ class LimitGauges:
             "header_bytes": g.oversized,
             "header_timeout": g.timed_out,
             "body_bytes": sum(body.refused for body in self._bodies),
+            "transport_sessions": self._sessions.refused_total,
             "transport_sessions_per_client": self._sessions.refused_per_client,
             **self._obs.hits,
         }

@@ -40,6 +40,8 @@ INSTALL_HINT = "pip install 'mcp-reconciler[otel]'"
 DEFAULT_EXPORT_INTERVAL_S = 10.0
 #: The standard OpenTelemetry variable naming the OTLP/HTTP base URL (``http://collector:4318``).
 OTLP_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+#: The standard OpenTelemetry variable choosing the exemplar filter (``trace_based`` by default).
+EXEMPLAR_ENV = "OTEL_METRICS_EXEMPLAR_FILTER"
 _log = logging.getLogger("mcp_reconciler.otel")
 
 
@@ -129,7 +131,7 @@ def _install(
 ) -> Installed:
     try:
         from opentelemetry import metrics, trace
-        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
         from opentelemetry.sdk.metrics.export import (
             ConsoleMetricExporter,
             MetricReader,
@@ -171,7 +173,13 @@ def _install(
             )
         )
         processors.append(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces")))
-    meter_provider = MeterProvider(resource=resource, metric_readers=readers, views=seconds_views())
+    # Exemplars are samples tied to a recorded span; without an exporter of ours (only the
+    # Prometheus text, which carries none) the trace-based filter's check per histogram record
+    # finds no span every time (ADR 0038, "Call CPU"). The standard variable still decides.
+    exemplars = None if processors or EXEMPLAR_ENV in os.environ else AlwaysOffExemplarFilter()
+    meter_provider = MeterProvider(
+        resource=resource, metric_readers=readers, views=seconds_views(), exemplar_filter=exemplars
+    )
     metrics.set_meter_provider(meter_provider)
     reader: Any = prometheus
     if metrics.get_meter_provider() is not meter_provider:

@@ -243,6 +243,7 @@ AUDITED = {
     "post_revoke": "session.revoke",
     "post_hold": "hold.create",
     "delete_hold": "hold.release",
+    "put_session_approval": "session.approval",
 }
 
 
@@ -296,6 +297,7 @@ def _audit(kind: str | None, request: Request, response: Response, control: Cont
     params = request.path_params
     on_session = kind is not None and kind.startswith("session.")
     created = body.get("id") if kind in ("session.create", "hold.create") else None
+    required = body.get("required")  # a session's approval globs: what was set is the record's point
     audit.record(
         kind or "control.request",
         principal=principal.id if isinstance(principal, Principal) else None,
@@ -305,4 +307,5 @@ def _audit(kind: str | None, request: Request, response: Response, control: Cont
         status=response.status_code,
         outcome="ok" if response.status_code < 400 else "error",
         error=error.get("code") if isinstance(error, dict) else None,
+        detail=f"required={','.join(map(str, required))}" if isinstance(required, list) else None,
     )

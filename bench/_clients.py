@@ -24,6 +24,10 @@ import httpx2
 from _ports import port_args, reported_port
 from mcp import Client
 
+from tests.support.raw_mcp import INITIALIZED as INITIALIZED  # re-exported: bench_plane_goals sends it
+from tests.support.raw_mcp import legacy_headers, legacy_initialize, legacy_open
+from tests.support.waits import until
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The test upstream (``tests/support/upstream_server.py``): ``--transport http`` and ``--tools``.
 UPSTREAM = [sys.executable, "-m", "tests.support.upstream_server"]
@@ -58,14 +62,15 @@ async def process(argv: list[str], ready_path: str, port_file: Path) -> AsyncIte
     try:
         port = await reported_port(port_file, lambda: proc.returncode)
         async with httpx2.AsyncClient() as http:
-            with anyio.fail_after(60):
-                while True:
-                    if proc.returncode is not None:
-                        raise RuntimeError(f"{argv} exited with {proc.returncode}")
-                    with contextlib.suppress(httpx2.HTTPError):
-                        if (await http.get(f"http://127.0.0.1:{port}{ready_path}")).status_code < 500:
-                            break
-                    await anyio.sleep(0.1)
+
+            async def ready() -> bool:  # another process: its readiness endpoint
+                if proc.returncode is not None:
+                    raise RuntimeError(f"{argv} exited with {proc.returncode}")
+                with contextlib.suppress(httpx2.HTTPError):
+                    return (await http.get(f"http://127.0.0.1:{port}{ready_path}")).status_code < 500
+                return False
+
+            await until(ready, what=f"{ready_path} on port {port}", timeout_s=60, every_s=0.1)
         yield proc.pid, port
     finally:
         await stop(proc)
@@ -96,10 +101,12 @@ async def open_client(stack: contextlib.AsyncExitStack, url: str, era: str) -> A
 
 
 async def run_calls(
-    clients: list[Any], tool: str, calls: int | None, duration_s: float | None
+    clients: list[Any], tool: str, calls: int | None, duration_s: float | None, errors: list[str] | None = None
 ) -> tuple[list[float], float]:
     """Each client calls ``tool`` back to back, ``calls`` times or for ``duration_s``: the
-    latencies (ms) and the elapsed seconds. An error result raises (a bench of errors is no bench)."""
+    latencies (ms) and the elapsed seconds. An error raises (a bench of errors is no bench) unless
+    ``errors`` is given: then each is recorded there, counted and reported by the caller, never
+    hidden (a failed call has no latency; every client stops once there are more than 50)."""
     lat: list[float] = []
     deadline = time.perf_counter() + (duration_s or 0)
     t0 = time.perf_counter()
@@ -109,10 +116,20 @@ async def run_calls(
         while (n < calls) if calls is not None else (time.perf_counter() < deadline):
             n += 1
             s = time.perf_counter()
-            r = await c.call_tool(tool, ARGS)
+            try:
+                r = await c.call_tool(tool, ARGS)
+            except Exception as exc:
+                if errors is None:
+                    raise
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                if len(errors) > 50:
+                    return
+                continue
             lat.append((time.perf_counter() - s) * 1000)
             if r.is_error:
-                raise RuntimeError(f"{tool}: error result {r}")
+                if errors is None:
+                    raise RuntimeError(f"{tool}: error result {r}")
+                errors.append("is_error result")
 
     async with anyio.create_task_group() as tg:
         for c in clients:
@@ -120,36 +137,20 @@ async def run_calls(
     return lat, time.perf_counter() - t0
 
 
-_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-
-
-#: The 2025-era handshake a raw client sends: ``initialize``, then ``notifications/initialized``.
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "1"},
-    },
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+#: The 2025-era handshake a raw client sends: ``initialize``, then ``notifications/initialized``
+#: (the tests' own, ``tests/support/raw_mcp.py``).
+INITIALIZE = legacy_initialize()
 
 
 async def raw_session(http: httpx2.AsyncClient, url: str) -> str:
     """Open a 2025-era session with raw HTTP (initialize + initialized): its ``Mcp-Session-Id``."""
-    r = await http.post(url, json=INITIALIZE, headers=_HEADERS)
-    sid = r.headers["mcp-session-id"]
-    headers = _HEADERS | {"mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
-    await http.post(url, json=INITIALIZED, headers=headers)
-    return sid
+    return (await legacy_open(http, url)).headers["mcp-session-id"]
 
 
 async def list_once(http: httpx2.AsyncClient, url: str, sid: str, i: int, parse: bool = True) -> tuple[float, int]:
     """One ``tools/list``: the time until its last byte arrived (the client's own JSON parsing of
     ~300 KB, ~8 ms here, is not the gateway's) and, if ``parse``, how many tools it listed."""
-    headers = _HEADERS | {"mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+    headers = legacy_headers(sid)
     s = time.perf_counter()
     r = await http.post(url, json={"jsonrpc": "2.0", "id": i, "method": "tools/list"}, headers=headers)
     body = r.text

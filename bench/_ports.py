@@ -1,13 +1,21 @@
 """Ports for benchmarks: every server a benchmark starts binds port 0 and reports the port it
 got (``--port 0 --port-file PATH`` on ``mcp-reconciler serve`` and the test servers) — never a
-port picked here for a child to bind later (another process can take it in between)."""
+port picked here for a child to bind later (another process can take it in between).
+
+Waiting for another process goes through the tests' one bounded poll (``tests/support/waits.py``):
+the repository root is put on ``sys.path`` here, as the bench scripts run as files from bench/."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import anyio
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(1, str(REPO_ROOT))
+
+from tests.support.waits import file_text  # noqa: E402
 
 WAIT_S = 60.0
 
@@ -20,12 +28,4 @@ def port_args(port_file: Path) -> list[str]:
 async def reported_port(port_file: Path, exited: Callable[[], int | None], timeout_s: float = WAIT_S) -> int:
     """The port a child wrote to ``port_file`` (atomically), waiting for it; ``exited`` gives its
     exit code once it has one (a child that died is reported, not waited for)."""
-    with anyio.fail_after(timeout_s):
-        while True:
-            path = anyio.Path(port_file)
-            text = await path.read_text() if await path.exists() else ""
-            if text.strip():
-                return int(text)
-            if (code := exited()) is not None:
-                raise RuntimeError(f"the server exited with {code} before it reported its port")
-            await anyio.sleep(0.02)  # waiting on another process: bounded polling
+    return int(await file_text(port_file, writer_exit=exited, timeout_s=timeout_s))

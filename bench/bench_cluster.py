@@ -80,7 +80,7 @@ async def _replica(name: str, url: str, runtime: Runtime) -> tuple[Authority, Cl
         authority=authority,
         holds=HoldRegistry(runtime),
         runtime=runtime,
-        refresh=lambda: anyio.sleep(0),
+        refresh=lambda: anyio.sleep(0),  # no engine to refresh here: a no-op coroutine
         ledger=StoreLedger(store, name),
         staleness_s=3.0,
     )
@@ -178,7 +178,7 @@ def run() -> None:
             except OSError:
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(0.02)
+                time.sleep(0.02)  # redis-server (another process) creating its socket; sync, bounded
         result = anyio.run(main, f"unix://{sock_path}?db=0")
     finally:
         proc.kill()

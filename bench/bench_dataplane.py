@@ -47,6 +47,8 @@ from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, json_out_path, pct  # noqa: E402
 from mcp import Client  # noqa: E402
 
+from tests.support.waits import until  # noqa: E402
+
 QUICK = "--quick" in sys.argv
 SMOKE = "--smoke" in sys.argv  # tiny sizes: the test suite runs it so the bench cannot rot
 CALLS, BLOCKS, WARMUP = (12, 2, 2) if SMOKE else (300, 3, 30) if QUICK else (1200, 6, 100)
@@ -267,9 +269,11 @@ async def amain() -> dict[str, Any]:
                     rows.append((_label("gateway", loop), f"http://127.0.0.1:{gw_port}/mcp", "h__echo", gw.pid))
                 for _, url, _, _ in rows[2::2]:  # the gateways
                     async with Client(url, mode="legacy") as c:  # the source is published
-                        with anyio.fail_after(STARTUP_S):
-                            while "h__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
-                                await anyio.sleep(0.1)
+
+                        async def listed(c: Client = c) -> bool:
+                            return "h__echo" in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}
+
+                        await until(listed, what=f"h__echo listed at {url}", timeout_s=STARTUP_S, every_s=0.1)
                 result: dict[str, Any] = {}
                 if PROFILE:
                     await profile(PROFILE, rows[2], tmp / "gw.raw")

@@ -85,7 +85,7 @@ class Gateway:
                 break
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"gateway did not start: {self.err.read_text()[-2000:]}")
-            time.sleep(0.05)
+            time.sleep(0.05)  # the gateway (another process) starting, from sync code: bounded by deadline
         self.base = self.url.removesuffix("/mcp")
 
     def rss(self) -> int:
@@ -145,7 +145,7 @@ async def idle_sessions(tmp: Path, n: int) -> dict[str, Any]:
                 r = await http.post(f"{gw.base}/v1/sessions", headers={"authorization": f"Bearer {OPERATOR}"}, json={})
                 r.raise_for_status()
                 tokens.append(r.json()["token"])
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # a settle before the RSS/fd baseline (the measure), not a wait
             rss0, fds0 = gw.rss(), gw.fds()
             sem = asyncio.Semaphore(16)
             statuses: dict[int, int] = {}
@@ -160,7 +160,7 @@ async def idle_sessions(tmp: Path, n: int) -> dict[str, Any]:
             t0 = time.monotonic()
             await asyncio.gather(*(one(i) for i in range(n)))
             elapsed = time.monotonic() - t0
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # a settle before the RSS/fd reading (the measure), not a wait
             rss1, fds1 = gw.rss(), gw.fds()
         opened = statuses.get(200, 0)
         return {
@@ -215,7 +215,7 @@ async def idle_connections(tmp: Path, per_attacker: int, attackers: int = 2) -> 
                 break
             if settled is None and all(p.exists() and p.read_text().endswith("done") for p in progress):
                 settled = time.monotonic()
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # the fd/RSS sampling period during the flood (the measure)
         rss_peak = peak.stop()
         held_fds = gw.fds() if gw.alive() else -1
         hold.touch()
@@ -269,7 +269,7 @@ def _stream_until_answered(gw: Gateway, head: bytes, chunk: bytes, limit: int, *
             try:
                 unsent = unsent[s.send(unsent) :]
             except BlockingIOError:
-                time.sleep(0.001)
+                time.sleep(0.001)  # the attacker's send buffer is full: back off (the attack's pace)
         s.setblocking(True)
         s.settimeout(300)
         while b"\r\n" not in answer:
@@ -283,7 +283,7 @@ def _stream_until_answered(gw: Gateway, head: bytes, chunk: bytes, limit: int, *
         s.close()
     elapsed = time.monotonic() - t0
     rss_peak = peak.stop()
-    time.sleep(1.0)
+    time.sleep(1.0)  # a settle before the final reading (the measure), not a wait
     return {
         "answer": answer.split(b"\r\n", 1)[0].decode(errors="replace") or "(connection closed)",
         "sent_mib_before_answer": round(sent / MIB, 1),

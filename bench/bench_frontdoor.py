@@ -79,8 +79,12 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
 import anyio  # noqa: E402
+from _clients import run_calls  # noqa: E402
 from _ports import port_args, reported_port  # noqa: E402
 from _stats import dump_json, environment, json_out_path, summary, verdict  # noqa: E402
+
+from tests.support.children import proc_stats  # noqa: E402
+from tests.support.waits import file_text, until  # noqa: E402
 
 SERVER_MODULE = "tests.support.upstream_server"
 ECHO = "echo"
@@ -179,37 +183,15 @@ async def _driver_session(spec: dict[str, Any], stdin: Any) -> None:
 
 
 async def _driver_run(clients: list[Any], tool: str, calls: int | None, duration_s: float | None) -> dict[str, Any]:
-    lat: list[float] = []
     errors: list[str] = []
-    deadline = time.perf_counter() + float(duration_s or 0)
     cpu0 = time.process_time()
-    t0 = time.perf_counter()
-
-    async def loop(c: Any) -> None:
-        n = 0
-        while (n < calls) if calls is not None else (time.perf_counter() < deadline):
-            n += 1
-            s = time.perf_counter()
-            try:
-                result = await c.call_tool(tool, ARGS)
-            except Exception as exc:  # counted and reported, never hidden
-                errors.append(f"{type(exc).__name__}: {exc}"[:200])
-                if len(errors) > 50:
-                    return
-                continue
-            lat.append((time.perf_counter() - s) * 1000)
-            if result.is_error:
-                errors.append("is_error result")
-
-    async with anyio.create_task_group() as tg:
-        for c in clients:
-            tg.start_soon(loop, c)
+    lat, elapsed_s = await run_calls(clients, tool, calls, duration_s, errors)
     return {
         "lat_ms": lat,
         "calls": len(lat),
         "errors": len(errors),
         "error_samples": sorted(set(errors))[:3],
-        "elapsed_s": time.perf_counter() - t0,
+        "elapsed_s": elapsed_s,
         "driver_cpu_s": time.process_time() - cpu0,
     }
 
@@ -375,11 +357,7 @@ async def http_upstream(tmp: Path, tools: str = ECHO) -> AsyncIterator[tuple[str
         cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=None, stderr=None,
     )  # fmt: skip
     try:
-        with anyio.fail_after(WAIT_S):
-            while not pid_file.exists():
-                if proc.returncode is not None:
-                    raise RuntimeError(f"http upstream exited with {proc.returncode}")
-                await anyio.sleep(0.02)
+        await file_text(pid_file, writer_exit=lambda: proc.returncode, timeout_s=WAIT_S)
         port = await reported_port(port_file, lambda: proc.returncode)  # written before the pid file
         yield f"http://127.0.0.1:{port}/mcp", proc.pid
     finally:
@@ -416,16 +394,7 @@ def cpu_snapshot() -> tuple[float, float]:
     busy = v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] if len(v) > 7 else 0)  # user nice system irq softirq steal
     parent: dict[int, int] = {}
     cpu: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        pid = int(entry.name)
+    for pid, fields in proc_stats():
         parent[pid] = int(fields[1])
         cpu[pid] = int(fields[11]) + int(fields[12])
     ours, frontier = {os.getpid()}, [os.getpid()]
@@ -1235,7 +1204,8 @@ async def amain(plan: Plan) -> dict[str, Any]:
                 if not missed:
                     print("   every era met gateway-added <= 1.0x direct; no profile needed")
                 if missed:  # let the upstream client's pool drop section 2's extra keep-alive connections
-                    await anyio.sleep(max(0.0, KEEPALIVE_WAIT_S - (time.perf_counter() - t_bursts)))
+                    # (a pool's idle timeout is a time: its passage is what is waited for)
+                    await anyio.sleep(max(0.0, KEEPALIVE_WAIT_S - (time.perf_counter() - t_bursts)))  # see above
                 for era in missed:
                     print(f"\n  -- era {era}: gateway-added median exceeded the direct median --")
                     out["profiles"][era] = await bench_profile(
@@ -1581,14 +1551,16 @@ async def bench_list_scale(plan: Plan, tmp: Path) -> dict[str, Any]:
         async with gateway(cfg) as served:
             runtime, front = served.gateway.rec.runtime, served.front
             expected = plan.list_sources * plan.list_tools
-            with anyio.fail_after(WAIT_S):  # every source listed (the first cycle reads them all)
-                while True:
-                    live = runtime.current
-                    n_catalog = sum(1 for e in live.generation.tools.values() if e.upstream_name.startswith("t")) if (
-                        live is not None) else 0  # fmt: skip
-                    if n_catalog >= expected:
-                        break
-                    await anyio.sleep(0.05)
+
+            def catalog_tools() -> int:
+                live = runtime.current
+                if live is None:
+                    return 0
+                return sum(1 for e in live.generation.tools.values() if e.upstream_name.startswith("t"))
+
+            # Every source listed (the first cycle reads them all).
+            await until(lambda: catalog_tools() >= expected, what=f"{expected} catalog tools", timeout_s=WAIT_S)
+            n_catalog = catalog_tools()
             gen = runtime.current.generation
             total_tools = len(gen.tools)
             out["catalog"] = {"sources": plan.list_sources, "catalog_tools": n_catalog, "tools": total_tools,
@@ -1634,9 +1606,12 @@ async def bench_list_scale(plan: Plan, tmp: Path) -> dict[str, Any]:
                 opened = await _list_cmd(drv, {"open": n_sessions, "batch": plan.list_batch}, timeout_s=600)
                 # A binding is made when the gateway handles the client's notifications/initialized,
                 # which may land just after the client's open returned: wait (bounded) for all.
-                with anyio.move_on_after(10):
-                    while sum(1 for b in front.bindings.values() if b.era == "legacy") < opened["open"]:
-                        await anyio.sleep(0.05)
+                with contextlib.suppress(AssertionError):  # fewer are reported below as they are
+                    await until(
+                        lambda: sum(1 for b in front.bindings.values() if b.era == "legacy") >= opened["open"],
+                        what="every session bound",
+                        timeout_s=10,
+                    )
                 gc.collect()
                 rss1 = _rss_bytes()
                 legacy_bindings = [b for b in front.bindings.values() if b.era == "legacy"]

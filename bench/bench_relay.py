@@ -52,6 +52,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from mcp_reconciler.sdk import ReconcilerClient  # noqa: E402
 from mcp_reconciler.sdk.http_client import mcp_http_client  # noqa: E402
+from tests.support.waits import until  # noqa: E402
 
 OPERATOR = "bench-relay-operator-token"
 TARGET_MS = 2.0
@@ -66,15 +67,17 @@ def spawn(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
 async def wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
     import httpx2
 
-    with anyio.fail_after(timeout_s):
-        async with httpx2.AsyncClient() as http:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-                with contextlib.suppress(Exception):
-                    await http.get(url)
-                    return
-                await anyio.sleep(0.05)
+    async with httpx2.AsyncClient() as http:
+
+        async def answers() -> bool:  # another process: any answer at all
+            if proc.poll() is not None:
+                raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+            with contextlib.suppress(Exception):
+                await http.get(url)
+                return True
+            return False
+
+        await until(answers, what=f"{url} to answer", timeout_s=timeout_s, every_s=0.05)
 
 
 @contextlib.contextmanager

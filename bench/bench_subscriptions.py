@@ -53,13 +53,13 @@ sys.path.insert(0, str(BENCH_DIR))
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
 import mcp_types as types  # noqa: E402
-from _clients import INITIALIZE, INITIALIZED  # noqa: E402
 from _stats import dump_json, environment, median, pct, verdict  # noqa: E402
 from anyio.streams.text import TextReceiveStream  # noqa: E402
 from mcp import Client, MCPDeprecationWarning  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from mcp_reconciler.sdk.http_client import mcp_http_client  # noqa: E402
+from tests.support.raw_mcp import legacy_headers, legacy_open  # noqa: E402
 
 URI = "note://a"
 TARGET_MS = 50.0
@@ -98,7 +98,7 @@ async def _driver(url: str, mode: str, tokens: list[str]) -> None:
                         continue
                     await subscribe_until(client, ready, stop)
                     return
-                await anyio.sleep(0.2)
+                await anyio.sleep(0.2)  # a retry's pace after the connection burst (bounded: 5 attempts)
             raise RuntimeError("a client could not negotiate 2026-07-28")
 
     async def subscribe_until(client: Client, ready: anyio.Event, stop: anyio.Event) -> None:
@@ -124,12 +124,11 @@ async def _driver(url: str, mode: str, tokens: list[str]) -> None:
     async def raw_session(i: int, token: str, http: Any, ready: anyio.Event, stop: anyio.Event) -> None:
         """A 2025-11-25 session spoken over plain HTTP (no SDK client): initialize, subscribe, and
         a GET stream read line by line. What it measures is the gateway, not a client's parsing."""
-        base = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
-        response = await http.post(url, json=INITIALIZE, headers=base)
-        sid = response.headers["mcp-session-id"]
-        headers = {**base, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
-        await http.post(url, json=INITIALIZED, headers=headers)
-        async with http.stream("GET", url, headers={**headers, "Accept": "text/event-stream"}) as stream:
+        base = {"Authorization": f"Bearer {token}"}
+        sid = (await legacy_open(http, url, base)).headers["mcp-session-id"]
+        headers = legacy_headers(sid, base)
+        get_headers = legacy_headers(sid, {**base, "Accept": "text/event-stream"})
+        async with http.stream("GET", url, headers=get_headers) as stream:
             subscribe = {"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": URI}}
             (await http.post(url, json=subscribe, headers=headers)).raise_for_status()
             ready.set()

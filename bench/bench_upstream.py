@@ -67,6 +67,8 @@ from mcp_reconciler.reconciler.runtime import LiveGeneration, Runtime  # noqa: E
 from mcp_reconciler.reconciler.throttle import Backoff  # noqa: E402
 from mcp_reconciler.reconciler.transports import channel_target  # noqa: E402
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader  # noqa: E402
+from tests.support.children import child_pids  # noqa: E402
+from tests.support.waits import file_text, until  # noqa: E402
 
 SERVER_MODULE = "tests.support.upstream_server"
 N_TOOLS = 100
@@ -88,23 +90,6 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 def rss_bytes() -> int:
     with open("/proc/self/statm", encoding="ascii") as f:
         return int(f.read().split()[1]) * PAGE
-
-
-def child_pids() -> set[int]:
-    me = os.getpid()
-    out: set[int] = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 2 and int(fields[1]) == me:
-            out.add(int(entry.name))
-    return out
 
 
 class GcPauses:
@@ -167,10 +152,9 @@ class Publications:
 
 async def quiescent(rec: Reconciler, timeout_s: float = WAIT_S) -> None:
     """Wait (bounded) until no cycle runs and nothing is dirty."""
-    with anyio.fail_after(timeout_s):
-        while rec.reconciling or rec.queue.dirty:
-            await anyio.sleep(0.001)
-    await anyio.sleep(0.005)
+    idle = lambda: not (rec.reconciling or rec.queue.dirty)  # noqa: E731
+    await until(idle, what="a quiet engine", timeout_s=timeout_s, every_s=0.001)
+    await anyio.sleep(0.005)  # a settle before the next measurement (closes after the last cycle), not a wait
 
 
 def connection(gen: Generation, source: str = "up") -> UpstreamConnection:
@@ -232,11 +216,8 @@ async def http_server(tmp: Path, *server_args: str) -> AsyncIterator[int]:
         stderr=None,
     )
     try:
-        with anyio.fail_after(START_S):  # a process start: seconds on a busy box (bench smoke in CI)
-            while not pid_file.exists():
-                if proc.returncode is not None:
-                    raise RuntimeError(f"http upstream exited with {proc.returncode}")
-                await anyio.sleep(0.02)
+        # a process start: seconds on a busy box (bench smoke in CI)
+        await file_text(pid_file, writer_exit=lambda: proc.returncode, timeout_s=START_S)
         yield await reported_port(port_file, lambda: proc.returncode)  # written before the pid file
     finally:
         with anyio.CancelScope(shield=True):
@@ -545,11 +526,9 @@ async def bench_stdio_churn(cycles: int) -> dict[str, Any]:
         await quiescent(rec)
         children_inside = len(child_pids() - before)
         opened = reader.opened
-    deadline = time.monotonic() + 5
+    with contextlib.suppress(AssertionError):  # what is left after the bound is reported below
+        await until(lambda: not child_pids() - before, what="the children reaped", timeout_s=5)
     leaked = child_pids() - before
-    while leaked and time.monotonic() < deadline:
-        await anyio.sleep(0.02)
-        leaked = child_pids() - before
     return {
         "cycles": cycles,
         "elapsed_s": elapsed,

@@ -67,6 +67,7 @@ from mcp_reconciler.reconciler.model import SourceSpec  # noqa: E402
 from mcp_reconciler.reconciler.peer_contract import MessageBoundError  # noqa: E402
 from mcp_reconciler.reconciler.transports import channel_target, stdio_parameters  # noqa: E402
 from mcp_reconciler.reconciler.upstream import UpstreamReader  # noqa: E402
+from tests.support.waits import file_text  # noqa: E402
 
 SERVER_MODULE = "tests.support.upstream_server"
 MiB = 1024 * 1024
@@ -109,7 +110,7 @@ class Lateness:
     async def run(self) -> None:
         while True:
             due, cpu0 = time.perf_counter() + 0.005, time.process_time()
-            await anyio.sleep(0.005)
+            await anyio.sleep(0.005)  # the probe's period: how late the loop wakes it is the measure
             self.samples.append(max(0.0, (time.perf_counter() - due) * 1000))
             self.busy.append((time.process_time() - cpu0) * 1000)
 
@@ -279,11 +280,11 @@ def before_tree(ref: str) -> str:
 
 async def wait_for_file(path: Path, timeout_s: float) -> bool:
     """Whether ``path`` exists (with content) within ``timeout_s`` (a file another process writes)."""
-    with anyio.move_on_after(timeout_s):
-        while not (path.exists() and path.read_text().strip()):  # noqa: ASYNC240 - a few bytes, polled
-            await anyio.sleep(0.02)
-        return True
-    return False
+    try:
+        await file_text(path, timeout_s=timeout_s)
+    except AssertionError:  # not within timeout_s: the caller says what that means
+        return False
+    return True
 
 
 class Served:
@@ -396,7 +397,7 @@ class Served:
         with anyio.move_on_after(120):
             while True:  # idle: under 5 % of a core over a quarter second
                 cpu0 = proc_cpu_s(self.gateway.pid)
-                await anyio.sleep(0.25)
+                await anyio.sleep(0.25)  # a CPU reading needs a window of time: the measure, not a wait
                 if proc_cpu_s(self.gateway.pid) - cpu0 < 0.0125:
                     break
         return {"upstream_saw_cancel": seen, "idle_after_s": time.perf_counter() - left}

@@ -71,9 +71,7 @@ MAX_STREAM_FAILURES = 2
 #: Ending a 2025-era session with DELETE on close may take this long (best effort).
 DELETE_S = 2.0
 
-_requests = telemetry.meter.create_counter(
-    "upstream.http_peer.requests", description="Requests sent to streamable-HTTP upstreams, by era"
-)
+_requests = telemetry.Tally("upstream.http_peer.requests", "Requests sent to streamable-HTTP upstreams, by era")
 _ERA_2025 = {"era": "2025"}
 _ERA_2026 = {"era": "2026"}
 
@@ -129,10 +127,10 @@ class HttpPeer(PeerSession):
             headers.update(self._session)  # the session's own headers dict: changed in place
         if self.legacy:
             result = await self._lane.call(message, headers, self._inbound.serve, on_message, bound=bound)
-            _requests.add(1, _ERA_2025)
+            _requests.add(_ERA_2025)
         else:
             result = await self._poster.post(message, headers, on_message, bound=bound)
-            _requests.add(1, _ERA_2026)
+            _requests.add(_ERA_2026)
         if listing and self._list_entries is not None:
             count = max((len(v) for k in LIST_FIELDS if isinstance(v := result.get(k), list)), default=0)
             if count > self._list_entries:

@@ -95,8 +95,8 @@ _CLIENT_INFO_WIRE = CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_n
 
 _listen_ids = itertools.count(1)
 
-_requests = telemetry.meter.create_counter(
-    "upstream.session.requests", description="Requests sent to upstreams by the gateway's own JSON-RPC session"
+_requests = telemetry.Tally(
+    "upstream.session.requests", "Requests sent to upstreams by the gateway's own JSON-RPC session, by method"
 )
 
 
@@ -309,7 +309,7 @@ class PeerSession:
         if param_headers and self._wire_stamp.modern:  # the 2026 wire's routing headers (SDK: its stamp)
             headers.update(param_headers)
         route = self._progress_route(message, on_progress)
-        _requests.add(1, {"method": method})
+        _requests.add({"method": method})
         try:
             with anyio.fail_after(timeout_s) if timeout_s is not None else contextlib.nullcontext():
                 return await self._call(message, headers, route)

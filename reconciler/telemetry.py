@@ -7,6 +7,7 @@ for as long as it is registered — nothing registers itself as a side effect of
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Protocol
@@ -16,6 +17,41 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 tracer = trace.get_tracer("mcp_reconciler")
 meter = metrics.get_meter("mcp_reconciler")
+
+
+def tracing() -> bool:
+    """Whether a tracer provider that may record spans is installed (the SDK's, or the host's):
+    without one every span is a no-op that only carries its parent's context, which a hot path
+    may skip making (ADR 0038, "Call CPU"). Read per call: a provider may be set at any time."""
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
+class Tally:
+    """A counter on a hot path, kept as a dict increment and read by an observable counter when
+    metrics are collected: an SDK ``Counter.add`` per call (attributes cleaned and hashed, views
+    matched, a lock taken) was ~5 % of a forwarded ``tools/call``'s CPU (ADR 0038, "Call CPU").
+    The exported series are the same a ``Counter`` would give (cumulative, by attributes);
+    ``attributes`` is shared by every :meth:`add` with it, so it must not change after."""
+
+    def __init__(self, name: str, description: str) -> None:
+        self._counts: collections.Counter[tuple[tuple[str, str], ...]] = collections.Counter()
+        self._attributes: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+        meter.create_observable_counter(name, callbacks=[self._observe], description=description)
+
+    def add(self, attributes: Mapping[str, str]) -> None:
+        """Count one, by ``attributes`` (a key per distinct set of attributes)."""
+        key = tuple(attributes.items())
+        if key not in self._counts:
+            self._attributes[key] = dict(attributes)
+        self._counts[key] += 1
+
+    def value(self, attributes: Mapping[str, str]) -> int:
+        """The count so far for exactly ``attributes``."""
+        return self._counts[tuple(attributes.items())]
+
+    def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(n, self._attributes[key]) for key, n in list(self._counts.items())]
+
 
 triggers_received = meter.create_counter(
     "reconciler.triggers", description="Triggers received (dirty marks), before coalescing"
@@ -165,12 +201,17 @@ build_duration = meter.create_histogram(
     "reconciler.build.duration", unit="s", description="Wall time of one candidate build (reading sources, merging)"
 )
 notifications_sent = meter.create_counter(
-    "frontdoor.notifications", description="Change notifications sent to downstream sessions, by kind"
+    "frontdoor.notifications", description="Change notifications sent to downstream sessions, by era"
 )
 list_changed_lag = meter.create_histogram(
     "frontdoor.list_changed.lag",
     unit="s",
     description="From a publication to the list_changed notification a session was sent about it",
+)
+list_changed_fanout = meter.create_histogram(
+    "frontdoor.list_changed.fanout",
+    unit="s",
+    description="One notifier pass's deliveries: from the start of the first to the end of the last",
 )
 
 
@@ -191,7 +232,8 @@ STATE_GAUGES: dict[str, tuple[str, str]] = {
     "gateway.limits.hits": (
         "1",
         "Requests or connections refused (or closed to make room) at an I18 bound, by bound: connections, "
-        "header_bytes, header_timeout, body_bytes, transport_sessions_per_client, metrics_connections, metrics_headers",
+        "header_bytes, header_timeout, body_bytes, transport_sessions, transport_sessions_per_client, "
+        "metrics_connections, metrics_headers",
     ),
     "reconciler.source.state": ("1", "1 for each source's current state (ready|stale|failed|connecting), by source"),
     "reconciler.source.consecutive_failures": ("1", "Consecutive failed reads of each source"),

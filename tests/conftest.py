@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 
 import pytest
+
+from tests.support.children import child_pids, leaked_children
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -19,3 +22,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_children() -> Iterator[None]:
+    """I14, for every test: no child process started during the test survives it (after a
+    bounded wait for its owner to reap it). A leaked child is killed, then the test fails."""
+    before = child_pids()
+    yield
+    if leaked := leaked_children(before):
+        pytest.fail(f"child processes outlived the test: {leaked}")

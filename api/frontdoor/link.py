@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import mcp_types as types
-from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.shared.dispatcher import CallOptions
@@ -85,11 +84,32 @@ async def ask_client(
     return dict(await ctx.channel.send_raw_request(method, params, opts))
 
 
-def listen_sink(ctx: ServerRequestContext[Any]) -> MemoryObjectSendStream[bytes] | None:
-    """The SSE frame stream of ``ctx``'s response (a listen stream writes there), or ``None`` when
-    the request's channel has none (stdio)."""
-    sink = getattr(getattr(ctx, "channel", None), "sink", None)
-    return sink if isinstance(sink, MemoryObjectSendStream) else None
+class FrameWriter(Protocol):
+    """A listen request's stream as the plane writes it (``api/plane/push.DirectStream``): a
+    frame written directly by the publisher when nothing can be ahead of it, else by the
+    stream's own task after any write in flight."""
+
+    def takes_direct(self) -> bool:
+        """Whether a frame may be written directly now (nothing queued or in flight, open)."""
+        ...
+
+    def direct(self, frame: bytes) -> None:
+        """Write ``frame`` now from the caller's task, which never waits (a write the transport
+        holds finishes on its own)."""
+        ...
+
+    async def write(self, frame: bytes) -> None:
+        """Write ``frame`` from the stream's own task, after any write in flight."""
+        ...
+
+
+def listen_writer(ctx: ServerRequestContext[Any]) -> FrameWriter | None:
+    """The SSE stream of ``ctx``'s response (a listen stream writes there), or ``None`` when the
+    request's channel has none (stdio: events go through the session as notifications)."""
+    stream = getattr(getattr(ctx, "channel", None), "stream", None)
+    if stream is None or not all(callable(getattr(stream, n, None)) for n in ("takes_direct", "direct", "write")):
+        return None
+    return stream  # type: ignore[no-any-return]
 
 
 async def push_list_changed(conn: Connection, kinds: Iterable[EntryKind]) -> None:

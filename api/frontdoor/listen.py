@@ -9,16 +9,18 @@ URIs) it asked for; a stream whose client stops reading is ended once
 gracefully, each with its ``SubscriptionsListenResult`` as the last frame — and one difference
 in how a frame travels.
 
-On streamable HTTP the data plane writes a listen response from the request channel's frame
-stream, its *sink* (``link.listen_sink``). Handing each event to the request's channel as a
-message would cost a task switch and a model per event and stream. Here :meth:`ListenStreams.publish` hands the
-encoded frame to the sink itself when nothing can be ahead of it — the stream is acknowledged,
-its backlog is empty, and its writer loop is waiting (a zero-capacity ``send_nowait`` succeeds
-only then) — so one update for 200 streams is 200 hand-overs in one synchronous pass, one
-switch each, and the notification is built and serialized once per event, not per stream. Otherwise (the ack
-not yet written, a backlog, the writer busy with the previous frame) the event joins the
-stream's backlog, which the stream's own task drains in order; a frame never overtakes another.
-On a transport without a sink (stdio) every event takes the backlog, as with the SDK.
+On streamable HTTP the data plane hands a listen request a stream it writes onto the response
+itself (``link.listen_writer``: the plane's ``push.DirectStream``). Here :meth:`ListenStreams.publish`
+writes each stream's frame *directly*, in the publisher's own pass, when nothing can be ahead of
+it — the stream is acknowledged, its backlog is empty and no write is in flight — so one
+``list_changed`` for 1,000 streams is 1,000 socket writes in one synchronous pass: no task wake,
+no queue, no pump per stream, and the notification is built and serialized once per event, not
+per stream (issue 26's fan-out, ADR 0038 "Addendum: fan-out"). A write the transport holds (a
+client that stopped reading) finishes in a task of its own and never stalls the pass; the
+stream counts as busy meanwhile. Otherwise (the ack not yet written, a backlog, a write in
+flight) the event joins the stream's backlog, which the stream's own task drains in order; a
+frame never overtakes another. On a transport without a writer (stdio) every event takes the
+backlog, as with the SDK.
 
 Races: none beyond the SDK's. One event loop; :meth:`publish` does not await, and a stream's
 backlog count covers an event from the moment it is queued until its write has completed."""
@@ -114,7 +116,7 @@ class _Stream:
     uris: frozenset[str]
     meta: dict[str, Any]
     meta_json: bytes
-    sink: MemoryObjectSendStream[bytes] | None
+    writer: link.FrameWriter | None
     backlog_in: MemoryObjectSendStream[ServerEvent]
     backlog: int = 0  # queued, or being written by the stream's task
     acked: bool = False
@@ -146,15 +148,11 @@ class ListenStreams:
         for stream in list(self._streams):
             if not event_matches(stream.honored, stream.uris, event):
                 continue
-            if stream.sink is not None and stream.acked and not stream.backlog:
-                try:
-                    stream.sink.send_nowait(frames_for(event).frame(stream.meta, stream.meta_json))
-                    self.direct_frames += 1
-                    continue
-                except anyio.WouldBlock:
-                    pass  # the writer is busy with the previous frame: queue behind it
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    continue  # the response is ending; its task unwinds the stream
+            writer = stream.writer
+            if writer is not None and stream.acked and not stream.backlog and writer.takes_direct():
+                writer.direct(frames_for(event).frame(stream.meta, stream.meta_json))
+                self.direct_frames += 1
+                continue
             try:
                 stream.backlog_in.send_nowait(event)
                 stream.backlog += 1
@@ -183,7 +181,7 @@ class ListenStreams:
             uris=frozenset(honored.resource_subscriptions or ()),
             meta=meta,
             meta_json=meta_json(meta),
-            sink=link.listen_sink(ctx),
+            writer=link.listen_writer(ctx),
             backlog_in=backlog_in,
         )
         # Registered before the ack is written, so an event published meanwhile is queued (the
@@ -197,8 +195,8 @@ class ListenStreams:
             stream.acked = True
             async for event in backlog_out:
                 try:
-                    if stream.sink is not None:
-                        await stream.sink.send(frames_for(event).frame(stream.meta, stream.meta_json))
+                    if stream.writer is not None:
+                        await stream.writer.write(frames_for(event).frame(stream.meta, stream.meta_json))
                     else:
                         notification = event_to_notification(event, meta)
                         await ctx.session.send_notification(notification, related_request_id=subscription_id)

@@ -22,7 +22,7 @@ where every tool call, resource read, prompt get and completion passes — which
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from opentelemetry import propagate, trace
 from pydantic_core import PydanticSerializationError, to_json
 
 from mcp_reconciler.api.frontdoor.passthrough import RawResult
-from mcp_reconciler.api.frontdoor.revisions import REVISION_META
+from mcp_reconciler.api.frontdoor.revisions import REVISION_META, request_header
 from mcp_reconciler.reconciler import audit, telemetry
 from mcp_reconciler.reconciler.model import CatalogEntry
 
@@ -99,11 +99,10 @@ def client_context(ctx: Any, meta: Mapping[str, Any] | None) -> otel_context.Con
     carrier: Mapping[str, Any] | None = meta if meta and "traceparent" in meta else None
     if carrier is None:
         request = getattr(ctx, "request", None)
-        headers = getattr(request, "headers", None)
-        value = headers.get("traceparent") if headers is not None else None
-        if not value or headers is None:
+        value = request_header(request, "traceparent")
+        if not value:
             return None
-        carrier = {"traceparent": value, "tracestate": headers.get("tracestate", "")}
+        carrier = {"traceparent": value, "tracestate": request_header(request, "tracestate") or ""}
     try:
         parent = propagate.extract(dict(carrier))
     except (ValueError, TypeError):
@@ -156,16 +155,24 @@ class OperationObserver:
         facts = OpFacts()
         t0 = anyio.current_time()
         outcome = "ok"
-        with telemetry.tracer.start_as_current_span(
-            "frontdoor.operation", context=client_context(ctx, meta), attributes={"mcp.kind": label}
-        ) as span:
+        parent = client_context(ctx, meta)
+        spans: Any = (
+            telemetry.tracer.start_as_current_span(
+                "frontdoor.operation", context=parent, attributes={"mcp.kind": label}
+            )
+            if parent is not None or telemetry.tracing()
+            # No tracer provider and no client context: the no-op span would only carry the
+            # ambient context, which stays current anyway (what ``inject`` sends is the same).
+            else nullcontext(trace.INVALID_SPAN)
+        )
+        with spans as span:
             try:
                 yield facts
-                span.set_attribute(
-                    "revision", ((facts.result.meta if facts.result else None) or {}).get(REVISION_META, -1)
-                )
-                if facts.entry is not None:
-                    span.set_attribute("source", facts.entry.source)
+                if span.is_recording():
+                    meta_out = (facts.result.meta if facts.result else None) or {}
+                    span.set_attribute("revision", meta_out.get(REVISION_META, -1))
+                    if facts.entry is not None:
+                        span.set_attribute("source", facts.entry.source)
             except MCPError as exc:
                 data = exc.error.data
                 outcome = str(data.get("code", "error")) if isinstance(data, dict) else "error"

@@ -44,9 +44,24 @@ DIGEST_HEADER = "mcp-reconciler-digest"
 _DIGEST = re.compile(r"[0-9a-f]{16,128}")
 
 
+def request_header(request: Any, name: str) -> str | None:
+    """The first value of the lower-case header ``name`` of an HTTP ``request`` (``None`` without
+    one, or on stdio), read off Starlette's raw header list: its ``Headers.get`` raises and
+    catches a ``KeyError`` for every absent header, ~1.5 % of a forwarded call (ADR 0038)."""
+    headers = getattr(request, "headers", None)
+    raw = getattr(headers, "raw", None)
+    if raw is None:
+        return headers.get(name) if headers is not None else None
+    key = name.encode("latin-1")
+    for k, v in raw:
+        if k == key:
+            return str(v.decode("latin-1"))
+    return None
+
+
 def header_revision(ctx: ServerRequestContext[Any]) -> str | None:
     """The raw ``MCP-Reconciler-Revision`` header of an HTTP request (``None`` on stdio)."""
-    return ctx.request.headers.get(REVISION_HEADER) if ctx.request is not None else None
+    return request_header(ctx.request, REVISION_HEADER)
 
 
 def parse_revision(value: object, *, text: bool) -> int:

@@ -194,8 +194,8 @@ def request_meta(params: Mapping[str, Any] | None) -> types.RequestParamsMeta | 
     params check answers a malformed one)."""
     if not params or "_meta" not in params:
         return None
-    try:
-        return types.RequestParams.model_validate(params, by_name=False).meta
+    try:  # only ``_meta``: the rest of the params is the route's to validate (RequestParams has no other field)
+        return types.RequestParams.model_validate({"_meta": params["_meta"]}, by_name=False).meta
     except ValidationError:
         return None
 

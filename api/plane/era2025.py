@@ -303,7 +303,7 @@ class Era2025:
                 writer = StreamWriter(send)
                 # Pushes are written directly while this stream is idle (push.PushStream);
                 # until ready() they queue behind the replay and its priming event.
-                push = session.standalone.open_stream(session, send, writer.write)
+                push = session.standalone.open_stream(session, writer.write)
                 if resume is not None:  # the kept pushes after it, then a priming event
                     for kept in replay:
                         await writer.write(*kept)
@@ -311,6 +311,7 @@ class Era2025:
                 push.ready()
                 while (frame := await next_frame(session.standalone.frames)) is not None:
                     await push.from_backlog(frame)
+                await push.settled()  # a direct write the transport held goes before the end
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tg.cancel_scope.cancel()
         finally:

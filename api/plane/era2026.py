@@ -21,14 +21,11 @@ cancels the operation (that is cancellation in this era)."""
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import anyio
 import mcp_types as types
 from mcp.server.connection import Connection
 from mcp.shared.inbound import (
@@ -40,14 +37,14 @@ from mcp.shared.inbound import (
 )
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from opentelemetry.metrics import CallbackOptions, Observation
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mcp_reconciler.api.frontdoor import FrontDoor
 from mcp_reconciler.api.plane import jsonrpc
-from mcp_reconciler.api.plane.channel import FrameChannel, ResponseChannel
+from mcp_reconciler.api.plane.channel import ResponseChannel
 from mcp_reconciler.api.plane.dispatch import Dispatcher, context, error_data
+from mcp_reconciler.api.plane.push import ListenChannel
 from mcp_reconciler.api.plane.response import LiveResponse, reply, respond
 from mcp_reconciler.reconciler import telemetry
 from mcp_reconciler.reconciler.projection_text import memo_put
@@ -56,21 +53,11 @@ log = logging.getLogger("mcp_reconciler.plane")
 
 LISTEN = "subscriptions/listen"
 
-#: Requests answered, by outcome: counted here (a dict increment per request) and read by the
-#: ``plane.requests`` observable counter when metrics are collected — an SDK ``Counter.add`` per
-#: request (attributes hashed, views matched) was ~2 % of a forwarded call's CPU (ADR 0041).
-_answered: collections.Counter[str] = collections.Counter()
-
-
-def _observe_answered(_options: CallbackOptions) -> Iterable[Observation]:
-    return [Observation(n, {"era": "2026", "outcome": outcome}) for outcome, n in list(_answered.items())]
-
-
-telemetry.meter.create_observable_counter(
-    "plane.requests",
-    callbacks=[_observe_answered],
-    description="Requests the gateway's data plane answered, by era and outcome",
-)
+#: Requests answered, by outcome: a tally read when metrics are collected — an SDK
+#: ``Counter.add`` per request (attributes hashed, views matched) was ~2 % of a forwarded call's
+#: CPU (ADR 0041).
+_answered = telemetry.Tally("plane.requests", "Requests the gateway's data plane answered, by era and outcome")
+_OUTCOMES = {o: {"era": "2026", "outcome": o} for o in ("malformed", "rejected", "sse", "json")}
 
 #: Typed envelopes kept (:class:`Envelopes`); distinct client info/capabilities pairs are few.
 ENVELOPES_KEPT = 256
@@ -116,6 +103,16 @@ async def _refuse(send: Send, id_: types.RequestId | None, rejection: InboundLad
     await reply(send, jsonrpc.error_message(id_, error))
 
 
+def header_map(scope: Scope) -> dict[str, str]:
+    """The request's headers as a plain dict (names lower-case, as ASGI gives them), the first
+    value of a repeated one kept — what Starlette's ``Headers`` lookup answers, built once
+    instead of a scan of the header list per lookup (ADR 0038, "Call CPU")."""
+    out: dict[str, str] = {}
+    for key, value in reversed(scope["headers"]):
+        out[key.decode("latin-1")] = value.decode("latin-1")
+    return out
+
+
 def accepts(headers: Mapping[str, str]) -> tuple[bool, bool]:
     """``(json, sse)``: whether the ``Accept`` header admits each (RFC 9110 wildcards)."""
     kinds = {part.split(";")[0].strip().lower() for part in headers.get("accept", "").split(",")}
@@ -138,7 +135,7 @@ class Era2026:
         """Answer one request with its whole ``body``, as the edge pipeline admitted it (module
         docstring gives the order of checks)."""
         request = Request(scope, receive)
-        headers = request.headers
+        headers = header_map(scope)
         method = scope["method"]
         if method == "POST" and not headers.get("content-type", "").lower().startswith("application/json"):
             await respond(send, 400, b"Invalid Content-Type header", None)
@@ -154,7 +151,7 @@ class Era2026:
         if isinstance(message, jsonrpc.Reply):  # this era sends no requests: nothing is owed
             message = jsonrpc.Refusal(None, types.ErrorData(code=types.INVALID_REQUEST, message=jsonrpc.INVALID_BODY))
         if isinstance(message, jsonrpc.Refusal):
-            _answered["malformed"] += 1
+            _answered.add(_OUTCOMES["malformed"])
             await reply(send, jsonrpc.error_message(message.id, message.error))
             return
         if isinstance(message, jsonrpc.Notice):
@@ -169,19 +166,22 @@ class Era2026:
             mismatch = InboundLadderRejection(types.HEADER_MISMATCH, f"{duplicated} header appears more than once")
             await _refuse(send, message.id, mismatch)
             return
-        verdict = classify_inbound_request(message.raw, headers=dict(headers))
+        verdict = classify_inbound_request(message.raw, headers=headers)
         if isinstance(verdict, InboundLadderRejection):
-            _answered["rejected"] += 1
+            _answered.add(_OUTCOMES["rejected"])
             await _refuse(send, message.id, verdict)
             return
-        rejection = self._param_headers(message, headers)
+        rejection = self._param_headers(message, headers, request)
         if rejection is not None:
             await _refuse(send, message.id, rejection)
             return
         await self._serve(receive, send, request, message, verdict.protocol_version, verdict)
 
-    def _param_headers(self, message: jsonrpc.Call, headers: Mapping[str, str]) -> InboundLadderRejection | None:
-        """``Mcp-Param-*`` headers of a ``tools/call`` checked against the tool's schema."""
+    def _param_headers(
+        self, message: jsonrpc.Call, headers: Mapping[str, str], request: Request
+    ) -> InboundLadderRejection | None:
+        """``Mcp-Param-*`` headers of a ``tools/call`` checked against the tool's schema (on the
+        raw header list: a repeated ``Mcp-Param-*`` header is a mismatch, a dict would hide it)."""
         if message.method != "tools/call" or message.params is None:
             return None
         name, arguments = message.params.get("name"), message.params.get("arguments")
@@ -190,7 +190,7 @@ class Era2026:
         if not arguments and not any(h.startswith("mcp-param-") for h in headers):
             return None
         schema = self._front.listing.param_header_schema(name)  # None: no annotation, nothing to check
-        return validate_mcp_param_headers(schema, arguments or {}, headers) if schema is not None else None
+        return validate_mcp_param_headers(schema, arguments or {}, request.headers) if schema is not None else None
 
     async def _serve(
         self,
@@ -219,33 +219,22 @@ class Era2026:
             finally:
                 await connection.exit_stack.aclose()
         if answer is not None:  # none when the client left (the operation was cancelled)
-            _answered["sse" if response.streaming else "json"] += 1
+            _answered.add(_OUTCOMES["sse" if response.streaming else "json"])
             await response.finish(answer)
 
     async def _listen(
         self, request: Request, message: jsonrpc.Call, connection: Connection, response: LiveResponse
     ) -> dict[str, Any]:
-        """A listen stream: its events come from the bus (``ListenStreams.publish`` hands encoded
-        frames to the stream's ``sink`` without waiting), so its channel is a queue, pumped onto
-        the response by a task of its own until the operation answers."""
-        channel = FrameChannel(message.id, request, 0, wait=True)
+        """A listen stream: its channel writes onto the response itself (``push.ListenChannel``:
+        the acknowledgement and backlog frames from this task, the bus's events directly from
+        the publisher's pass when the stream is idle) — no queue, no pump task."""
+        channel = ListenChannel(message.id, request, response)
         ctx = context(channel, connection, message.method, message.params, message.id, request)
-
-        async def pump() -> None:
-            async for frame in channel.frames:
-                with contextlib.suppress(anyio.ClosedResourceError):
-                    await response.frame(frame)
-
-        failed: Exception | None = None
-        async with channel.frames, anyio.create_task_group() as tg:
-            tg.start_soon(pump)
-            async with channel.sink:  # closed when it answers: the pump writes what is left, then ends
-                try:
-                    result = await self._dispatcher.request(ctx)
-                except Exception as exc:  # raised as itself, not inside the group's ExceptionGroup
-                    failed = exc
-        if failed is not None:
-            raise failed
+        try:
+            result = await self._dispatcher.request(ctx)
+            await channel.stream.settled()  # the answer is the last frame: after a write in flight
+        finally:
+            channel.stream.close()
         return result
 
 

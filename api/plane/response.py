@@ -2,8 +2,9 @@
 when the operation finishes without emitting anything, ``text/event-stream`` from its first
 notification on; in the 2025 era an SSE stream from the start (:meth:`LiveResponse.start`: the
 session's header, then its priming event) — and the per-request duties beside it: in the 2026
-era the client closing its connection cancels the operation (in the 2025 era it does not: the
-request runs on for a client that resumes), and a stream silent for
+era the client closing its connection cancels the operation (noticed from
+:data:`WATCH_AFTER_S` into the operation on; in the 2025 era it does not: the request runs on
+for a client that resumes), and a stream silent for
 :data:`~api.plane.sse.PING_INTERVAL_S` is pinged.
 
 Guarantees: frames reach the wire whole and in the order they were written (one writer at a
@@ -15,8 +16,9 @@ watcher, with a memory stream between the operation and the writer and a ``move_
 frame for the ping timer — about 40 % of the gateway's CPU per call went to anyio and the loop
 (ADR 0038, and ADR 0042 for the 2025 era). Here the operation runs in the request's own task
 inside one cancel scope; the disconnect watcher (2026 era) is one plain task (the ASGI server is
-asyncio's: uvicorn), and the ping timer is a loop timer that starts a pinger only for an
-operation that has been silent that long."""
+asyncio's: uvicorn), started by a loop timer only for an operation still running after
+:data:`WATCH_AFTER_S`, and the same timer then starts a pinger only for an operation that has
+been silent for the ping interval."""
 
 from __future__ import annotations
 
@@ -29,6 +31,12 @@ import anyio
 from starlette.types import Receive, Send
 
 from mcp_reconciler.api.plane import jsonrpc, sse
+
+#: A 2026-era operation starts watching for its client leaving once it has run this long: a
+#: watcher task per request (created, run to its first wait, cancelled, with uvicorn resuming
+#: the socket's reads for it) was ~4 % of a forwarded call's CPU, and most calls answer sooner
+#: (ADR 0038, "Call CPU"). A client leaving earlier is noticed at this point, not at once.
+WATCH_AFTER_S = 0.1
 
 
 async def respond(
@@ -63,6 +71,8 @@ class LiveResponse:
         self._lock: anyio.Lock | None = None  # made when a second writer (the pinger) appears
         self._last = 0.0  # loop time of the last frame
         self._pinger: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     @contextlib.contextmanager
     def running(self, receive: Receive | None) -> Iterator[None]:
@@ -74,14 +84,18 @@ class LiveResponse:
         loop = asyncio.get_running_loop()
         self._last = loop.time()
         with anyio.CancelScope() as scope:
-            watcher = loop.create_task(self._watch(receive, scope)) if receive is not None else None
-            timer = loop.call_later(sse.PING_INTERVAL_S, self._start_pinger)
+            # One timer: the watcher first (2026 era), then the pinger. An operation that answers
+            # within WATCH_AFTER_S starts no task at all (a client leaving before is noticed then).
+            if receive is not None:
+                self._timer = loop.call_later(WATCH_AFTER_S, self._start_watcher, receive, scope)
+            else:
+                self._timer = loop.call_later(sse.PING_INTERVAL_S, self._start_pinger)
             try:
                 yield
             finally:
-                timer.cancel()
-                if watcher is not None:
-                    watcher.cancel()
+                self._timer.cancel()
+                if self._watcher is not None:
+                    self._watcher.cancel()
                 if self._pinger is not None:
                     self._pinger.cancel()
 
@@ -136,8 +150,15 @@ class LiveResponse:
         self.gone = True
         scope.cancel()
 
+    def _start_watcher(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        loop = asyncio.get_running_loop()
+        self._watcher = loop.create_task(self._watch(receive, scope))
+        self._timer = loop.call_later(sse.PING_INTERVAL_S - WATCH_AFTER_S, self._start_pinger)
+
     def _start_pinger(self) -> None:
-        self._lock = anyio.Lock()
+        # fast_acquire: an uncontended frame takes the lock without yielding, so a listen stream's
+        # event is still written without waiting (push.start_now) once the pinger exists.
+        self._lock = anyio.Lock(fast_acquire=True)
         self._pinger = asyncio.get_running_loop().create_task(self._ping())
 
     async def _ping(self) -> None:

@@ -205,12 +205,14 @@ class SessionTable:
         self.idle_s = idle_s
         self.sessions: dict[str, LegacySession] = {}
         self._per_client: dict[str, int] = {}
+        self.refused_total = 0  # initializes refused at the total bound (gateway.limits.hits)
         self.refused_per_client = 0  # initializes refused at the per-client bound (gateway.limits.hits)
 
     def room(self, client: str) -> int | None:
         """``None`` when one more session may open for ``client``; else the HTTP status of the
         refusal (503 at the total bound, 429 at the client's)."""
         if len(self.sessions) >= self.max_sessions:
+            self.refused_total += 1
             return 503
         if self._per_client.get(client, 0) >= self.max_per_client:
             self.refused_per_client += 1

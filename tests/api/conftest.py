@@ -5,7 +5,7 @@ Upstreams are ``tests.support.upstream_server`` processes over stdio, spawned by
 (``cwd`` = the repository root so ``-m tests.support.upstream_server`` imports). Configs live in
 ``tmp_path`` with ``gateway: {cooldown_s: 0.05}`` for speed.
 
-``no_leaked_children`` (autouse, imported from the integration suite) asserts that no child
+``no_leaked_children`` (autouse, tests/conftest.py) asserts that no child
 process of the test process outlives a test (I14). Every wait is bounded (``anyio.fail_after``);
 polling is used only for engine state outside the test's control flow."""
 
@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -31,10 +31,9 @@ from mcp_reconciler.api.server import Served, serve_http
 from mcp_reconciler.reconciler.authority import GrantPolicy, principal_id
 from mcp_reconciler.reconciler.errors import RevisionUnavailableError
 from mcp_reconciler.sdk.http_client import mcp_http_client
-from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
+from tests.integration.conftest import (
     REPO_ROOT,
     SERVER_MODULE,
-    no_leaked_children,
 )
 
 WAIT = 20.0  # bound on any single wait in this directory
@@ -179,16 +178,6 @@ from tests.support.calls import revision_of as revision_of  # noqa: E402
 
 # -- the engine, observed -------------------------------------------------------------------------
 from tests.support.observe import Publications as Publications  # noqa: E402  (shared with tests/e2e)
-
-
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = WAIT, what: str = "condition") -> None:
-    """Bounded polling for engine state the test does not drive (retirement, pins)."""
-    try:
-        with anyio.fail_after(timeout_s):
-            while not predicate():
-                await anyio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}") from None
 
 
 def assert_error_shape(body: Any, *, forbidden: Sequence[str] = ALL_TOKENS) -> None:

@@ -32,6 +32,7 @@ from tests.api.conftest import (
     upstream_source,
     write_config,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -106,9 +107,11 @@ async def test_refresh_wait_and_no_wait(tmp_path: Path) -> None:
             assert isinstance(accepted, wire.RefreshAccepted)  # HTTP 202
             assert accepted.ticket > started and accepted.revision == rev
             # The ticket names the cycle that answers: it runs (bounded wait) without anyone waiting.
-            with anyio.fail_after(WAIT):
-                while queue.batches_done < accepted.ticket:
-                    await anyio.sleep(0.01)
+            await until(
+                lambda: queue.batches_done >= accepted.ticket,
+                what="the ticket's cycle to run",
+                timeout_s=WAIT,
+            )
 
             with pytest.raises(NotFound) as nf:
                 await rc.refresh(["up", "nope"])

@@ -31,6 +31,7 @@ from tests.api.conftest import (
     upstream_source,
     write_config,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -199,9 +200,7 @@ async def test_concurrent_streams_are_bounded_at_n(tmp_path: Path) -> None:
                 r = await http.get("/v1/events", headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
                 assert r.status_code == 429
                 assert r.json()["error"]["code"] == "too_many_streams"
-        with anyio.fail_after(WAIT):
-            while served.control.events.clients:
-                await anyio.sleep(0.01)
+        await until(lambda: not served.control.events.clients, what="every event stream closed", timeout_s=WAIT)
         async with follow(served):  # a slot freed: accepted again
             assert served.control.events.clients == 1
 

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from mcp import MCPError
@@ -26,15 +25,14 @@ from mcp_reconciler.reconciler.redaction import MASK
 from tests.api.conftest import (
     ALICE,
     OPERATOR_TOKEN,
-    WAIT,
     mcp_client,
     served_gateway,
     upstream_source,
-    wait_until,
     write_config,
 )
 from tests.api.test_cli import cli_all
 from tests.support.ports import refusing_port as _refusing
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -93,7 +91,7 @@ async def test_each_failure_cause_is_typed_in_v1_and_the_cli(tmp_path: Path, mon
                         latest.update(await causes())
                         return all(latest.get(n, {}).get("cause") for n in failing)
 
-                    await wait_until_async(all_failed, "every failing source has a cause")
+                    await until(all_failed, what="every failing source has a cause")
                     by = latest
                     assert by["ok"]["state"] == "ready" and by["ok"]["cause"] is None
                     kinds = {n: by[n]["cause"]["kind"] for n in failing}
@@ -151,13 +149,6 @@ async def test_each_failure_cause_is_typed_in_v1_and_the_cli(tmp_path: Path, mon
                     assert words not in agent_text
 
 
-async def wait_until_async(check: Any, what: str) -> None:
-    """Poll an async predicate (engine state outside the test's control flow), bounded."""
-    with anyio.fail_after(WAIT):
-        while not await check():
-            await anyio.sleep(0.1)
-
-
 async def test_a_slow_first_start_gets_the_startup_allowance(tmp_path: Path) -> None:
     """``timeouts.startup_s`` covers a first start slower than ``connect_s``; later connects get ``connect_s``."""
     script = (
@@ -188,7 +179,7 @@ async def test_an_npm_package_that_does_not_exist_says_so(tmp_path: Path) -> Non
     """``npx -y`` of a missing package: npm exits 1 after the registry's 404; the cause shows its words (redacted)."""
     source = {"name": "npm", "stdio": {"command": "npx", "args": ["-y", "@mcp-reconciler-test/no-such-package-xyz"]}}
     async with served_gateway(write_config(tmp_path, sources=[source])) as served:
-        await wait_until(lambda: served.gateway.rec.health.get("npm").cause is not None, timeout_s=60, what="a cause")
+        await until(lambda: served.gateway.rec.health.get("npm").cause is not None, timeout_s=60, what="a cause")
         cause = served.gateway.rec.health.get("npm").cause
         assert cause is not None and cause.kind == "process_exited" and cause.exit_code != 0, cause
         assert any("404" in line for line in cause.stderr_tail), cause.stderr_tail

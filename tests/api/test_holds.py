@@ -24,9 +24,9 @@ from tests.api.conftest import (
     revision_of,
     served_gateway,
     tool_names,
-    wait_until,
     write_config,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +79,7 @@ async def test_hold_keeps_a_revision_callable_until_it_expires(tmp_path: Path) -
             await rc.release_hold(long_hold.id)
             assert _is_live(served, n) and runtime.get(n).pins == 1
             t0 = anyio.current_time()
-            await wait_until(lambda: not _is_live(served, n), timeout_s=WAIT, what=f"revision {n} to retire")
+            await until(lambda: not _is_live(served, n), timeout_s=WAIT, what=f"revision {n} to retire")
             assert anyio.current_time() - t0 > 0.3  # the hold, not the release, kept it open
             assert (await rc.status()).holds == 0
             with pytest.raises(NotFound):
@@ -109,7 +109,7 @@ async def test_release_retires_a_held_revision_at_once(tmp_path: Path) -> None:
             await pubs.wait_above(n)
             assert _is_live(served, n)
             await rc.release_hold(hold.id)
-            await wait_until(lambda: not _is_live(served, n), what=f"revision {n} to retire")
+            await until(lambda: not _is_live(served, n), what=f"revision {n} to retire")
             assert [g.revision for g in (await rc.generations()).generations] == [pubs.revision]
 
 
@@ -143,7 +143,7 @@ async def test_pinned_run_sees_one_revision(mode: str, tmp_path: Path) -> None:
 
             # The hold is released on exit; n retires.
             assert (await rc.status()).holds == 0
-            await wait_until(lambda: not _is_live(served, n), what=f"revision {n} to retire")
+            await until(lambda: not _is_live(served, n), what=f"revision {n} to retire")
 
 
 async def test_pinned_releases_the_hold_when_the_body_raises(tmp_path: Path) -> None:
@@ -220,7 +220,7 @@ async def test_holds_cannot_defer_publication_and_status_says_why(tmp_path: Path
             m2 = await publish("c", "g")  # m1 retires beside the held n: the retiring set is full
             second = runtime.get(m2).pin()
             await mcp.call_tool("up__set_tools", {"names": ["a", "b", "c", "h"]})
-            await wait_until(lambda: runtime.pending is not None, what="the publication to be deferred")
+            await until(lambda: runtime.pending is not None, what="the publication to be deferred")
             st = await op.status()
             assert st.pending_publication and st.state == "degraded"
             (cond,) = st.conditions

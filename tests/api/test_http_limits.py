@@ -21,8 +21,10 @@ import anyio
 import pytest
 
 from mcp_reconciler.api.control import MAX_BODY_BYTES
+from mcp_reconciler.api.http_limits import ACCEPT_BACKLOG, descriptor_budget
 from mcp_reconciler.api.server import Served
 from tests.api.conftest import OPERATOR_TOKEN, served_gateway, write_config
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -120,9 +122,11 @@ async def test_connections_all_busy_refuse_the_next_with_503(tmp_path: Path) -> 
             busy.append(stream)
         guard = served.connections
         assert guard is not None
-        with anyio.fail_after(WAIT):  # every head is parsed: the slots are busy, not idle
-            while not (guard.open == CONNECTIONS and guard.idle == 0):
-                await anyio.sleep(0.01)
+        await until(
+            lambda: guard.open == CONNECTIONS and guard.idle == 0,
+            what="every head is parsed: the slots are busy, not idle",
+            timeout_s=WAIT,
+        )
         extra = await connect(served)
         refusal = await closed_by_peer(extra)
         assert refusal.startswith(b"HTTP/1.1 503 "), refusal
@@ -151,6 +155,36 @@ async def test_silent_and_half_open_connections_are_closed_after_the_header_time
         await closed_by_peer(kept, HEADER_TIMEOUT_S * 5)
         for stream in (silent, half, kept):
             await stream.aclose()
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_keep_alive_s(tmp_path: Path) -> None:
+    """README "Limits and shutdown": ``keep_alive_s`` closes an idle keep-alive connection. The
+    header timeout is set far above it, so only ``keep_alive_s`` can close it this soon."""
+    keep_alive_s = 0.5
+    async with limited(tmp_path, keep_alive_s=keep_alive_s, header_timeout_s=60.0) as served:
+        kept = await connect(served)
+        await kept.send(get("/healthz"))
+        assert (await response(kept))[0] == 200
+        answered = anyio.current_time()
+        assert await closed_by_peer(kept, WAIT) == b""  # long before the 60 s header timeout
+        assert anyio.current_time() - answered >= keep_alive_s * 0.9  # not before keep_alive_s
+        await kept.aclose()
+
+
+def test_connections_are_clamped_so_fd_reserve_stays_free() -> None:
+    """README "Limits and shutdown": ``connections`` is clamped so that ``fd_reserve`` (plus the
+    accept batch) stays free — at N the configured bound stands, at N+1 it is cut by one."""
+    reserve, configured = 256, 1024
+    probe = descriptor_budget(configured, reserve, soft_limit=1_000_000)
+    assert probe.connections == configured and probe.reserve == reserve
+    # The descriptors free for connections: what the soft limit leaves after those in use, the
+    # reserve and twice the accept batch (module docstring). Exactly `configured` of them: N.
+    fits = probe.in_use + reserve + 2 * ACCEPT_BACKLOG + configured
+    assert descriptor_budget(configured, reserve, soft_limit=fits).connections == configured
+    # One descriptor fewer: the connection bound gives it up, the reserve does not.
+    short = descriptor_budget(configured, reserve, soft_limit=fits - 1)
+    assert short.connections == configured - 1 and short.reserve == reserve
+    assert descriptor_budget(configured, reserve, soft_limit=probe.in_use).connections == 1  # never below 1
 
 
 # -- request heads --------------------------------------------------------------------------------

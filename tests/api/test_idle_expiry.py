@@ -16,7 +16,8 @@ import pytest
 from mcp_reconciler.reconciler.authority import Authority, Session
 from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.model import SessionSpec
-from tests.api.conftest import ALICE, BOB, OPERATOR_TOKEN, WAIT, mcp_client, served_gateway, wait_until, write_config
+from tests.api.conftest import ALICE, BOB, OPERATOR_TOKEN, WAIT, mcp_client, served_gateway, write_config
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -88,7 +89,7 @@ async def test_I25_idle_expiry_over_http_shows_in_the_json_and_spares_sessions_i
                     tg.start_soon(mcp.call_tool, "up__block", {})
                     session = authority.get(made["alice"]["id"])
                     assert session is not None
-                    await wait_until(lambda: session.in_flight > 0, what="the call in flight")
+                    await until(lambda: session.in_flight > 0, what="the call in flight")
                     shown = (await http.get(f"/v1/sessions/{session.id}", headers=_auth(ALICE))).json()
                     assert shown["in_use"] is True and shown["expires_at"] is None
                     # bob holds a revision: his sessions are in use too.
@@ -98,7 +99,7 @@ async def test_I25_idle_expiry_over_http_shows_in_the_json_and_spares_sessions_i
                     assert authority.expire_idle(later) == [made["operator"]["id"]]  # only the unused one
                     tg.cancel_scope.cancel()
                 assert authority.expire_idle(later) == []  # the connection is still open
-            await wait_until(lambda: authority.expires_at(session) is not None, what="the connection to close")
+            await until(lambda: authority.expires_at(session) is not None, what="the connection to close")
             assert authority.expire_idle(later) == [made["alice"]["id"]]
             r = await http.get(f"/v1/sessions/{made['alice']['id']}", headers=_auth(ALICE))
             assert r.status_code == 404

@@ -34,11 +34,11 @@ from tests.api.conftest import (
     served_gateway,
     tool_names,
     upstream_source,
-    wait_until,
     write_config,
 )
 from tests.support.raw_mcp import ACCEPT, LEGACY, MODERN, legacy_open, legacy_request, rpc
 from tests.support.raw_mcp import tool_names as raw_tool_names
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -217,7 +217,7 @@ async def test_config_declared_sessions_follow_config_reloads(
             changes = Changes()
             async with mcp_client(served, mode="legacy", headers=_bearer(first), message_handler=changes) as mcp:
                 assert await tool_names(mcp) == {"up__a"}
-                await wait_until(
+                await until(
                     lambda: any(b.session.id == "cfg-ci" and b.last_view for b in served.front.bindings.values()),
                     what="the binding's first view",
                 )

@@ -251,12 +251,12 @@ async def test_jwks_down_stale_keys_work_within_their_bound_then_fail_closed(tmp
             while az.jwks_fetches < 2:
                 r = await call(az.mint("alice", scope="mcp"))
                 assert r.status_code == 200 or time.monotonic() - fetched_at > 3, r.text
-                await anyio.sleep(0.05)
+                await anyio.sleep(0.05)  # the stale window is a time (max_stale_s): its passage is the subject
             assert time.monotonic() - fetched_at < 3, "the box was too slow to observe the stale window"
             assert (await call(az.mint("alice", scope="mcp"))).status_code == 200
             # Beyond max_stale_s: fail closed (503, retry later), not "valid" and not "invalid".
             while (r := await call(az.mint("alice", scope="mcp"))).status_code == 200:
-                await anyio.sleep(0.1)
+                await anyio.sleep(0.1)  # until max_stale_s has passed (the subject), one probe per period
         assert time.monotonic() - fetched_at >= 3
         assert r.status_code == 503 and r.headers["retry-after"] == "5", r.text
         assert r.json()["error"] == "temporarily_unavailable"
@@ -267,7 +267,7 @@ async def test_jwks_down_stale_keys_work_within_their_bound_then_fail_closed(tmp
         az.jwks_down = False
         with anyio.fail_after(WAIT):
             while (await call(az.mint("alice", scope="mcp"))).status_code != 200:
-                await anyio.sleep(0.1)
+                await anyio.sleep(0.1)  # refetches are paced by min_refetch_interval_s (a time, the subject)
 
 
 # -- /v1 ------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import pytest
 
 from mcp_reconciler.sdk import RefreshTimeout, wire
 from mcp_reconciler.sdk.client import ReconcilerClient
-from tests.api.conftest import OPERATOR_TOKEN, WAIT, served_gateway, wait_until, write_config
+from tests.api.conftest import OPERATOR_TOKEN, WAIT, served_gateway, write_config
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -83,6 +84,6 @@ async def test_I7_waiter_that_gives_up_leaks_nothing(tmp_path: Path) -> None:
                 await rc.refresh(timeout_s=0.2)
             assert exc.value.status == 504 and exc.value.code == "refresh_timeout"
             # The cycle it asked for still runs (nothing shared was cancelled); then no slot remains.
-            await wait_until(lambda: rec.queue.batches_done >= started + 1, what="the abandoned cycle")
-            await wait_until(lambda: rec.queue.pending_waiter_slots() == 0, what="waiter slots released")
+            await until(lambda: rec.queue.batches_done >= started + 1, what="the abandoned cycle")
+            await until(lambda: rec.queue.pending_waiter_slots() == 0, what="waiter slots released")
             assert rec.last_outcome is not None and rec.last_outcome.status != "failed"

@@ -19,10 +19,10 @@ from tests.api.conftest import (
     served_gateway,
     tool_names,
     upstream_source,
-    wait_until,
     write_config,
 )
 from tests.api.test_cli import cli, cli_all
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -61,7 +61,7 @@ async def test_search_mode_per_session_and_a_pinned_session_searches_its_revisio
             doc["sources"].append(upstream_source("more", "zebra"))
             cfg.write_text(json.dumps(doc))
             backdate(cfg)
-            await wait_until(lambda: "more__zebra" in engine.current.generation.tools, what="the new revision")  # type: ignore[union-attr]
+            await until(lambda: "more__zebra" in engine.current.generation.tools, what="the new revision")  # type: ignore[union-attr]
             second = engine.current_revision
             async with mcp_client(served, mode=mode, headers=headers) as mcp:
                 found = await mcp.call_tool("find_tools", {"query": "zebra"})

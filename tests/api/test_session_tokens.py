@@ -18,9 +18,9 @@ from tests.api.conftest import (
     refused,
     served_gateway,
     tool_names,
-    wait_until,
     write_config,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -39,12 +39,12 @@ async def test_session_token_sees_exactly_its_grants(mode: str, tmp_path: Path) 
                 if mode == "legacy":
                     # The notifier must have bound this connection (and seen its GET stream)
                     # before the grant, or there is no view change to push.
-                    await wait_until(
+                    await until(
                         lambda: any(b.session.id == s.id for b in served.front.bindings.values()),
                         what="the legacy session binding",
                     )
                     binding = next(b for b in served.front.bindings.values() if b.session.id == s.id)
-                    await wait_until(lambda: binding.last_view is not None, what="the binding's first view")
+                    await until(lambda: binding.last_view is not None, what="the binding's first view")
 
                 out = await rc.grant(s.id, ["up__a"])
                 assert out.added == ["up__a"]

@@ -26,11 +26,12 @@ from tests.api.conftest import (
     mcp_client,
     served_gateway,
     upstream_source,
-    wait_until,
     write_config,
 )
+from tests.api.test_transport_sessions import initialize
 from tests.support.calls import call_error
 from tests.support.plane_memory import PlaneTransport
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -76,11 +77,11 @@ async def _script(served: Any) -> None:
         await call_error(client, "up__nope", {})
         revision = engine.current_revision
         await client.call_tool("up__set_tools", {"names": ["a", "b", "c"]})
-        await wait_until(lambda: (engine.current_revision or 0) > (revision or 0), what="a publication")
+        await until(lambda: (engine.current_revision or 0) > (revision or 0), what="a publication")
         first = _connection(engine)
         crashed = await call_error(client, "up__crash", {})
         assert (crashed.error.data or {}).get("code") == "upstream_unavailable"
-    await wait_until(
+    await until(
         lambda: _connection(engine) not in (None, first) and _connection(engine).alive,
         what="the upstream reconnected",
     )
@@ -131,6 +132,8 @@ async def test_metrics_after_a_scripted_session(tmp_path: Path) -> None:
     )
     assert publishes == len(published)
     assert _delta(after, before, 'mcp_reconciler_reconnects_total{source="up"}') == 1
+    # a tally read at collection (telemetry.Tally): a, a, b, set_tools, crash sent upstream
+    assert _delta(after, before, 'mcp_reconciler_upstream_session_requests_total{method="tools/call"}') == 5
     assert after["mcp_reconciler_revision"] == revision
     assert after['mcp_reconciler_source_state{source="up",state="ready"}'] == 1
     assert after['mcp_reconciler_source_consecutive_failures{source="up"}'] == 0
@@ -291,6 +294,32 @@ async def test_I18_bound_hits_are_counted_by_bound(tmp_path: Path) -> None:
     assert _delta(after, before, series) == 1
 
 
+async def test_I18_transport_session_refusals_are_counted_by_bound(tmp_path: Path) -> None:
+    """README "Observe it": ``gateway_limits_hits_total`` counts every I18 bound hit, the total
+    transport sessions (503) as well as the per-client bound (429): nothing at N, one per refusal past it."""
+    cfg = _config(tmp_path)
+    data = json.loads(cfg.read_text())
+    data["gateway"]["limits"] = {"transport_sessions": 2, "transport_sessions_per_client": 1}
+    cfg.write_text(json.dumps(data))
+    total = 'mcp_reconciler_gateway_limits_hits_total{bound="transport_sessions"}'
+    per_client = 'mcp_reconciler_gateway_limits_hits_total{bound="transport_sessions_per_client"}'
+    async with served_gateway(cfg) as served, httpx.AsyncClient() as http:
+        tokens = [served.front.authority.create(owner, None).token for owner in ("alice", "bob", "carol")]
+
+        async def open_session(token: str) -> int:
+            return (await initialize(http, served, token)).status_code
+
+        before = parse_text((await _scrape(served.base_url)).text)
+        assert [await open_session(tokens[0]), await open_session(tokens[1])] == [200, 200]  # N in total
+        mid = parse_text((await _scrape(served.base_url)).text)
+        assert _delta(mid, before, total) == 0 and _delta(mid, before, per_client) == 0
+        assert await open_session(tokens[2]) == 503  # N+1 in total
+        assert await open_session(tokens[0]) == 503  # the total bound answers first
+        after = parse_text((await _scrape(served.base_url)).text)
+    assert _delta(after, before, total) == 2
+    assert _delta(after, before, per_client) == 0
+
+
 async def test_cluster_replica_labels_metrics_and_records(tmp_path: Path) -> None:
     trail = tmp_path / "audit.jsonl"
     cfg = _config(tmp_path, audit={"path": str(trail)})
@@ -310,3 +339,28 @@ async def test_cluster_replica_labels_metrics_and_records(tmp_path: Path) -> Non
     (tmp_path / "next").mkdir()
     async with served_gateway(_config(tmp_path / "next")) as served:
         assert 'replica="' not in (await _scrape(served.base_url)).text
+
+
+async def test_audit_records_who_set_a_sessions_approval_globs_and_a_refused_lift(tmp_path: Path) -> None:
+    """``PUT /v1/sessions/{id}/approval`` changes what a session may run without an approval:
+    the trail names who set which globs, and an owner's refused attempt to lift them (403)."""
+    trail = tmp_path / "audit.jsonl"
+    async with served_gateway(_config(tmp_path, audit={"path": str(trail)})) as served:
+        headers = {"authorization": f"Bearer {OPERATOR_TOKEN}"}
+        async with httpx.AsyncClient(base_url=served.base_url, headers=headers) as op:
+            sid = (await op.post("/v1/sessions", json={"owner": "alice"})).json()["id"]
+            path = f"/v1/sessions/{sid}/approval"
+            owner = {"authorization": f"Bearer {ALICE}"}
+            async with httpx.AsyncClient(base_url=served.base_url, headers=owner) as alice:
+                assert (await alice.put(path, json={"required": ["up__a", "up__b*"]})).status_code == 200
+                assert (await alice.put(path, json={"required": []})).status_code == 403
+            assert (await op.put(path, json={"required": []})).status_code == 200
+        assert served.observability is not None and served.observability.audit_log is not None
+        assert served.observability.audit_log.drained(WAIT)
+    records = [json.loads(line) for line in trail.read_text().splitlines()]
+    changes = [r for r in records if r["kind"] == "session.approval"]
+    assert [(r["principal"], r["session"], r["status"], r["outcome"], r.get("detail")) for r in changes] == [
+        ("owner::alice", sid, 200, "ok", "required=up__a,up__b*"),
+        ("owner::alice", sid, 403, "error", None),
+        ("operator::operator1", sid, 200, "ok", "required="),
+    ]

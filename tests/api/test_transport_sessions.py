@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 
 from mcp_reconciler.api.plane.sessions import client_key
 from mcp_reconciler.api.server import Served
 from tests.api.conftest import WAIT, served_gateway, write_config
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -76,9 +76,11 @@ async def test_idle_transport_sessions_are_reaped_after_session_idle_s(tmp_path:
         alice = token_of(served, "alice")
         assert [(await initialize(http, served, alice)).status_code for _ in range(2)] == [200, 200]
         assert (await initialize(http, served, alice)).status_code == 429
-        with anyio.fail_after(WAIT):  # idle (no request, no GET stream): closed by the manager
-            while manager.open_sessions():
-                await anyio.sleep(0.05)
+        await until(
+            lambda: not manager.open_sessions(),
+            what="idle (no request, no GET stream): closed by the manager",
+            timeout_s=WAIT,
+        )
         assert (await initialize(http, served, alice)).status_code == 200  # the slots came back
 
 

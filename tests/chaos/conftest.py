@@ -6,7 +6,7 @@ Rules every chaos test follows:
 - every request loop is bounded in count *and* time (``anyio.fail_after``) and stops by itself;
 - every call's outcome is recorded (:class:`Outcomes`), so "nothing is lost" is an assertion:
   each call ended with a result or with a sanitized, expected error;
-- ``no_leaked_children`` (autouse, from the integration suite) asserts that no child process
+- ``no_leaked_children`` (autouse, tests/conftest.py) asserts that no child process
   outlives a test (I14); ``http_upstreams`` starts test-owned HTTP upstreams and kills them;
 - instrumentation only observes: a runtime listener (publications) and a wrapper around
   ``LiveGeneration._mark_closed`` (when each revision closed); nothing in ``reconciler/`` or
@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 import pytest
 from mcp import MCPError
 
@@ -32,8 +31,9 @@ from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.runtime import LiveGeneration
 from tests.integration.conftest import (  # noqa: F401 - the fixtures must be visible in this directory
     http_upstreams,
-    no_leaked_children,
 )
+from tests.support.waits import no_pins as no_pins  # shared with tests/e2e
+from tests.support.waits import until
 
 WAIT = 20.0  # bound on any single wait in this directory
 
@@ -170,14 +170,6 @@ def record_closures(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         CLOSED.clear()
 
 
-async def no_pins(served: Served, timeout_s: float = WAIT) -> None:
-    """Bounded wait until every live generation's pins are released (operations settle
-    server-side just after the client sees their outcome)."""
-    with anyio.fail_after(timeout_s):
-        while any(live.pins for live in served.gateway.rec.runtime.live()):
-            await anyio.sleep(0.01)
-
-
 # -- process resources ----------------------------------------------------------------------------
 
 _TCP_STATES = {
@@ -231,12 +223,11 @@ def own_sockets_on(ports: Iterable[int]) -> list[str]:
 async def no_own_sockets_on(ports: Iterable[int], timeout_s: float = 5.0) -> None:
     """Bounded wait until this process holds no socket on ``ports`` (closing is asynchronous)."""
     ports = set(ports)
-    left = own_sockets_on(ports)
-    with anyio.move_on_after(timeout_s):
-        while left:
-            await anyio.sleep(0.05)
-            left = own_sockets_on(ports)
-    assert not left, f"sockets still open on {sorted(ports)}: {left}"
+    await until(
+        lambda: not own_sockets_on(ports),
+        what=lambda: f"sockets still open on {sorted(ports)}: {own_sockets_on(ports)}",
+        timeout_s=timeout_s,
+    )
 
 
 PAGE = os.sysconf("SC_PAGE_SIZE")

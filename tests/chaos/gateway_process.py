@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 
 from tests.integration.conftest import REPO_ROOT
+from tests.support.waits import exited, until
 
 OPERATOR = "chaos-operator-token-0123456789"
 
@@ -97,16 +97,18 @@ class GatewayProcess:
     async def started(self, timeout_s: float = 60.0) -> None:
         """Wait (bounded) until the gateway wrote the port it listens on, then until ``/healthz``
         answers there."""
-        with anyio.fail_after(timeout_s):
-            while True:
-                if not self.url and (text := self.port_path.read_text() if self.port_path.exists() else ""):
-                    self.port = int(text)
-                    self.url = f"http://127.0.0.1:{self.port}/mcp"
-                if self.url and await self.healthy():
-                    return
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.stderr()}")
-                await anyio.sleep(0.05)
+
+        async def ready() -> bool:  # another process: its port file, then its /healthz
+            if not self.url and (text := self.port_path.read_text() if self.port_path.exists() else ""):
+                self.port = int(text)
+                self.url = f"http://127.0.0.1:{self.port}/mcp"
+            if self.url and await self.healthy():
+                return True
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.stderr()}")
+            return False
+
+        await until(ready, what=lambda: f"the gateway to be healthy:\n{self.stderr()}", timeout_s=timeout_s)
 
     async def healthy(self, timeout_s: float = 2.0) -> bool:
         """Whether ``/healthz`` answers 200 within ``timeout_s``."""
@@ -127,10 +129,7 @@ class GatewayProcess:
 
     async def exited(self, timeout_s: float) -> int:
         """The exit code, waiting (bounded) for the process to end."""
-        with anyio.fail_after(timeout_s):
-            while self.proc.poll() is None:
-                await anyio.sleep(0.02)
-        return int(self.proc.returncode)
+        return await exited(self.proc, timeout_s=timeout_s)
 
     def fds(self) -> int:
         """Open descriptors of the gateway process right now."""

@@ -31,6 +31,7 @@ from tests.chaos.conftest import WAIT, RevisionLog
 from tests.e2e.conftest import all_tools
 from tests.integration.conftest import HttpUpstreams
 from tests.support.upstream_server import CONTROL_TOOLS
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -216,10 +217,10 @@ async def test_I11_config_rewritten_1000_times(tmp_path: Path, http_upstreams: H
                         else:
                             write(INVALID_TEXTS[3], atomic=False)
                             on_disk = None
-                    await anyio.sleep(QUIET_S)
+                    await anyio.sleep(QUIET_S)  # the storm's shape: a quiet spell the watcher must notice
                     t0 += QUIET_S
                 # Paced to ~10 s of writing; when behind schedule, still yield once.
-                await anyio.sleep(max(0.0, t0 + (i + 1) * STORM_S / WRITES - time.monotonic()))
+                await anyio.sleep(max(0.0, t0 + (i + 1) * STORM_S / WRITES - time.monotonic()))  # the writes' pace
             storm_over.set()
 
         async def sampler() -> None:
@@ -254,7 +255,7 @@ async def test_I11_config_rewritten_1000_times(tmp_path: Path, http_upstreams: H
                             f"status {sorted(names)} / config_error={st.config_error is not None} "
                             f"for a valid file naming {sorted(disk.names)}"
                         )
-                await anyio.sleep(SAMPLE_EVERY_S)
+                await anyio.sleep(SAMPLE_EVERY_S)  # the sampler's period during the storm (the subject)
 
         t0 = time.monotonic()
         with anyio.fail_after(60):
@@ -269,16 +270,21 @@ async def test_I11_config_rewritten_1000_times(tmp_path: Path, http_upstreams: H
         # during the storm recover on their own; refresh until every one is listed).
         allowed.append(final)
         write(final.json_text, atomic=False)
-        with anyio.fail_after(30):
-            while True:
-                out = await gw.engine.refresh(timeout_s=WAIT)
-                live = runtime.current
-                assert live is not None
-                sources = _gen_sources(live.generation)
-                if set(sources) == final.names and all(st is SourceStatus.READY for st, _ in sources.values()):
-                    break
-                await anyio.sleep(0.1)
-        assert out.status in ("published", "unchanged"), out
+
+        statuses: list[str] = []
+
+        async def converged() -> bool:  # each look is a refresh: the upstreams are other processes
+            statuses.append((await gw.engine.refresh(timeout_s=WAIT)).status)
+            live = runtime.current
+            assert live is not None
+            sources = _gen_sources(live.generation)
+            return set(sources) == final.names and all(st is SourceStatus.READY for st, _ in sources.values())
+
+        await until(converged, what="the final file's sources, all ready", timeout_s=30, every_s=0.1)
+        assert statuses[-1] in ("published", "unchanged"), statuses
+        live = runtime.current
+        assert live is not None
+        sources = _gen_sources(live.generation)
         assert {name: entries for name, (_st, entries) in sources.items()} == final.tools
         assert set(live.generation.tools) == set().union(*final.tools.values())
         st = await gw.engine.status()
@@ -291,9 +297,11 @@ async def test_I11_config_rewritten_1000_times(tmp_path: Path, http_upstreams: H
         assert rev == live.revision
         assert {t.name for t in listed} == set().union(*final.tools.values())
         # No connection outlives the storm: one per final source (closes run in the background).
-        with anyio.fail_after(WAIT):
-            while reader.open_connections() != len(final.names):
-                await anyio.sleep(0.05)
+        await until(
+            lambda: reader.open_connections() == len(final.names),
+            what="one open connection per final source",
+            timeout_s=WAIT,
+        )
         assert len(runtime.connection_refs()) == len(final.names)
         log.remove()
 

@@ -94,7 +94,7 @@ async def test_flood_10k_list_changed_per_second_for_5s(
                         floods.start_soon(flood_once)
                         flooding.set()
                         if k < FLOODS - 1:
-                            await anyio.sleep(1.0)
+                            await anyio.sleep(1.0)  # the floods' spacing (the load shape)
                 floods_done.set()
 
             async def caller(c: int) -> None:
@@ -103,13 +103,13 @@ async def test_flood_10k_list_changed_per_second_for_5s(
                     if floods_done.is_set():
                         return
                     await during.run(f"flood-{c}-{k}", functools.partial(echo, f"flood-{c}-{k}"))
-                    await anyio.sleep(PROBE_PAUSE_S)
+                    await anyio.sleep(PROBE_PAUSE_S)  # the callers' pace during the flood (the load shape)
 
             async def memory() -> None:
                 nonlocal rss_max
                 while not floods_done.is_set():
                     rss_max = max(rss_max, rss_bytes())
-                    await anyio.sleep(0.1)
+                    await anyio.sleep(0.1)  # the RSS sampling period during the flood (the measure)
 
             t0 = time.monotonic()
             with anyio.fail_after(180):  # 10 s quiet; 60 s was passed at load 20

@@ -110,7 +110,7 @@ async def test_I4_I5_publish_every_100ms_under_1000_calls(tmp_path: Path) -> Non
                     return await admin.call_tool("up__block", {"release": str(release)})
 
                 async def release_later(release: Path = release, k: int = k) -> None:
-                    await anyio.sleep(0.2 + 0.1 * ((h + k) % 5))
+                    await anyio.sleep(0.2 + 0.1 * ((h + k) % 5))  # the scenario: calls held for varied times
                     await anyio.Path(release).write_text("go")
 
                 async with anyio.create_task_group() as rg:

@@ -29,10 +29,20 @@ from tests.chaos.conftest import pid_alive
 from tests.chaos.gateway_process import GatewayProcess, write_json
 from tests.e2e.conftest import upstream_source
 from tests.integration.conftest import read_pid, wait_for_file
+from tests.support.waits import exited, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 GRACE_S = 1.0
+
+
+async def _cycle_after(gw: GatewayProcess, seq: int) -> bool:
+    """The gateway's last reconcile cycle is a later one than ``seq``."""
+    return bool((await gw.status())["last_cycle"]["seq"] > seq)
+
+
+async def _unhealthy(gw: GatewayProcess) -> bool:
+    return not await gw.healthy(0.5)
 
 
 def reap_orphan(pid_file: Path) -> None:
@@ -91,9 +101,11 @@ async def test_signal_with_calls_in_flight_stops_cleanly(first: str, second: str
                     await wait_for_file(tmp_path / f"{era}.marker")
                 gw.signal(getattr(signal, first))
                 # Both calls are answered within the grace plus a bound, while teardown goes on.
-                with anyio.fail_after(GRACE_S + 10):
-                    while not all(("error" in o or "broken" in o or "result" in o) for o in outcomes.values()):
-                        await anyio.sleep(0.02)
+                await until(
+                    lambda: all(("error" in o or "broken" in o or "result" in o) for o in outcomes.values()),
+                    what=lambda: f"every call to end: {outcomes}",
+                    timeout_s=GRACE_S + 10,
+                )
                 gw.signal(getattr(signal, second))  # the upstream is still lingering: teardown is running
             code = await gw.exited(30)
         stderr = gw.stderr()
@@ -123,9 +135,9 @@ async def test_unwritable_stdout_never_stops_the_gateway(stdout: str, tmp_path: 
         for _ in range(3):  # each reload prints a line to the broken stdout
             seq = (await gw.status())["last_cycle"]["seq"]
             gw.signal(signal.SIGHUP)
-            with anyio.fail_after(20):  # the reload's cycle finished, and the process lives on
-                while (await gw.status())["last_cycle"]["seq"] <= seq:
-                    await anyio.sleep(0.05)
+            await until(  # the reload's cycle finished, and the process lives on
+                lambda seq=seq: _cycle_after(gw, seq), what="the reload's cycle", timeout_s=20
+            )
             assert gw.proc.poll() is None, gw.stderr()[-3000:]
         assert await gw.healthy()
         gw.signal(signal.SIGTERM)
@@ -174,9 +186,7 @@ async def test_sigterm_stops_the_stdio_gateway_and_its_upstreams(tmp_path: Path,
                 answer = json.loads(await anyio.to_thread.run_sync(proc.stdout.readline))
             assert answer["id"] == 1 and "result" in answer, answer
         proc.send_signal(signal.SIGTERM)
-        with anyio.fail_after(30):
-            while proc.poll() is None:
-                await anyio.sleep(0.02)
+        await exited(proc, timeout_s=30)
         assert proc.stderr is not None
         stderr = proc.stderr.read().decode(errors="replace")
         assert proc.returncode == 0, (proc.returncode, stderr[-3000:])
@@ -225,9 +235,9 @@ async def test_sigterm_lets_calls_that_finish_within_the_grace_finish(tmp_path: 
                 for era in ERA_MODES:
                     await wait_for_file(tmp_path / f"{era}.marker")
                 gw.signal(signal.SIGTERM)
-                with anyio.fail_after(10):  # the gateway stopped accepting: the grace is running
-                    while await gw.healthy(0.5):
-                        await anyio.sleep(0.05)
+                await until(  # the gateway stopped accepting: the grace is running
+                    lambda: _unhealthy(gw), what="the gateway to stop accepting", timeout_s=10
+                )
                 release.touch()
             code = await gw.exited(30)
         for era, o in outcomes.items():
@@ -282,13 +292,18 @@ async def test_sigterm_answers_calls_parked_for_an_approval(tmp_path: Path) -> N
                     tg.start_soon(_parked_call, gw.url, token, mode, outcomes[era])
                 # Both calls parked: /v1/approvals lists them (the process's state, polled).
                 async with httpx2.AsyncClient(base_url=gw.base, headers={"Authorization": f"Bearer {OPERATOR}"}) as rc:
-                    while len([a for a in (await rc.get("/v1/approvals")).json()["approvals"]]) < 2:
-                        await anyio.sleep(0.05)
+
+                    async def both_parked() -> bool:
+                        return len((await rc.get("/v1/approvals")).json()["approvals"]) >= 2
+
+                    await until(both_parked, what="both calls parked", timeout_s=60)
                 started = anyio.current_time()
                 gw.signal(signal.SIGTERM)
-                with anyio.fail_after(10):
-                    while not all(("error" in o or "broken" in o or "result" in o) for o in outcomes.values()):
-                        await anyio.sleep(0.02)
+                await until(
+                    lambda: all(("error" in o or "broken" in o or "result" in o) for o in outcomes.values()),
+                    what=lambda: f"every call to end: {outcomes}",
+                    timeout_s=10,
+                )
             code = await gw.exited(30)
             assert anyio.current_time() - started < 25  # not the 30 s grace: nothing was left to wait for
         stderr = gw.stderr()

@@ -24,6 +24,7 @@ from mcp_reconciler.reconciler.upstream import UpstreamReader
 from tests.chaos.conftest import WAIT, Outcomes, assert_sanitized, no_own_sockets_on, own_sockets_on, pid_alive
 from tests.e2e.conftest import all_tools, upstream_source, write_config
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE, HttpUpstreams, read_pid
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -63,9 +64,8 @@ async def _blocked_calls(url: str, names: list[str], markers: list[Path], outcom
 
 
 async def _wait_files(paths: list[Path], timeout_s: float = WAIT) -> None:
-    with anyio.fail_after(timeout_s):
-        while not all(p.exists() for p in paths):
-            await anyio.sleep(0.02)
+    """Until every marker file exists (the upstream processes write them)."""
+    await until(lambda: all(p.exists() for p in paths), what=f"marker files {paths}", timeout_s=timeout_s)
 
 
 def _slow_start_source(name: str, pid_file: Path, started: Path, go: Path) -> dict[str, Any]:
@@ -119,9 +119,7 @@ async def test_I14_close_during_cycle_calls_and_twice_concurrently(
                 late = json.dumps(_slow_start_source("late", late_pid, started, go))
                 cfg.write_text(cfg.read_text().replace('"sources": [', f'"sources": [{late}, '))
                 rec.trigger("all")
-                with anyio.fail_after(WAIT):
-                    while not rec.reconciling:
-                        await anyio.sleep(0.005)
+                await until(lambda: rec.reconciling, what="the cycle to start", timeout_s=WAIT)
                 await _wait_files([started])  # the cycle is connecting "late", which waits for `go`
                 assert rec.reconciling
                 seq_in_flight = rec.queue.started
@@ -150,9 +148,11 @@ async def test_I14_close_during_cycle_calls_and_twice_concurrently(
                             closers.start_soon(close)
                     assert len(closes) == 2 and rec.closed and rec.runtime.closed
                     # After the engine closed, in-flight calls have ended; a new call fails cleanly.
-                    with anyio.fail_after(CALLS_END_WITHIN_S):
-                        while len(outcomes) < len(names):
-                            await anyio.sleep(0.02)
+                    await until(
+                        lambda: len(outcomes) >= len(names),
+                        what=lambda: f"every call to end: {outcomes}",
+                        timeout_s=CALLS_END_WITHIN_S,
+                    )
                     async with Client(served.url, mode="legacy", read_timeout_seconds=WAIT) as late_client:
                         try:
                             await late_client.call_tool("up__echo", {"x": "late"})
@@ -167,13 +167,13 @@ async def test_I14_close_during_cycle_calls_and_twice_concurrently(
                     await rec.aclose()  # a third close, after the fact: returns at once
                     stop.set()  # and serve_http's own exit closes once more (idempotent)
 
-            with anyio.fail_after(CLOSE_WITHIN_S):
-                while "exited_at" not in done:
-                    await anyio.sleep(0.02)
+            await until(lambda: "exited_at" in done, what="the gateway to exit", timeout_s=CLOSE_WITHIN_S)
             if markers:
-                with anyio.fail_after(CALLS_END_WITHIN_S):
-                    while len(outcomes) < len(markers):
-                        await anyio.sleep(0.02)
+                await until(
+                    lambda: len(outcomes) >= len(markers),
+                    what=lambda: f"every call to end: {outcomes}",
+                    timeout_s=CALLS_END_WITHIN_S,
+                )
     close_s = done["exited_at"] - t_close
 
     # Every in-flight call ended, with an error, within the bound (nothing hangs, nothing lost).

@@ -31,6 +31,7 @@ from tests.chaos.conftest import (
 )
 from tests.e2e.conftest import all_tools, upstream_source, write_config
 from tests.integration.conftest import HttpUpstreams, read_pid
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -41,9 +42,7 @@ async def _wait_files(paths: list[Path], timeout_s: float = WAIT, at_least: int 
     """Bounded wait until every file (or ``at_least`` of them) exists: the upstream is inside
     that many calls."""
     need = len(paths) if at_least is None else at_least
-    with anyio.fail_after(timeout_s):
-        while sum(p.exists() for p in paths) < need:
-            await anyio.sleep(0.02)
+    await until(lambda: sum(p.exists() for p in paths) >= need, what=f"{need} marker files", timeout_s=timeout_s)
 
 
 async def _call_until_ok(client: Client, name: str, args: dict[str, Any], timeout_s: float = WAIT) -> Any:
@@ -54,7 +53,7 @@ async def _call_until_ok(client: Client, name: str, args: dict[str, Any], timeou
                 return await client.call_tool(name, args)
             except MCPError as exc:
                 assert_sanitized(exc, {-32015})
-                await anyio.sleep(0.1)
+                await anyio.sleep(0.1)  # the pace of retries (each is a real attempt), bounded above
 
 
 # -- kill -9 under load ---------------------------------------------------------------------------
@@ -151,9 +150,11 @@ async def test_kill_9_upstream_during_100_concurrent_calls(
         assert state is not None and state.status is SourceStatus.READY
         assert reader.opened >= 2
         await no_pins(served)
-        with anyio.fail_after(WAIT):  # the dead connection was closed once its generations retired
-            while reader.open_connections() != 1:
-                await anyio.sleep(0.02)
+        await until(
+            lambda: reader.open_connections() == 1,
+            what="the dead connection was closed once its generations retired",
+            timeout_s=WAIT,
+        )
         print(
             f"\n{transport}: {CONCURRENT} in-flight calls failed -32015 within "
             f"median {percentile(fail_after_kill, 50) * 1000:.0f} ms / max {max(fail_after_kill) * 1000:.0f} ms "
@@ -229,9 +230,11 @@ async def test_hanging_upstream_calls_time_out_and_generation_retires(tmp_path: 
 
         async def publish_new(admin: Client) -> None:
             await admin.call_tool("up__set_tools", {"names": ["a", "b"]})
-            with anyio.fail_after(WAIT):
-                while (runtime.current_revision or 0) <= rev1:
-                    await anyio.sleep(0.01)
+            await until(
+                lambda: (runtime.current_revision or 0) > rev1,
+                what=f"a revision after {rev1}",
+                timeout_s=WAIT,
+            )
             published["at"] = time.monotonic()
             old = runtime.get(rev1)  # still live: retiring under its pins
             assert old.pins == HANGING and old.superseded_at is not None
@@ -239,13 +242,14 @@ async def test_hanging_upstream_calls_time_out_and_generation_retires(tmp_path: 
 
         await hang("p2", publish_new)
         # The old generation retires within its drain deadline (here: as soon as its calls ended).
-        with anyio.fail_after(drain_deadline_s + 2.0):
-            while True:
-                try:
-                    runtime.get(rev1)
-                except RevisionUnavailableError:
-                    break
-                await anyio.sleep(0.02)
+        def retired() -> bool:
+            try:
+                runtime.get(rev1)
+            except RevisionUnavailableError:
+                return True
+            return False
+
+        await until(retired, what=f"revision {rev1} to retire", timeout_s=drain_deadline_s + 2.0)
         retired_after = time.monotonic() - published["at"]
         assert retired_after < drain_deadline_s, retired_after
         assert not runtime.retiring

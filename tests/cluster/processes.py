@@ -22,6 +22,7 @@ from mcp_reconciler.reconciler.freshness import DEFAULT_RACY_WINDOW_NS
 from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.chaos.gateway_process import OPERATOR, GatewayProcess
 from tests.e2e.conftest import Changes, upstream_source
+from tests.support.waits import until
 
 WAIT_S = 20.0
 OP = {"Authorization": f"Bearer {OPERATOR}"}
@@ -123,9 +124,11 @@ class Replica:
 
     async def until_ready(self, ready: bool, timeout_s: float = WAIT_S) -> None:
         """Wait (bounded polling of an external process) until ``/readyz`` says ``ready``."""
-        with anyio.fail_after(timeout_s):
-            while await self.ready() != ready:
-                await anyio.sleep(0.05)
+
+        async def answered() -> bool:
+            return await self.ready() == ready
+
+        await until(answered, what=f"replica {self.name} /readyz to say ready={ready}", timeout_s=timeout_s)
 
     async def status(self) -> dict[str, Any]:
         r = await self.get("/v1/status")
@@ -136,9 +139,11 @@ class Replica:
     async def until(self, path: str, code: int, timeout_s: float = WAIT_S) -> float:
         """Poll ``GET path`` until it answers ``code``; returns how long that took."""
         t0 = anyio.current_time()
-        with anyio.fail_after(timeout_s):
-            while (await self.get(path)).status_code != code:
-                await anyio.sleep(0.01)
+
+        async def answered() -> bool:
+            return (await self.get(path)).status_code == code
+
+        await until(answered, what=f"GET {path} to answer {code}", timeout_s=timeout_s, every_s=0.01)
         return anyio.current_time() - t0
 
     def stderr(self) -> str:

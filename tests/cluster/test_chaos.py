@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import MCPError
 
 from tests.cluster.processes import Replica, agent, cluster_config, start_all, write_tools
 from tests.support.redis_server import RedisServer
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -66,9 +66,11 @@ async def test_store_outage_fails_closed_visibly_and_recovers(
         write_tools(tools, ["echo", "add"])
         refreshed = await a.post("/v1/refresh", {"wait": True, "timeout_s": 60, "sources": ["up"]})
         assert refreshed.status_code in (200, 503), refreshed.text
-        with anyio.fail_after(30):
-            while (await a.status())["revision"] == before:
-                await anyio.sleep(0.05)
+
+        async def published() -> bool:  # another process's state, from its control API
+            return bool((await a.status())["revision"] != before)
+
+        await until(published, what=f"a revision after {before} on A", timeout_s=30)
 
         if fault == "sigstop":
             redis_server.sigcont()

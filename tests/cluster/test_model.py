@@ -48,7 +48,7 @@ async def run(ops: list[tuple[Any, ...]]) -> None:
         for step in ops:
             kind = step[0]
             if kind == "yield":
-                await anyio.sleep(0)
+                await anyio.sleep(0)  # the model's 'yield' step: one loop turn is the operation
                 continue
             r = reps[step[1]]
             live = r.runtime.current

@@ -22,6 +22,7 @@ from tests.cluster.processes import Replica
 from tests.support.ports import listening_socket
 from tests.support.readme import REPO_ROOT, block
 from tests.support.redis_server import RedisServer
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -104,16 +105,17 @@ async def test_recipe_and_haproxy_stickiness(redis_server: RedisServer, tmp_path
                 cfg = _haproxy_config(tmp_path, f"haproxy-{sticky}.cfg", bind, ports, sticky=sticky)
                 procs.append(_spawn([haproxy, "-db", "-f", str(cfg)], pass_fds=(front_sock.fileno(),)))
             fronts[sticky] = f"http://127.0.0.1:{front}"
-        with anyio.fail_after(30):  # every replica passed HAProxy's /readyz check (bounded polling)
+        with anyio.fail_after(30):  # every replica passed HAProxy's /readyz check
             for base in fronts.values():
                 async with httpx2.AsyncClient(timeout=5) as http:
-                    while True:
+
+                    async def ready(base: str = base, http: httpx2.AsyncClient = http) -> bool:
                         try:
-                            if (await http.get(f"{base}/readyz")).status_code == 200:
-                                break
+                            return (await http.get(f"{base}/readyz")).status_code == 200
                         except httpx2.HTTPError:
-                            pass
-                        await anyio.sleep(0.1)
+                            return False
+
+                    await until(ready, what=f"{base}/readyz through HAProxy", timeout_s=30, every_s=0.1)
         await _legacy_rounds(f"{fronts[True]}/mcp")
         with pytest.raises(Exception) as lost:
             with anyio.fail_after(30):

@@ -8,6 +8,7 @@ for an old revision, then catches up."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -15,6 +16,7 @@ import pytest
 
 from tests.cluster.processes import Replica, agent, cluster_config, write_tools
 from tests.support.redis_server import RedisServer
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -71,9 +73,11 @@ async def test_three_replicas_share_sessions_grants_holds_and_revisions(
         # A hold made on A is honoured on B: B keeps revision r2 live past a newer publication.
         held = await a.post(f"/v1/revisions/{r2[0]}/holds", {"ttl_s": 120})
         assert held.status_code == 201, held.text
-        with anyio.fail_after(20):
-            while (await b.status())["holds"] < 1:
-                await anyio.sleep(0.02)
+
+        async def held_on_b() -> bool:  # another process's state, from its control API
+            return bool((await b.status())["holds"] >= 1)
+
+        await until(held_on_b, what="the hold made on A seen on B", timeout_s=20)
         write_tools(tools, ["echo", "add", "third"])
         refreshed = await b.post("/v1/refresh", {"wait": True, "timeout_s": 60})
         assert refreshed.json()["replicas_pending"] == [], refreshed.text
@@ -127,11 +131,14 @@ async def test_a_replica_whose_catalog_differs_from_the_head_says_how(
         with anyio.fail_after(120):
             await a.start()
             await b.start()  # its content differs: the ledger appends, B is the head now
-            while True:
-                sa, sb = (await a.status())["cluster"], (await b.status())["cluster"]
-                if sa["diverged"] and sa["difference"]:
-                    break
-                await anyio.sleep(0.05)
+            seen: dict[str, dict[str, Any]] = {}
+
+            async def diverged() -> bool:  # other processes' state, from their control APIs
+                seen["a"], seen["b"] = (await a.status())["cluster"], (await b.status())["cluster"]
+                return bool(seen["a"]["diverged"] and seen["a"]["difference"])
+
+            await until(diverged, what=lambda: f"A to report its divergence: {seen}", timeout_s=120)
+            sa, sb = seen["a"], seen["b"]
         assert not sb["diverged"] and sb["difference"] == [], sb
         assert sa["difference"] == ["up: its entries or status differ from the head (replica B)"], sa
     finally:

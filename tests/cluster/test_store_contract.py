@@ -30,6 +30,7 @@ from mcp_reconciler.reconciler.errors import (
     SessionLimitError,
 )
 from tests.support.redis_server import RedisServer, redis_binary
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -128,9 +129,11 @@ async def test_holds_expire(store_factory: Factory) -> None:
     await a.create_hold(HoldRecord("h1", 1, "o", now, now + 0.3), limits=limits, origin="A")
     with pytest.raises(HoldLimitError):
         await a.create_hold(HoldRecord("h2", 1, "o", now, now + 60), limits=limits, origin="A")
-    with anyio.fail_after(10):
-        while await a.list_holds():  # expiry is a matter of wall time: bounded wait for it
-            await anyio.sleep(0.05)
+
+    async def expired() -> bool:  # expiry is a matter of wall time (the subject): bounded wait for it
+        return not await a.list_holds()
+
+    await until(expired, what="the hold's expiry", timeout_s=10)
     await a.create_hold(HoldRecord("h2", 1, "o", time.time(), time.time() + 60), limits=limits, origin="A")
 
 
@@ -151,9 +154,11 @@ async def test_membership_expires(store_factory: Factory) -> None:
     await a.heartbeat("A", {"revision": 1}, ttl_s=60)
     await b.heartbeat("B", {"revision": 2}, ttl_s=0.2)
     assert {m.replica_id for m in await a.members()} >= {"A"}
-    with anyio.fail_after(10):
-        while "B" in {m.replica_id for m in await a.members()}:
-            await anyio.sleep(0.05)
+
+    async def b_expired() -> bool:  # a heartbeat's ttl is wall time (the subject)
+        return "B" not in {m.replica_id for m in await a.members()}
+
+    await until(b_expired, what="B's heartbeat to expire", timeout_s=10)
     await a.leave("A")
     assert await b.members() == []
 

@@ -118,7 +118,7 @@ async def wait_healthy(podman: str, name: str) -> int:
                     pass
                 state = json.loads(run(podman, "inspect", "--format", "{{json .State}}", name).stdout)
                 assert state["Status"] == "running", run(podman, "logs", name, check=False).stderr
-                await anyio.sleep(0.2)
+                await anyio.sleep(0.2)  # a container (another process) starting: bounded by START_TIMEOUT_S
 
 
 def host_pids(podman: str, name: str) -> set[int]:

@@ -21,6 +21,7 @@ from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.approvals import ApprovalRequest
 from mcp_reconciler.reconciler.config import load_config
 from tests.support.readme import README, REPO_ROOT, block
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -77,9 +78,7 @@ async def test_approvals_cli_block(tmp_path: Path, monkeypatch: pytest.MonkeyPat
             out, err = run.stdout.decode(), run.stderr.decode()
             assert run.returncode == 0, (out, err)
             assert "notes__count_notes" in out and "pending" in out and "definition  sha256" in out, out
-            with anyio.fail_after(30):
-                while not results:
-                    await anyio.sleep(0.02)
+            await until(lambda: results, what="results", timeout_s=30)
             assert not results[0].is_error
             with anyio.fail_after(30):  # covered by --uses 3: it does not park
                 again = await client.call_tool("notes__count_notes", {})

@@ -15,6 +15,7 @@ import pytest
 from mcp_reconciler.api.server import serve_http
 from mcp_reconciler.reconciler.config import load_config
 from tests.support.readme import REPO_ROOT, block
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 TOKEN = "readme-operator-token"
@@ -28,9 +29,11 @@ async def test_failure_config_and_output(tmp_path: Path, monkeypatch: pytest.Mon
     async with serve_http(cfg, port=0) as served:
         health = served.gateway.rec.health
         names = ("tickets", "files", "db", "slowpoke")
-        with anyio.fail_after(WAIT_S):
-            while not all(health.get(n).cause is not None for n in names):
-                await anyio.sleep(0.05)
+        await until(
+            lambda: all(health.get(n).cause is not None for n in names),
+            what="a cause for every failing source",
+            timeout_s=WAIT_S,
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_RECONCILER_")}
         env.update(MCP_RECONCILER_URL=served.base_url, MCP_RECONCILER_TOKEN=TOKEN)
         with anyio.fail_after(WAIT_S):

@@ -6,7 +6,7 @@ subprocess speaking stdio (``python -m mcp_reconciler.api.cli stdio --config CFG
 clients are the SDK's ``mcp.Client`` in both protocol eras (``mode="legacy"`` → 2025-11-25,
 ``mode="auto"`` → 2026-07-28).
 
-``no_leaked_children`` (autouse, imported from the integration suite) asserts that no child
+``no_leaked_children`` (autouse, tests/conftest.py) asserts that no child
 process of the test process outlives a test (I14). Every wait is bounded (``anyio.fail_after``);
 polling is used only for state outside the test's control flow (marker files, a subprocess
 gateway's revision, the engine's notifier)."""
@@ -26,10 +26,9 @@ from mcp import Client, StdioServerParameters
 
 from mcp_reconciler.api.frontdoor import REVISION_META, Binding
 from mcp_reconciler.api.server import Served
-from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
+from tests.integration.conftest import (
     REPO_ROOT,
     SERVER_MODULE,
-    no_leaked_children,
     wait_for_file,
 )
 
@@ -180,34 +179,31 @@ def payload(result: types.CallToolResult) -> dict[str, Any]:
 
 
 from tests.support.observe import Publications as Publications  # noqa: E402  (shared with tests/api)
+from tests.support.waits import no_pins as no_pins  # noqa: E402  (shared with tests/chaos)
+from tests.support.waits import until  # noqa: E402
 
 
 async def binding_of(served: Served, era: str, *, exclude: Sequence[Binding] = ()) -> Binding:
     """The front door's binding for a client that just connected (legacy: bound at the
     handshake's ``initialized`` notification, which the server handles asynchronously)."""
     wanted = "legacy" if era == "legacy" else "modern"
-    with anyio.fail_after(WAIT):
-        while True:
-            found = [b for b in served.front.bindings.values() if b.era == wanted and b not in exclude]
-            if found:
-                assert len(found) == 1, found
-                return found[0]
-            await anyio.sleep(0.01)
+
+    def found() -> list[Binding]:
+        return [b for b in served.front.bindings.values() if b.era == wanted and b not in exclude]
+
+    await until(lambda: bool(found()), what=f"a new {wanted} binding", timeout_s=WAIT)
+    bindings = found()
+    assert len(bindings) == 1, bindings
+    return bindings[0]
 
 
 async def notifier_caught_up(served: Served, bindings: Sequence[Binding], revision: int) -> None:
     """Wait until the front door's notifier has compared every binding's view at ``revision``."""
-    with anyio.fail_after(WAIT):
-        while not all(b.last_view is not None and b.last_view.revision >= revision for b in bindings):
-            await anyio.sleep(0.01)
-
-
-async def no_pins(served: Served) -> None:
-    """Wait until every live generation's pins are released (operations settle server-side
-    just after the client sees their outcome)."""
-    with anyio.fail_after(WAIT):
-        while any(live.pins for live in served.gateway.rec.runtime.live()):
-            await anyio.sleep(0.01)
+    await until(
+        lambda: all(b.last_view is not None and b.last_view.revision >= revision for b in bindings),
+        what=f"the notifier to compare every binding at revision {revision}",
+        timeout_s=WAIT,
+    )
 
 
 __all__ = [

@@ -18,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_reconciler.api.server import Served
 from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.e2e.conftest import REPO_ROOT, WAIT
+from tests.support.waits import until as until  # shared: state another task or process changes
 
 RESOURCE_SERVER = "tests.support.resource_server"
 #: The upstream's era: a 2025-11-25-only server (subscribe/unsubscribe, pushed updates) or a
@@ -133,20 +134,14 @@ def held_upstream(subs: dict[str, Any]) -> dict[str, int]:
 
 
 async def until_upstream(client: Client, want: dict[str, int], source: str = "res") -> dict[str, Any]:
-    """Poll (bounded) the upstream's subscriptions until it holds exactly ``want`` (the gateway
-    changes them after answering, off the request path)."""
-    with anyio.fail_after(WAIT):
-        while True:
-            subs = await upstream_subs(client, source)
-            if held_upstream(subs) == want:
-                return subs
-            await anyio.sleep(0.02)
+    """Until the upstream's subscriptions are exactly ``want`` (the gateway changes them after
+    answering, off the request path; the upstream is another process): the last reading."""
+    subs: dict[str, Any] = {}
 
+    async def holds() -> bool:
+        nonlocal subs
+        subs = await upstream_subs(client, source)
+        return held_upstream(subs) == want
 
-async def until(predicate: Any, what: str) -> None:
-    """Poll (bounded) gateway state that changes off the test's control flow (e.g. a listen
-    stream's end reaches the gateway after the client has left it)."""
-    with anyio.fail_after(WAIT):
-        while not predicate():
-            await anyio.sleep(0.01)
-    assert predicate(), what
+    await until(holds, what=f"the upstream to hold {want}", timeout_s=WAIT)
+    return subs

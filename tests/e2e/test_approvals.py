@@ -28,6 +28,7 @@ from tests.api.conftest import ALICE, BOB, OPERATOR_TOKEN, WAIT, mcp_client, ser
 from tests.api.conftest import write_config as api_config
 from tests.support.calls import revision_of
 from tests.support.observe import Publications
+from tests.support.waits import no_pins
 
 pytestmark = pytest.mark.anyio
 
@@ -140,12 +141,6 @@ def entry_digest(served: Served, name: str) -> str:
     entry = live.generation.lookup(EntryKind.TOOL, name)
     assert entry is not None
     return entry.digest
-
-
-async def no_pins(served: Served) -> None:
-    with anyio.fail_after(WAIT):
-        while any(live.pins for live in served.gateway.rec.runtime.live()):
-            await anyio.sleep(0.01)
 
 
 # -- I22: what is approved is what runs ------------------------------------------------------------

@@ -24,6 +24,7 @@ from tests.e2e.conftest import (
     tool_names,
     write_config,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -167,11 +168,12 @@ async def test_I9_200_sessions_each_get_exactly_their_notifications(tmp_path: Pa
 
         async def all_streams_open() -> None:
             """Every session is bound and its GET stream (where pushes ride) is open."""
-            with anyio.fail_after(WAIT):
-                while len(served.front.bindings) < expected_bindings or not all(
-                    served.front.notifier.can_push(b) for b in served.front.bindings.values()
-                ):
-                    await anyio.sleep(0.02)
+            await until(
+                lambda: len(served.front.bindings) >= expected_bindings
+                and all(served.front.notifier.can_push(b) for b in served.front.bindings.values()),
+                what="every session bound, its GET stream open",
+                timeout_s=WAIT,
+            )
 
         started = anyio.current_time()
         async with Client(served.url, mode="legacy") as admin:  # drives the upstream
@@ -221,9 +223,11 @@ async def test_I9_200_sessions_each_get_exactly_their_notifications(tmp_path: Pa
         assert sent == [1] * half + [3] * half
         assert not any(c.errors for c in counters)
         # Every session ended (HTTP DELETE): its binding and its gateway session are gone.
-        with anyio.fail_after(WAIT):
-            while served.front.bindings or served.front.authority.sessions():
-                await anyio.sleep(0.02)
+        await until(
+            lambda: not (served.front.bindings or served.front.authority.sessions()),
+            what="every binding and session gone",
+            timeout_s=WAIT,
+        )
         print(
             f"\n{N_SESSIONS} sessions: wave A connected in {connected_a - started:.1f} s, "
             f"all notified after {notified - started:.1f} s"
@@ -241,8 +245,6 @@ async def test_I9_new_era_session_without_listen_holds_no_pending_notification(t
         binding = await binding_of(served, "auto")
         rev = await set_tools(client, served, ["b"])  # the session's view changes
         await notifier_caught_up(served, [binding], rev)
-        with anyio.fail_after(WAIT):
-            while binding.pending:
-                await anyio.sleep(0.01)
+        await until(lambda: not binding.pending, what="the binding's pending notifications sent", timeout_s=WAIT)
         assert binding.notifications == 0
         assert not served.front.notifier.any_pending()

@@ -27,6 +27,7 @@ from mcp import MCPError
 from tests.e2e.test_upstream_bounds import HEALTHZ_S, WAIT, cpu_s, measured, served
 from tests.integration.conftest import HttpUpstreams
 from tests.integration.conftest import http_upstreams as http_upstreams  # the fixture, for these tests
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -60,10 +61,8 @@ async def loop_figures(gw: Any, probe: Path) -> dict[str, float]:
 
 
 async def wait_for_file(path: Path) -> None:
-    """Until another process has written ``path`` (bounded)."""
-    with anyio.fail_after(WAIT):
-        while not await anyio.Path(path).exists():
-            await anyio.sleep(0.02)  # a file written by another process: nothing to wait on but it
+    """Until another process has created ``path`` (a marker: it may stay empty)."""
+    await until(path.exists, what=f"{path} to be created", timeout_s=WAIT)
 
 
 @pytest.mark.parametrize(

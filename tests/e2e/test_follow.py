@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 
@@ -28,6 +27,7 @@ from tests.e2e.conftest import (
     upstream_source,
     write_config,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -35,12 +35,12 @@ pytestmark = pytest.mark.anyio
 async def _binding(served: Served, principal: str) -> Binding:
     """The front door's binding of ``principal`` (legacy clients are bound asynchronously, at
     their handshake's ``initialized`` notification)."""
-    with anyio.fail_after(WAIT):
-        while True:
-            for binding in served.front.bindings.values():
-                if binding.principal == principal:
-                    return binding
-            await anyio.sleep(0.01)
+
+    def found() -> list[Binding]:
+        return [b for b in served.front.bindings.values() if b.principal == principal]
+
+    await until(lambda: bool(found()), what=f"{principal}'s binding", timeout_s=WAIT)
+    return found()[0]
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

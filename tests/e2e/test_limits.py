@@ -22,6 +22,7 @@ from mcp_reconciler.api.server import Served, serve_http
 from mcp_reconciler.reconciler.authority import GrantPolicy, principal_id
 from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.e2e.conftest import WAIT, call_error, downstream, wait_for_file, write_config
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -111,9 +112,13 @@ async def test_I24_a_sources_calls_in_flight_are_capped_queued_to_the_bound_then
             tg.start_soon(call, {"marker": str(marker), "release": str(release)})
             await wait_for_file(marker, WAIT)  # the first call holds the one slot, upstream
             tg.start_soon(call, {"release": str(release)})
-            with anyio.fail_after(WAIT):  # the second waits in the queue (state inside the gateway)
-                while (gate := limiter.gate("up-inflight", "up")) is None or gate.waiting < 1:
-                    await anyio.sleep(0.01)
+            await until(  # the second waits in the queue (state inside the gateway)
+                lambda: (g := limiter.gate("up-inflight", "up")) is not None and g.waiting >= 1,
+                what="the second call queued",
+                timeout_s=WAIT,
+            )
+            gate = limiter.gate("up-inflight", "up")
+            assert gate is not None
             # max + queue + 1: refused at once, naming the limit.
             exc = await call_error(client, "up__a")
             assert_limited(exc, -32022, "concurrency_limited", "up-inflight")

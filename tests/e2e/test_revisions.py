@@ -35,6 +35,7 @@ from tests.e2e.conftest import (
     write_config,
 )
 from tests.support.upstream_server import CONTROL_TOOLS
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -104,12 +105,14 @@ async def test_I4_call_in_flight_completes_on_its_revision_stdio(mode: str, tmp_
         assert {"up__a", "up__b"} <= await tool_names(client)
 
         async def wait_new(old: int) -> int:
-            with anyio.fail_after(WAIT):
-                while True:
-                    _tools, rev = await all_tools(client)
-                    if rev > old:
-                        return rev
-                    await anyio.sleep(0.02)
+            revs: list[int] = []
+
+            async def newer() -> bool:
+                revs.append((await all_tools(client))[1])
+                return revs[-1] > old
+
+            await until(newer, what=f"a revision after {old}", timeout_s=WAIT)
+            return revs[-1]
 
         result, old, new = await _blocked_call_then_change(client, tmp_path, wait_new)
         assert revision_of(result) == old

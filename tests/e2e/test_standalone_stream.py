@@ -24,6 +24,7 @@ from mcp_reconciler.api.plane.sessions import PUSH_BACKLOG, SessionTable
 from mcp_reconciler.api.server import Served, serve_http
 from tests.e2e.conftest import WAIT, write_config
 from tests.e2e.support_resources import UPSTREAM_ARGS, new_token, resource_source, until
+from tests.support.raw_mcp import LEGACY, legacy_open
 
 pytestmark = pytest.mark.anyio
 
@@ -48,22 +49,10 @@ class RawSession:
         self._ids = iter(range(2, 10_000))
 
     async def open(self) -> None:
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": self.capabilities,
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
-        r = await self.http.post(self.url, json=init, headers=self.headers)
+        r = await legacy_open(self.http, self.url, self.headers, capabilities=self.capabilities)
         r.raise_for_status()
         self.sid = r.headers["mcp-session-id"]
-        self.headers |= {"mcp-session-id": self.sid, "mcp-protocol-version": "2025-11-25"}
-        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        (await self.http.post(self.url, json=initialized, headers=self.headers)).raise_for_status()
+        self.headers |= {"mcp-session-id": self.sid, "mcp-protocol-version": LEGACY}
 
     async def request(self, method: str, params: dict[str, Any]) -> httpx2.Response:
         body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}
@@ -141,14 +130,14 @@ async def test_a_client_that_resumes_with_last_event_id_misses_nothing(tmp_path:
             for _ in range(3):
                 await touch(s)
             written = await events(stream, 3)
-        await until(lambda: manager.standalone_stream_open(s.sid) is False, "the closed GET stream freed its slot")
+        await until(lambda: manager.standalone_stream_open(s.sid) is False, what="the closed GET stream freed its slot")
         # Resuming after the first: the store replays the two written after it, ids and all.
         async with s.get(**{"last-event-id": written[0]["id"]}) as resumed:
             assert resumed.status_code == 200
             *replayed, priming = await events(resumed, 3)  # the SDK's resumption: replay, then a priming event
         assert priming["data"] == ""
         assert [(e["id"], e["data"]) for e in replayed] == [(e["id"], e["data"]) for e in written[1:]]
-        await until(lambda: manager.standalone_stream_open(s.sid) is False, "the resumed stream ended")
+        await until(lambda: manager.standalone_stream_open(s.sid) is False, what="the resumed stream ended")
         for _ in range(2):
             await touch(s)  # held for the session until it has a GET stream again (one update: level-triggered)
         async with s.get(**{"last-event-id": written[-1]["id"]}) as again:
@@ -168,7 +157,7 @@ async def test_one_get_stream_per_session_and_a_closed_one_frees_the_slot(tmp_pa
             assert manager.standalone_stream_open(s.sid) is True
             async with s.get() as second:
                 assert second.status_code == 409
-        await until(lambda: manager.standalone_stream_open(s.sid) is False, "the slot is free")
+        await until(lambda: manager.standalone_stream_open(s.sid) is False, what="the slot is free")
         async with s.get() as again:
             assert again.status_code == 200
             await touch(s)
@@ -191,21 +180,21 @@ async def test_a_client_that_stops_reading_holds_a_bounded_backlog_and_never_blo
 
 async def test_pushes_to_an_idle_get_stream_are_written_directly_and_resumable(tmp_path: Path) -> None:
     """Over uvicorn and real sockets: a push to an idle GET stream is written by the pusher
-    (``sessions.PushStream``, no backlog hop), with its id, and a resume replays it."""
+    (``push.DirectStream``, no backlog hop), with its id, and a resume replays it."""
     async with gateway(tmp_path) as (served, http):
         table = served.transport_sessions
         assert isinstance(table, SessionTable)
         s = await subscribed_session(served, http)
         async with s.get() as stream:
-            await until(lambda: table.standalone_stream_open(s.sid) is True, "the GET stream is open")
+            await until(lambda: table.standalone_stream_open(s.sid) is True, what="the GET stream is open")
             push = table.sessions[s.sid].standalone.stream
             assert push is not None
             for _ in range(3):
                 await touch(s)
             written = await events(stream, 3)
-            assert push.direct_frames == 3  # uvicorn's flow control was asked; nothing was queued
+            assert push.direct_frames == 3  # written by the pusher (push.start_now); nothing was queued
         assert [json.loads(e["data"]) for e in written] == [resource_updated("note://a")] * 3
-        await until(lambda: table.standalone_stream_open(s.sid) is False, "the GET stream ended")
+        await until(lambda: table.standalone_stream_open(s.sid) is False, what="the GET stream ended")
         async with s.get(**{"last-event-id": written[0]["id"]}) as resumed:
             *replayed, priming = await events(resumed, 3)
         assert priming["data"] == ""

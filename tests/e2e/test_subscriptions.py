@@ -87,7 +87,7 @@ async def test_one_upstream_subscription_is_shared_and_released_by_the_last(down
                     if down == "legacy":
                         await unsubscribe(a, "note://a")
                 # a let go: its unsubscribe (answered after the release), or its listen stream's end
-                await until(lambda: registry.refs(key) == 1, "a's subscription released")
+                await until(lambda: registry.refs(key) == 1, what="a's subscription released")
                 with anyio.fail_after(WAIT):
                     await a.call_tool("res__touch", {"uri": "note://a"})
                     await ub.wait_for("note://a")  # still held upstream, for b
@@ -99,7 +99,7 @@ async def test_one_upstream_subscription_is_shared_and_released_by_the_last(down
                     await unsubscribe(b, "note://a")
                     await unsubscribe(b, "note://a")  # twice: still {}
             subs = await until_upstream(a, {})  # the last one: unsubscribed upstream
-            await until(lambda: registry.refs(key) == 0, "b's subscription released")
+            await until(lambda: registry.refs(key) == 0, what="b's subscription released")
             if up == "legacy":
                 assert (subs["subscribe_calls"], subs["unsubscribe_calls"]) == (1, 1)
 
@@ -116,17 +116,17 @@ async def test_subscription_survives_an_upstream_reconnect(down: str, up: str, t
                     await client.call_tool("res__crash", {})  # the stdio upstream dies
                 # The gateway respawns it (throttled), publishes a revision with the new
                 # connection and subscribes again there: poll the new process until it holds it.
-                with anyio.fail_after(WAIT):
-                    while True:
-                        try:
-                            subs = await upstream_subs(client)
-                        except MCPError:
-                            subs = {"pid": first["pid"]}
-                        if subs["pid"] != first["pid"] and held_upstream(subs) == {"note://a": 1}:
-                            break
-                        await anyio.sleep(0.05)
-                    await client.call_tool("res__touch", {"uri": "note://a"})
-                    await updates.wait_for("note://a")
+
+                async def resubscribed() -> bool:
+                    try:
+                        subs = await upstream_subs(client)
+                    except MCPError:  # the new process is not up yet
+                        return False
+                    return bool(subs["pid"] != first["pid"] and held_upstream(subs) == {"note://a": 1})
+
+                await until(resubscribed, what="the new upstream process to hold the subscription", timeout_s=WAIT)
+                await client.call_tool("res__touch", {"uri": "note://a"})
+                await updates.wait_for("note://a")
 
 
 @pytest.mark.parametrize("up", UP)

@@ -190,8 +190,8 @@ async def test_a_task_keeps_its_generation_and_connection_across_a_publication(t
             assert json.loads(out.content[0].text)["value"] == "old"  # type: ignore[union-attr]
             assert (out.meta or {})[REVISION_META] == first.revision
             # Settled: the hold is released, the old generation drains and its connection closes.
-            await until(lambda: first.is_closed, "the old generation closed once the task settled")
-            await until(lambda: not old_conn.alive, "the old connection closed")  # type: ignore[union-attr]
+            await until(lambda: first.is_closed, what="the old generation closed once the task settled")
+            await until(lambda: not old_conn.alive, what="the old connection closed")  # type: ignore[union-attr]
 
 
 async def test_tasks_are_bounded_per_session_at_n_and_n_plus_1_and_expire(tmp_path: Path) -> None:
@@ -204,7 +204,7 @@ async def test_tasks_are_bounded_per_session_at_n_and_n_plus_1_and_expire(tmp_pa
             err = await error_of(create(client, "tasks__must", args))  # N + 1
             assert (err.error.data["code"], err.error.data["retryable"]) == ("too_many_tasks", True)
             # The short one expires (its TTL ends): a slot frees, and its id is gone.
-            await until(lambda: served.front.tasks.table.count() == 1, "the 300 ms task expired")
+            await until(lambda: served.front.tasks.table.count() == 1, what="the 300 ms task expired")
             assert (await error_of(get(client, short.task_id))).error.data["code"] == "unknown_task"
             await create(client, "tasks__must", args)
 
@@ -225,9 +225,11 @@ async def test_a_tool_that_requires_a_task_is_served_to_plain_calls(mode: str, t
             # A plain call that is given up cancels the upstream task.
             with anyio.move_on_after(0.5):
                 await client.call_tool("tasks__must", {"release": str(tmp_path / "never")})
-            with anyio.fail_after(WAIT):
-                while (await upstream_tasks(client)).get("up-2") != "cancelled":
-                    await anyio.sleep(0.02)
+
+            async def cancelled() -> bool:
+                return (await upstream_tasks(client)).get("up-2") == "cancelled"
+
+            await until(cancelled, what="the upstream task cancelled", timeout_s=WAIT)
             assert task_holds(served) == []
 
 

@@ -32,6 +32,7 @@ from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE
 from tests.support.gateway_process import gateway_process
 from tests.support.readme import block
+from tests.support.waits import file_text, until
 
 pytestmark = pytest.mark.anyio
 
@@ -233,11 +234,9 @@ async def test_an_abandoned_call_is_cancelled_upstream_and_the_gateway_goes_idle
                     await client.call_tool("up__block", {"marker": str(marker), "cancelled": str(cancelled)})
 
                 tg.start_soon(blocked)
-                while not marker.exists():  # the upstream is running the call (an external process)
-                    await anyio.sleep(0.02)
+                await until(marker.exists, what="the upstream to run the call")  # an external process
                 tg.cancel_scope.cancel()  # the client gives up
-            while not cancelled.exists():  # ... and the upstream is told
-                await anyio.sleep(0.02)
+            await until(cancelled.exists, what="the upstream to be told")
         assert not scope.cancelled_caught, "the upstream never observed the cancellation"
 
         with anyio.move_on_after(0.5) as gave_up:  # give up on a 100 MB answer while it is being sent
@@ -247,7 +246,7 @@ async def test_an_abandoned_call_is_cancelled_upstream_and_the_gateway_goes_idle
         with anyio.fail_after(WAIT):
             while True:  # idle: under 5 % of a core over a half-second window
                 before = cpu_s(gw.pid)
-                await anyio.sleep(0.5)
+                await anyio.sleep(0.5)  # a CPU reading needs a window of time: the measure, not a wait
                 if cpu_s(gw.pid) - before < 0.025:
                     break
         idle_after = anyio.current_time() - abandoned
@@ -281,7 +280,7 @@ async def test_a_100000_tool_upstream_is_refused_while_read_and_keeps_the_gatewa
 
         with anyio.fail_after(2 * WAIT):
             while (first := await source())["last_error"] is None:  # the served process's own cycle
-                await anyio.sleep(0.1)
+                await anyio.sleep(0.1)  # another process's state, read from its control API
             async with healthz_probe(gw) as health:
                 started = anyio.current_time()
                 while (now := await source())["consecutive_failures"] <= first["consecutive_failures"]:
@@ -318,10 +317,7 @@ async def broken_http(tmp: Path) -> AsyncIterator[str]:
     proc = await anyio.open_process(argv, cwd=REPO_ROOT, stdin=None, stdout=None, stderr=None)
     async with proc:
         try:
-            with anyio.fail_after(WAIT):
-                while not await anyio.Path(pid_file).exists():  # another process: bounded polling
-                    assert proc.returncode is None, f"broken_http exited with {proc.returncode}"
-                    await anyio.sleep(0.02)
+            await file_text(pid_file, writer_exit=lambda: proc.returncode, timeout_s=WAIT)
             yield f"http://127.0.0.1:{int(await anyio.Path(port_file).read_text())}/mcp"
         finally:
             proc.kill()

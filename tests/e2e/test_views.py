@@ -33,6 +33,7 @@ from tests.e2e.conftest import (
     tool_names,
     upstream_source,
 )
+from tests.support.raw_mcp import legacy_headers, legacy_open
 
 pytestmark = pytest.mark.anyio
 EXAMPLES = REPO_ROOT / "examples"
@@ -202,32 +203,14 @@ async def test_stdio_refuses_a_view_the_config_does_not_declare(tmp_path: Path) 
 async def test_a_legacy_transport_session_opened_on_one_view_is_refused_on_another(tmp_path: Path) -> None:
     cfg = curated_config(tmp_path, work_deny=[])
     async with serve_http(cfg, port=0) as served:
-        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-
         def answer(body: str) -> dict[str, Any]:
             data = [line[5:].strip() for line in body.splitlines() if line.startswith("data:") and line[5:].strip()]
             return dict(json.loads(data[-1] if data else body))
 
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
         async with httpx2.AsyncClient(timeout=WAIT) as raw:
-            opened = await raw.post(served.url + "/clock", json=init, headers=headers)
+            opened = await legacy_open(raw, served.url + "/clock")  # initialized is answered 202
             assert opened.status_code == 200, opened.text
-            session = {
-                **headers,
-                "Mcp-Session-Id": opened.headers["mcp-session-id"],
-                "MCP-Protocol-Version": "2025-11-25",
-            }
-            done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            assert (await raw.post(served.url + "/clock", json=done, headers=session)).status_code == 202
+            session = legacy_headers(opened.headers["mcp-session-id"])
             listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
             here = answer((await raw.post(served.url + "/clock", json=listing, headers=session)).text)
             assert [t["name"] for t in here["result"]["tools"]] == ["time_now"]

@@ -5,33 +5,31 @@
   reconciler's supervisor stops it).
 - ``http_upstreams`` starts the server over streamable HTTP on 127.0.0.1 as a subprocess owned by
   the test; teardown always kills and reaps every one it started.
-- ``no_leaked_children`` (autouse) asserts that no child process of the test process outlives
-  the test (I14), after a short bounded wait for reaping.
+- ``no_leaked_children`` (autouse, tests/conftest.py, for every test) asserts that no child
+  process of the test process outlives the test (I14), after a short bounded wait for reaping.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio
 import pytest
 
 from mcp_reconciler.reconciler.model import SourceSpec
+from tests.support.children import REAP_TIMEOUT_S as REAP_TIMEOUT_S
+from tests.support.children import child_pids as child_pids
+from tests.support.waits import file_text, until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_MODULE = "tests.support.upstream_server"
 #: A hang guard, not a timing: a Python upstream that imports the SDK starts in ~1 s on a quiet
 #: box, but took more than 15 s with two full test runs and benchmarks on 2 shared cores (load 20).
 READY_TIMEOUT_S = 60.0
-REAP_TIMEOUT_S = 5.0
 
 
 def server_argv(*args: str) -> list[str]:
@@ -59,28 +57,23 @@ def http_spec(name: str, port: int, *, prefix: str | None = None) -> SourceSpec:
 async def wait_for_file(
     path: Path, timeout_s: float = READY_TIMEOUT_S, proc: subprocess.Popen[Any] | None = None
 ) -> str:
-    """Poll (bounded) until ``path`` exists and is non-empty; returns its text.
-
-    Waiting on an external process to become ready is the one place polling is acceptable."""
-    with anyio.fail_after(timeout_s):
-        while True:
-            with contextlib.suppress(FileNotFoundError):
-                text = await anyio.Path(path).read_text()
-                if text:
-                    return text
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"upstream server exited with {proc.returncode} before it was ready")
-            await anyio.sleep(0.02)
+    """The text of ``path`` once another process has written it (``proc``: its writer, whose
+    death is reported rather than waited for)."""
+    return await file_text(path, writer_exit=None if proc is None else proc.poll, timeout_s=timeout_s)
 
 
 async def read_pid(path: Path, *, not_: int | None = None, timeout_s: float = READY_TIMEOUT_S) -> int:
     """The pid in ``path`` once it exists (and differs from ``not_``, for a respawn)."""
-    with anyio.fail_after(timeout_s):
-        while True:
-            pid = int(await wait_for_file(path, timeout_s))
-            if pid != not_:
-                return pid
-            await anyio.sleep(0.02)
+    pid = not_
+
+    async def new_pid() -> bool:
+        nonlocal pid
+        pid = int(await wait_for_file(path, timeout_s))
+        return pid != not_
+
+    await until(new_pid, what=f"a pid other than {not_} in {path}", timeout_s=timeout_s)
+    assert pid is not None
+    return pid
 
 
 class HttpUpstreams:
@@ -157,49 +150,3 @@ class SseUpstreams(HttpUpstreams):
 @pytest.fixture
 def sse_upstreams(tmp_path: Path) -> Iterator[SseUpstreams]:
     yield from owned(SseUpstreams(tmp_path))
-
-
-def child_pids(parent: int | None = None) -> set[int]:
-    """Direct children of ``parent`` (default: this process), zombies included."""
-    parent = os.getpid() if parent is None else parent
-    out: set[int] = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...; comm may contain spaces and parentheses
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 2 and int(fields[1]) == parent:
-            out.add(int(entry.name))
-    return out
-
-
-def _describe(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return "?"
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_children() -> Iterator[None]:
-    """I14: no child process started during the test survives it (bounded wait for reaping)."""
-    before = child_pids()
-    yield
-    deadline = time.monotonic() + REAP_TIMEOUT_S
-    leaked = child_pids() - before
-    while leaked and time.monotonic() < deadline:
-        time.sleep(0.02)
-        leaked = child_pids() - before
-    if leaked:
-        described = {pid: _describe(pid) for pid in leaked}
-        for pid in leaked:  # don't poison the next test
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.waitpid(pid, 0)
-        pytest.fail(f"child processes outlived the test: {described}")

@@ -174,11 +174,13 @@ async def _prepare(http: httpx2.AsyncClient, url: str, era: str) -> tuple[dict[s
     return headers, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
 
 
-#: The tasks the plane starts for one ``tools/call`` that emits nothing, by era (ADR 0042): a
-#: 2025-era request runs in its request's own task (a dropped stream does not cancel it, so
-#: nothing watches the client); a 2026-era one has one plain watcher, since there the client
-#: leaving cancels the operation. Per-request task groups and queues were ~40 % of the CPU.
-PLANE_TASKS: dict[str, list[str]] = {"legacy": [], "modern": ["LiveResponse.running"]}
+#: The tasks the plane starts for one quick ``tools/call`` that emits nothing, by era (ADR 0042):
+#: a 2025-era request runs in its request's own task (a dropped stream does not cancel it, so
+#: nothing watches the client); a 2026-era one would start its disconnect watcher only after
+#: ``response.WATCH_AFTER_S`` (ADR 0038, "Call CPU"; that the watcher still cancels a slow call
+#: is ``e2e/test_passthrough.py::test_cancellation_reaches_upstream``). Per-request task groups
+#: and queues were ~40 % of the CPU.
+PLANE_TASKS: dict[str, list[str]] = {"legacy": [], "modern": []}
 
 
 def _starter(frame: pytypes.FrameType | None) -> pytypes.FrameType | None:

@@ -14,6 +14,7 @@ import pytest
 
 from mcp_reconciler.reconciler.gateway import Gateway
 from mcp_reconciler.reconciler.upstream import UpstreamConnection
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
@@ -74,9 +75,11 @@ async def test_I11_watched_input_change_respawns_snapshot_server(tmp_path: Path)
                 await gw.engine.refresh(timeout_s=WAIT)
         rev2, n2, pid2 = await count_notes(gw)
         assert rev2 > rev1 and pid2 != pid1 and n2 == 2
-        with anyio.fail_after(WAIT):  # the old process is gone once its generation drained
-            while pid_alive(pid1):
-                await anyio.sleep(0.05)
+        await until(
+            lambda: not pid_alive(pid1),
+            what="the old process is gone once its generation drained",
+            timeout_s=WAIT,
+        )
         st = await gw.engine.status()
         assert st.state == "ready" and st.tracked_files >= 3
         # Deleting every watched file is a warning, never a silent zero.

@@ -55,6 +55,7 @@ from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReade
 from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.integration.conftest import REPO_ROOT, wait_for_file
 from tests.integration.test_stdio_oracle import scrub  # the pid differs between runs
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -327,9 +328,7 @@ async def test_log_notifications_reach_the_peer_in_order(transport: str, era: st
         )
         result = payload(await answered(conn, types.CallToolRequest(params=opt_in)))
         assert result == {"logged": 5}
-        with anyio.fail_after(WAIT):  # notifications are handled in their own tasks
-            while len(peer.logs) < 5:
-                await anyio.sleep(0.01)
+        await until(lambda: len(peer.logs) >= 5, what="notifications are handled in their own tasks", timeout_s=WAIT)
     assert peer.logs == [f"w {i}" for i in range(5)]
 
 
@@ -352,11 +351,9 @@ async def test_a_caller_that_gives_up_cancels_the_upstreams_work(
                     )
 
                 tg.start_soon(blocked)
-                while not marker.exists():  # the upstream runs the call (another process: polled)
-                    await anyio.sleep(0.02)
+                await until(marker.exists, what="the upstream to run the call")  # another process
                 tg.cancel_scope.cancel()
-            while not cancelled.exists():  # ... and observes the cancellation
-                await anyio.sleep(0.02)
+            await until(cancelled.exists, what="the upstream to observe the cancellation")
         assert payload(await conn.send(call("a", {}), types.CallToolResult, timeout_s=WAIT))["tool"] == "a"
 
 
@@ -379,9 +376,7 @@ async def test_an_upstream_that_gives_up_on_its_request_cancels_the_answer(
             await conn.send(call("sample", {"prompt": "hi", "timeout_s": 0.5}), types.CallToolResult, WAIT)
         )
         assert "error" in result, result  # the upstream gave up on us
-        with anyio.fail_after(WAIT):
-            while not peer.cancelled:
-                await anyio.sleep(0.01)
+        await until(lambda: peer.cancelled, what="the upstream to cancel its sampling request", timeout_s=WAIT)
     assert peer.requests == peer.cancelled == ["CreateMessageRequest"]
 
 
@@ -439,8 +434,8 @@ async def test_a_response_stream_dropped_mid_call_is_resumed_and_the_request_not
         with anyio.fail_after(WAIT):
             result = payload(await conn.send(call("drop_call", {}), types.CallToolResult, timeout_s=WAIT))
             assert result["runs"] == 1  # the stream was resumed (GET + Last-Event-ID), never re-POSTed
-            while "after drop" not in peer.logs:  # sent while no stream was open: replayed on resumption
-                await anyio.sleep(0.01)
+            # Sent while no stream was open: replayed on resumption.
+            await until(lambda: "after drop" in peer.logs, what="the replayed log message")
             assert payload(await conn.send(call("drop_call", {}), types.CallToolResult, timeout_s=WAIT))["runs"] == 2
 
 
@@ -455,14 +450,12 @@ async def test_the_sessions_get_stream_dropped_is_resumed_with_last_event_id(ups
             while not seen:
                 n += 1
                 await conn.send(call("drop_get", {"uri": f"mem://ready/{n}", "drop": False}), types.CallToolResult)
-                with anyio.move_on_after(0.5):
-                    while not seen:
-                        await anyio.sleep(0.01)
+                with anyio.move_on_after(0.5):  # this one was sent before the stream was open: try another
+                    await until(lambda: bool(seen), what="a notification on the GET stream")
             # Dropped, then the event is sent while no GET stream is open: only a resumption from
             # the last event id the gateway saw replays it.
             await conn.send(call("drop_get", {"uri": "mem://after-drop"}), types.CallToolResult, timeout_s=WAIT)
-            while "mem://after-drop" not in seen:
-                await anyio.sleep(0.01)
+            await until(lambda: "mem://after-drop" in seen, what="the replayed resource update")
 
 
 # -- upstream OAuth: the source's own client-credentials token, renewed once on 401 -----------------

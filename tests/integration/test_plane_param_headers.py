@@ -92,3 +92,12 @@ async def test_param_headers_checked_for_annotated_tools_only(tmp_path: Path, ht
         assert outcome(sdk) == (200, None), sdk.text
         assert outcome(matched) == (200, None), matched.text
         assert matched.json()["result"]["content"] == sdk.json()["result"]["content"]
+        # The same matching header twice: a mismatch at both (first- and last-copy readers would
+        # disagree). The gateway reads its headers through a dict on the hot path; this check
+        # must still see the raw list.
+        twice = [*headers("up__routed").items(), ("mcp-param-region", "eu"), ("mcp-param-region", "eu")]
+        sdk_twice = [*headers("routed").items(), ("mcp-param-region", "eu"), ("mcp-param-region", "eu")]
+        ours_twice = await http.post(gw.url, content=call("up__routed", "eu"), headers=twice)
+        sdk_answer = await http.post(direct, content=call("routed", "eu"), headers=sdk_twice)
+        assert outcome(ours_twice) == outcome(sdk_answer), (ours_twice.text, sdk_answer.text)
+        assert outcome(sdk_answer)[1] == HEADER_MISMATCH

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -39,7 +38,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_reconciler.sdk.http_client import mcp_http_client
 from tests.api.conftest import backdate
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE
-from tests.support.gateway_process import GatewayProcess, alive, gateway_process, stop
+from tests.support.gateway_process import GatewayProcess, alive, cmdline, gateway_process, stop
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -113,9 +113,10 @@ class Walk:
 
     def upstreams(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {s: [] for s in SOURCES}
+        gateway = cmdline(self.gw.pid)
         for pid, cmd in self.gw.upstreams().items():
-            if not cmd:
-                continue  # exited between the listing and the read
+            if not cmd or cmd == gateway:
+                continue  # exited between the listing and the read, or forked and not yet exec'd
             source = next((s for marker, s in _PROCESS_OF.items() if marker in cmd), None)
             assert source is not None, f"an unexpected child of the gateway: {pid} {cmd}"
             out[source].append(pid)
@@ -123,17 +124,22 @@ class Walk:
 
     async def settled(self, before: dict[str, int], replaced: set[str]) -> dict[str, int]:
         """Wait (bounded) for one live process per source, the ``replaced`` ones new."""
-        try:
-            with anyio.fail_after(WAIT):
-                while True:
-                    procs = self.upstreams()
-                    if all(len(pids) == 1 for pids in procs.values()):
-                        now = {s: pids[0] for s, pids in procs.items()}
-                        if all(now[s] != before[s] for s in replaced):
-                            return now
-                    await anyio.sleep(0.05)
-        except TimeoutError:
-            raise AssertionError(f"upstreams did not settle ({replaced} replaced): {self.upstreams()}") from None
+        now: dict[str, int] = {}
+
+        def settled() -> bool:
+            procs = self.upstreams()
+            if not all(len(pids) == 1 for pids in procs.values()):
+                return False
+            now.update({s: pids[0] for s, pids in procs.items()})
+            return all(now[s] != before[s] for s in replaced)
+
+        await until(
+            settled,
+            what=lambda: f"upstreams to settle ({replaced} replaced): {self.upstreams()}",
+            timeout_s=WAIT,
+            every_s=0.05,
+        )
+        return now
 
     async def status(self) -> dict[str, Any]:
         res = await self.http.get("/v1/status")
@@ -143,13 +149,15 @@ class Walk:
 
     async def until(self, predicate: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
         """Poll the control API (bounded) until ``predicate(status)``: engine state the test does not drive."""
-        try:
-            with anyio.fail_after(WAIT):
-                while not predicate(st := await self.status()):
-                    await anyio.sleep(0.05)
-                return st
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what}: {await self.status()}") from None
+        st: dict[str, Any] = {}
+
+        async def holds() -> bool:
+            st.clear()
+            st.update(await self.status())
+            return predicate(st)
+
+        await until(holds, what=lambda: f"{what}: {st}", timeout_s=WAIT, every_s=0.05)
+        return st
 
     def write_config(self, text: str) -> None:
         self.cfg.write_text(text)
@@ -281,7 +289,9 @@ async def test_I15_every_reload_path_in_adr_0005(tmp_path: Path) -> None:
             code = await stop(gw.process, signal.SIGTERM)
             assert code in (0, -signal.SIGTERM), gw.describe()  # uvicorn re-raises the signal after its graceful exit
             assert not any("Traceback" in line for line in gw.stderr), gw.describe()
-            with anyio.fail_after(WAIT):
-                while [p for p in pids.values() if alive(p)]:
-                    await anyio.sleep(0.05)
+            await until(
+                lambda: not [p for p in pids.values() if alive(p)],
+                what="every upstream process gone after SIGTERM",
+                timeout_s=WAIT,
+            )
     assert walk.revisions[-1] > walk.revisions[0]

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from mcp_reconciler.api.logs import CHATTY_LOGGERS, GatewayHandler, configure
@@ -29,6 +28,7 @@ from mcp_reconciler.reconciler.gateway import Gateway
 from mcp_reconciler.reconciler.model import SourceSpec
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE, HttpUpstreams, stdio_spec
 from tests.integration.test_upstream_transports import call, engine, status
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -118,9 +118,11 @@ async def test_upstream_stderr_is_labeled_json_and_rate_limited(logs: Captured) 
         await pubs.wait_for(lambda g: status(g, "noisy").value == "ready")
         reply = await call(rec, "stderr", {"n": 500, "text": "hello from upstream"}, source="noisy")
         assert reply["stderr"] == 500
-        with anyio.fail_after(10):  # the pump logs what the pipe delivers; wait for the first line
-            while "hello from upstream" not in logs.text:
-                await anyio.sleep(0.02)
+        await until(
+            lambda: "hello from upstream" in logs.text,
+            what="the pump logs what the pipe delivers; wait for the first line",
+            timeout_s=10,
+        )
     logs.handler.report_suppressed()
     lines = [r for r in logs.records() if r["logger"] == "mcp_reconciler.upstream.stderr"]
     shown = [r for r in lines if "(last of a suppressed run)" not in r["message"]]
@@ -164,9 +166,11 @@ async def test_upstream_stderr_is_info_and_lines_marked_as_noise_are_debug(logs:
         await pubs.wait_for(lambda g: status(g, "chatty").value == "ready")
         await call(rec, "stderr", {"n": 1, "text": "Secure MCP Filesystem Server running on stdio"}, source="chatty")
         await call(rec, "stderr", {"n": 1, "text": "warning: disk almost full"}, source="chatty")
-        with anyio.fail_after(10):
-            while "disk almost full" not in logs.text or "Filesystem Server" not in logs.text:
-                await anyio.sleep(0.02)
+        await until(
+            lambda: "disk almost full" in logs.text and "Filesystem Server" in logs.text,
+            what="both stderr lines in the log",
+            timeout_s=10,
+        )
     lines = {r["message"]: r for r in logs.records() if r["logger"] == "mcp_reconciler.upstream.stderr"}
     banner = lines["upstream chatty stderr: Secure MCP Filesystem Server running on stdio"]
     real = lines["upstream chatty stderr: warning: disk almost full"]

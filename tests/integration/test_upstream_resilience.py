@@ -19,6 +19,7 @@ from mcp_reconciler.reconciler.bounds import Bounds
 from mcp_reconciler.reconciler.model import SourceSpec, SourceStatus
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE, stdio_spec
 from tests.integration.test_upstream_transports import FAST, call, connection, engine, status, tools
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 WAIT = 20.0
@@ -30,9 +31,7 @@ async def test_a_listen_stream_ended_by_a_flood_is_reopened_not_treated_as_death
         gen = await pubs.wait_for(lambda g: status(g) is SourceStatus.READY)
         conn = connection(gen)
         assert conn.protocol_version is not None and not conn.protocol_version.startswith("2025")
-        with anyio.fail_after(WAIT):
-            while conn.listens < 1:
-                await anyio.sleep(0.01)
+        await until(lambda: conn.listens >= 1, what="the connection to listen", timeout_s=WAIT)
         opened, revision = reader.opened, gen.revision
         marker, release = tmp_path / "in-flight", tmp_path / "release"
         async with anyio.create_task_group() as tg:
@@ -42,13 +41,13 @@ async def test_a_listen_stream_ended_by_a_flood_is_reopened_not_treated_as_death
                 held["reply"] = await call(rec, "block", {"marker": str(marker), "release": str(release)})
 
             tg.start_soon(hold)
-            with anyio.fail_after(WAIT):
-                while not marker.exists():
-                    await anyio.sleep(0.01)
+            await until(lambda: marker.exists(), what="the upstream to run the blocked call", timeout_s=WAIT)
             assert (await call(rec, "flood", {"n": 2000}))["sent"] == 2000  # ends the listen stream upstream
-            with anyio.fail_after(WAIT):  # ... and the gateway listens again, on the same connection
-                while conn.listens < 2:
-                    await anyio.sleep(0.01)
+            await until(
+                lambda: conn.listens >= 2,
+                what="... and the gateway listens again, on the same connection",
+                timeout_s=WAIT,
+            )
             release.touch()
         assert held["reply"] == {"tool": "block", "released": True, "pid": held["reply"]["pid"]}  # type: ignore[index]
         assert conn.alive and not conn.dead and reader.opened == opened
@@ -73,13 +72,9 @@ async def test_throttled_reconnects_keep_the_cause_and_ready_clears_it(tmp_path:
         assert cause and "throttled" not in cause
         failures = rec.health.get("up").consecutive_failures
         # Reads while the throttle holds: each is held back, none is a failure of its own.
-        throttled = 0
-        with anyio.fail_after(WAIT):
-            while throttled < 3:
-                if reader.backoff.wait_s("up") > 0.1:
-                    await rec.refresh(["up"], timeout_s=WAIT)
-                    throttled += 1
-                await anyio.sleep(0.01)
+        for _ in range(3):
+            await until(lambda: reader.backoff.wait_s("up") > 0.1, what="the reconnect throttle", timeout_s=WAIT)
+            await rec.refresh(["up"], timeout_s=WAIT)
         h = rec.health.get("up")
         assert h.last_error == cause, h
         assert h.consecutive_failures <= failures + 1, h  # at most the one real attempt in between

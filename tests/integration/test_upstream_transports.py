@@ -266,7 +266,7 @@ async def test_I8_upstream_dying_in_a_loop_costs_bounded_reconnects() -> None:
         with anyio.move_on_after(window_s):
             while True:
                 rec.trigger("up")
-                await anyio.sleep(0.01)
+                await anyio.sleep(0.01)  # the storm's pace: triggers over a time window are the subject
         elapsed = anyio.current_time() - t0
         attempts = reader.backoff.attempts("up") - attempts0
         gen = rec.runtime.current.generation  # type: ignore[union-attr]

@@ -89,7 +89,7 @@ async def quiesce() -> None:
     loop = asyncio.get_running_loop()
     me = asyncio.current_task()
     for _ in range(10_000):
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop turn: quiescence of the loop is what this looks for
         now = loop.time()
         if (
             not loop._ready  # type: ignore[attr-defined]

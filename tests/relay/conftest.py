@@ -30,9 +30,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_reconciler.api.server import Served, serve_http
 from mcp_reconciler.reconciler.authority import GrantPolicy
 from mcp_reconciler.sdk.http_client import mcp_http_client
-from tests.integration.conftest import (  # noqa: F401 - the autouse fixture must be visible here
+from tests.integration.conftest import (
     REPO_ROOT,
-    no_leaked_children,
     wait_for_file,
 )
 
@@ -221,10 +220,3 @@ class Logs:
         with anyio.fail_after(timeout_s):
             while len(self.records) < count:
                 await self._event.wait()
-
-
-async def wait_until(predicate: Any, timeout_s: float = WAIT) -> None:
-    """Bounded polling for state outside the test's control flow (the gateway's relay tables)."""
-    with anyio.fail_after(timeout_s):
-        while not predicate():
-            await anyio.sleep(0.01)

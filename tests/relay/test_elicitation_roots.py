@@ -22,6 +22,7 @@ from tests.relay.conftest import (
     upstream,
     write_config,
 )
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -123,9 +124,13 @@ async def test_configured_roots_answer_every_roots_request_of_the_source(tmp_pat
 async def wait_for_connect_roots(c: Any) -> Any:
     """The answer the upstream got to its connect-time roots/list (it asks right after connecting;
     the listing that published the catalog may finish first, so poll its state tool, bounded)."""
-    with anyio.fail_after(WAIT):
-        while (state := payload(await c.call_tool("up__state", {})))["connect_roots"] is None:
-            await anyio.sleep(0.05)
+    state: dict[str, Any] = {}
+
+    async def answered() -> bool:
+        state.update(payload(await c.call_tool("up__state", {})))
+        return state["connect_roots"] is not None
+
+    await until(answered, what="the upstream's connect-time roots/list answer", timeout_s=WAIT)
     return state["connect_roots"]
 
 
@@ -136,8 +141,10 @@ async def test_elicitation_through_the_stdio_gateway(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, [stdio_source("up", "--era", "legacy")])
     elicitor = Elicitor()
     async with Client(stdio_gateway(cfg), mode="legacy", elicitation_callback=elicitor) as c:
-        with anyio.fail_after(WAIT):
-            while "up__elicit" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:
-                await anyio.sleep(0.05)
+
+        async def listed() -> bool:
+            return "up__elicit" in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}
+
+        await until(listed, what="up__elicit listed", timeout_s=WAIT)
         out = payload(await c.call_tool("up__elicit", {"message": "over stdio"}))
     assert out == {"action": "accept", "content": {"answer": "over stdio"}}

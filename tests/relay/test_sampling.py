@@ -20,10 +20,10 @@ from tests.relay.conftest import (
     gateway,
     payload,
     upstream,
-    wait_until,
     write_config,
 )
 from tests.support.calls import call_error
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -169,7 +169,7 @@ async def test_cancelling_the_call_cancels_the_relayed_request(
             # The session still works: the next call is relayed normally.
             sampler.block = False
             assert payload(await c.call_tool("up__sample", {"prompt": "y"}))["sampled"] == "echo:y"
-        await wait_until(lambda: not served.front.relay._calls)
+        await until(lambda: not served.front.relay._calls, what="the relay's call table emptied")
 
 
 async def test_the_upstream_cancelling_its_request_cancels_it_downstream(

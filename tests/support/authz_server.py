@@ -33,7 +33,6 @@ import hashlib
 import itertools
 import json
 import secrets
-import socket
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -43,13 +42,14 @@ from urllib.parse import urlencode
 
 import anyio
 import jwt
-import uvicorn
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
+
+from tests.support.asgi_server import listening_socket, serve_app
 
 _kids = itertools.count(1)
 _servers = itertools.count()
@@ -373,33 +373,6 @@ async def authz_server(**kw: Any) -> AsyncIterator[AuthorizationServer]:
     server_state = AuthorizationServer(sock.getsockname()[1], **kw)
     async with serve_app(server_state.app, sock):
         yield server_state
-
-
-@contextlib.asynccontextmanager
-async def serve_app(app: Any, sock: socket.socket) -> AsyncIterator[None]:
-    """Serve the ASGI ``app`` with uvicorn on the listening ``sock`` for the block, then stop it
-    and close the socket. Clients may connect at once (the socket already listens)."""
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=2)
-    )
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
-            try:
-                yield
-            finally:
-                server.should_exit = True
-    finally:
-        sock.close()
-
-
-def listening_socket() -> socket.socket:
-    """A TCP socket on 127.0.0.1:<ephemeral>, already listening."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    return sock
 
 
 def forge_hs256(token_claims: dict[str, Any], secret: bytes, *, kid: str | None = None) -> str:

@@ -116,13 +116,11 @@ async def mcp(request: Request) -> Response:
 async def serve(port_file: str, pid_file: str | None) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections queue from now on: the port can be reported before uvicorn runs
     app = Starlette(routes=[Route("/mcp", endpoint=mcp, methods=["GET", "POST", "DELETE"])])
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: server.serve(sockets=[sock]))
-        with anyio.fail_after(30):
-            while not server.started:
-                await anyio.sleep(0.01)
         _write_atomically(port_file, str(sock.getsockname()[1]))
         write_pid_file(pid_file)
 

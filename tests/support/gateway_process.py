@@ -20,20 +20,13 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from tests.integration.conftest import child_pids as child_pids
+from tests.support.children import child_pids as child_pids
+from tests.support.children import cmdline as cmdline
 
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 _ENDPOINT = re.compile(r"MCP endpoint: (http://\S+/mcp)")
 _DATA_DIR = re.compile(r"demo data \(watched[^)]*\): (.+)$")
-
-
-def cmdline(pid: int) -> str:
-    """The command line of ``pid`` ("" once it is gone)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
 
 
 def alive(pid: int) -> bool:

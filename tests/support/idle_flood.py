@@ -52,7 +52,7 @@ def main() -> int:
     hold = Path(args.hold_until) if args.hold_until else None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (hold is not None and hold.exists()):
-        time.sleep(0.2)
+        time.sleep(0.2)  # the hold file comes from the test (another process); bounded by the deadline
     closed = 0
     for s in socks:  # how many did the gateway close (or answer and close) on us?
         try:

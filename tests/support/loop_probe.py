@@ -81,7 +81,7 @@ class LoopStats:
     async def run(self) -> None:
         while True:
             due, cpu0 = time.perf_counter() + 0.005, time.thread_time()
-            await anyio.sleep(0.005)
+            await anyio.sleep(0.005)  # the probe's period: how late the loop wakes it is the measure
             self.late.append(max(0.0, time.perf_counter() - due) * 1000)
             self.own.append((time.thread_time() - cpu0) * 1000)
 

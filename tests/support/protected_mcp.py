@@ -25,7 +25,8 @@ from starlette.types import Receive, Scope, Send
 from mcp_reconciler.api.oauth import IDENTITY_KEY, AuthFailure, BearerGuard, Identity, ResourceServer, metadata_routes
 from mcp_reconciler.api.oauth.guard import send_failure
 from mcp_reconciler.reconciler.oauth_config import OAuthConfig
-from tests.support.authz_server import AuthorizationServer, listening_socket, serve_app
+from tests.support.asgi_server import listening_socket, serve_app
+from tests.support.authz_server import AuthorizationServer
 from tests.support.servers import DynamicServer
 
 

@@ -35,20 +35,38 @@ def messages(response: httpx2.Response) -> list[dict[str, Any]]:
     return out
 
 
-async def legacy_open(http: httpx2.AsyncClient, url: str, headers: dict[str, str] | None = None) -> httpx2.Response:
+def legacy_initialize(capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A 2025-11-25 ``initialize`` request (id 1)."""
+    client = {"name": "raw", "version": "0"}
+    return rpc("initialize", {"protocolVersion": LEGACY, "capabilities": capabilities or {}, "clientInfo": client})
+
+
+#: The handshake's second message (a notification).
+INITIALIZED = rpc("notifications/initialized", id_=None)
+
+
+def legacy_headers(session_id: str | None = None, headers: dict[str, str] | None = None) -> httpx2.Headers:
+    """The headers of a 2025-11-25 request: :data:`ACCEPT` and ``headers`` (which win, whatever
+    their case), and on an open session its id and protocol version."""
+    out = httpx2.Headers(ACCEPT)
+    out.update(headers or {})
+    if session_id is not None:
+        out.update({"mcp-session-id": session_id, "mcp-protocol-version": LEGACY})
+    return out
+
+
+async def legacy_open(
+    http: httpx2.AsyncClient,
+    url: str,
+    headers: dict[str, str] | None = None,
+    capabilities: dict[str, Any] | None = None,
+) -> httpx2.Response:
     """``initialize`` + ``notifications/initialized`` of a 2025-11-25 session; returns the
     initialize response (its ``mcp-session-id`` header names the transport session)."""
-    init = rpc(
-        "initialize", {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
-    )
-    response = await http.post(url, json=init, headers={**ACCEPT, **(headers or {})})
+    response = await http.post(url, json=legacy_initialize(capabilities), headers=legacy_headers(None, headers))
     sid = response.headers.get("mcp-session-id")
     if response.status_code == 200 and sid:
-        done = await http.post(
-            url,
-            json=rpc("notifications/initialized", id_=None),
-            headers={**ACCEPT, **(headers or {}), "mcp-session-id": sid, "mcp-protocol-version": LEGACY},
-        )
+        done = await http.post(url, json=INITIALIZED, headers=legacy_headers(sid, headers))
         assert done.status_code == 202, done.text
     return response
 
@@ -63,9 +81,7 @@ async def legacy_request(
 ) -> httpx2.Response:
     """One request on an open 2025-11-25 session."""
     return await http.post(
-        url,
-        json=rpc(method, params if params is not None else {}, id_=7),
-        headers={**ACCEPT, **(headers or {}), "mcp-session-id": session_id, "mcp-protocol-version": LEGACY},
+        url, json=rpc(method, params if params is not None else {}, id_=7), headers=legacy_headers(session_id, headers)
     )
 
 

@@ -139,7 +139,7 @@ class TaskServer:
     async def _work(args: dict[str, Any]) -> types.CallToolResult:
         release = args.get("release")
         while release and not await anyio.Path(str(release)).exists():
-            await anyio.sleep(0.02)
+            await anyio.sleep(0.02)  # the release file comes from the test (another process)
         payload = {"value": args.get("value"), "pid": os.getpid()}
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(payload)), types.ResourceLink(uri="note://done", name="done")]

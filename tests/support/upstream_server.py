@@ -320,7 +320,7 @@ async def _block(args: dict[str, Any]) -> types.CallToolResult:
         if args.get("marker"):
             write_pid_file(str(args["marker"]))
         while release is None or not await anyio.Path(release).exists():
-            await anyio.sleep(0.02 if release is not None else 3600)
+            await anyio.sleep(0.02 if release is not None else 3600)  # the test's file: another process
     except anyio.get_cancelled_exc_class():
         if args.get("cancelled"):
             write_pid_file(str(args["cancelled"]))  # synchronous: no checkpoint, nothing to shield
@@ -362,7 +362,7 @@ async def serve_stdio(upstream: UpstreamServer, pid_file: str | None, linger: bo
         await upstream.server.run(read, write, upstream.server.create_initialization_options())
     if linger:  # stdin closed: a well-behaved server exits here; this one does not
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        time.sleep(600)
+        time.sleep(600)  # the scenario: a server that outstays its stdin (its owner must kill it)
 
 
 def _loopback_security(port: int) -> Any:
@@ -450,16 +450,15 @@ async def serve_http(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     port = int(sock.getsockname()[1])
+    # Listening before uvicorn runs: a connection made from now on waits in the kernel's backlog
+    # until uvicorn has run the app's lifespan startup and serves it, so the port and pid files
+    # can be written at once (nothing to poll for). asyncio's create_server(sock=...) listens again.
+    sock.listen(2048)
     app = build_sse_app(upstream, port) if transport == "sse" else build_http_app(upstream, port)
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_keep_alive=keepalive_s)
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: server.serve(sockets=[sock]))
-        with anyio.fail_after(30):
-            while not server.started:
-                if server.should_exit:
-                    return
-                await anyio.sleep(0.01)
         if port_file:
             _write_atomically(port_file, str(port))
         write_pid_file(pid_file)

@@ -10,8 +10,6 @@ import shutil
 
 import pytest
 
-from tests.integration.conftest import no_leaked_children  # noqa: F401 - autouse: no child outlives a test
-
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 

@@ -35,6 +35,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from mcp_reconciler.reconciler.authority import GrantPolicy
 from tests.api.conftest import OPERATOR_TOKEN, backdate, served_gateway, write_config
 from tests.integration.conftest import REPO_ROOT, SERVER_MODULE
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -432,9 +433,7 @@ async def test_console_lists_a_parked_call_and_approves_it(tmp_path: Path, brows
                     wait_for(driver, "the approval", lambda d: "approved" in text_of(d, "#approval-answer"))
 
                 await step(log_in_and_approve)
-                with anyio.fail_after(WAIT_S):
-                    while not results:
-                        await anyio.sleep(0.02)
+                await until(lambda: results, what="results", timeout_s=WAIT_S)
                 assert not results[0].is_error
                 assert (results[0].meta or {})["io.mcp-reconciler/revision"] == revision
                 await step(

@@ -498,6 +498,19 @@ def test_source_bound_at_n_and_n_plus_one(tmp_path: Path) -> None:
     assert len(load_config(config(3), max_sources=3).specs) == 3
 
 
+def test_view_bound_at_n_and_n_plus_one(tmp_path: Path) -> None:
+    """DESIGN §6: views are bounded to 64 (a search index and a view table each per publication)."""
+
+    def config(n: int) -> Path:
+        items = "".join(f"  - {{name: v{i}}}\n" for i in range(n))
+        return write(tmp_path / f"v{n}.yaml", f"sources: [{{name: s, sse: {{url: 'http://a/sse'}}}}]\nviews:\n{items}")
+
+    assert len(load_config(config(64)).curation.views) == 64
+    assert problems_of(config(65)) == [
+        f"{tmp_path}/v65.yaml:2: views: tuple should have at most 64 items after validation, not 65"
+    ]
+
+
 def test_config_error_carries_discovered_inputs(tmp_path: Path) -> None:
     cfg = write(tmp_path / "g.yaml", "include: ['d/*.yaml']\nsources: [{name: a}]\n")
     write(tmp_path / "d" / "x.yaml", "name: x\nsse: {url: 'http://a/sse'}\n")

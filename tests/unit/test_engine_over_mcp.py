@@ -17,6 +17,7 @@ from mcp_reconciler.reconciler.projection import MetadataPolicy, Trust
 from mcp_reconciler.reconciler.reconcile import Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
 from tests.support.servers import DynamicServer, tool
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 WAIT = 10.0
@@ -185,19 +186,19 @@ async def test_I6_ended_listen_stream_is_reopened_on_the_same_connection_and_kee
             conn = rec.runtime.current.generation.source_state("a").connection  # type: ignore[union-attr]
             assert isinstance(conn, UpstreamConnection)
             opened = reader.opened
-            with anyio.fail_after(WAIT):
-                while conn.listens < 1:
-                    await anyio.sleep(0.01)
+            await until(lambda: conn.listens >= 1, what="the connection to listen", timeout_s=WAIT)
             handler.close()  # the upstream ends its listen stream gracefully: no replay follows
-            with anyio.fail_after(WAIT):
-                while conn.listens < 2:  # listening again, on the same connection
-                    await anyio.sleep(0.01)
+            await until(lambda: conn.listens >= 2, what="listening again, on the same connection", timeout_s=WAIT)
             assert conn.alive and reader.opened == opened
             names.append("z")
-            with anyio.fail_after(WAIT):
-                while "a__z" not in rec.runtime.current.generation.tools:  # type: ignore[union-attr]
-                    await bus.publish(ToolsListChanged())
-                    await anyio.sleep(0.02)
+
+            async def listed() -> bool:  # each look announces the change again (the listen stream may lag)
+                if "a__z" in rec.runtime.current.generation.tools:  # type: ignore[union-attr]
+                    return True
+                await bus.publish(ToolsListChanged())
+                return False
+
+            await until(listed, what="a__z published", timeout_s=WAIT)
 
 
 async def test_I20_relisting_an_untrusted_source_reuses_unchanged_entries() -> None:

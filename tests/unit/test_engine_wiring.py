@@ -27,6 +27,7 @@ from mcp_reconciler.reconciler.runtime import Runtime
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
 from tests.support.fakes import FakeReader, spec
 from tests.support.observe import Publications
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 WAIT = 10.0
@@ -175,9 +176,7 @@ async def test_I14_a_failed_cycle_closes_the_connections_its_reads_opened() -> N
         assert outcome.status == "failed" and outcome.error == "the reconcile cycle timed out"
         opened = [c for c in reader.connections if c not in published]
         assert len(opened) == 1, "a's read opened a new connection before the cycle failed"
-        with anyio.fail_after(WAIT):
-            while opened[0].closes == 0:
-                await anyio.sleep(0.01)  # the close runs in the runtime's task group
+        await until(lambda: opened[0].closes != 0, what="the close runs in the runtime's task group", timeout_s=WAIT)
         assert all(c.closes == 0 for c in published)  # still referenced by the current generation
         desired.slow = False
         b_released.set()

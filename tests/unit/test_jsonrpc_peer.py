@@ -17,6 +17,7 @@ from mcp.shared.message import SessionMessage
 
 from mcp_reconciler.reconciler import jsonrpc_peer
 from mcp_reconciler.reconciler.jsonrpc_peer import StreamSession
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -99,8 +100,7 @@ async def test_server_requests_in_flight_are_bounded_at_n_and_n_plus_1(monkeypat
         with anyio.fail_after(WAIT):
             for i in range(1, 4):  # N: all taken
                 await up.say({"jsonrpc": "2.0", "id": i, "method": "ping"})
-            while inbound.serving < 3:
-                await anyio.sleep(0.001)
+            await until(lambda: inbound.serving >= 3, what="three requests served at once", every_s=0.001)
             await up.say({"jsonrpc": "2.0", "id": 4, "method": "ping"})  # N + 1: refused at once
             refused = await up.heard()
             assert refused["id"] == 4 and refused["error"]["code"] == types.INTERNAL_ERROR

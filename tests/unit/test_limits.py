@@ -181,23 +181,14 @@ def test_rate_strings_and_config_errors() -> None:
 def test_a_bad_limit_is_a_config_error_naming_file_line_and_key(tmp_path: Path) -> None:
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(
-        "sources: []\n"
-        "rate_limits:\n"
-        "  rules:\n"
-        "    - name: a\n"
-        "      scope: session\n"
-        "      rate: 10/fortnight\n"
+        "sources: []\nrate_limits:\n  rules:\n    - name: a\n      scope: session\n      rate: 10/fortnight\n"
     )
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
     text = str(err.value)
     assert "gw.yaml:6" in text and "rate" in text, text
     cfg.write_text(
-        "rate_limits:\n"
-        "  rules:\n"
-        "    - {name: a, scope: total, rate: 1/s}\n"
-        "  concurrency:\n"
-        "    - {name: a, max: 1}\n"
+        "rate_limits:\n  rules:\n    - {name: a, scope: total, rate: 1/s}\n  concurrency:\n    - {name: a, max: 1}\n"
     )
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
@@ -209,6 +200,23 @@ def test_a_bad_limit_is_a_config_error_naming_file_line_and_key(tmp_path: Path) 
     cfg.write_text("rate_limits:\n  fail: open\n  rules:\n    - {name: a, scope: principal, rate: 5/s, burst: 7}\n")
     loaded = load_config(cfg)
     assert loaded.limits.fail.value == "open" and loaded.limits.rates[0].burst == 7
+
+
+@pytest.mark.parametrize("key", ["rules", "concurrency"])
+def test_rules_and_concurrency_rules_are_bounded_at_n_and_n_plus_1(key: str, tmp_path: Path) -> None:
+    """DESIGN §6: at most 64 rate rules and 64 concurrency rules, refused naming file, line and key."""
+    rule = "{name: r%d, scope: total, rate: 1/s}" if key == "rules" else "{name: r%d, max: 1}"
+
+    def config(n: int) -> Path:
+        cfg = tmp_path / f"{key}{n}.yaml"
+        cfg.write_text(f"rate_limits:\n  {key}:\n" + "".join(f"    - {rule % i}\n" for i in range(n)))
+        return cfg
+
+    loaded = load_config(config(64)).limits
+    assert len(loaded.rates if key == "rules" else loaded.concurrency) == 64
+    with pytest.raises(ConfigError) as err:
+        load_config(config(65))
+    assert f"{key}65.yaml:2: rate_limits.{key}: " in str(err.value) and "64" in str(err.value), str(err.value)
 
 
 # -- concurrency ----------------------------------------------------------------------------------

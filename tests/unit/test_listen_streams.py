@@ -1,7 +1,8 @@
-"""``api/frontdoor/listen.py``: a binding's listen streams with frames handed to the writer
-directly. The writer here is a task reading the zero-capacity sink the way the SDK's 2026 HTTP
-writer loop does (in memory: the unit under test is the hand-off and its ordering; the served
-path is ``tests/e2e/test_subscriptions.py``)."""
+"""``api/frontdoor/listen.py``: a binding's listen streams with frames written directly by the
+publisher. The stream under it is the plane's real ``push.DirectStream`` (what
+``link.listen_writer`` finds on a listen request's channel) over a recorder ``write`` that can be
+held, so a write the transport holds is a state the test sets, not a race it hopes for (the
+served path is ``tests/e2e/test_subscriptions.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp.server._streamable_http_modern import _sse_event
 from mcp.shared.subscriptions import (
     PromptsListChanged,
@@ -24,6 +24,7 @@ from mcp.shared.subscriptions import (
 )
 
 from mcp_reconciler.api.frontdoor.listen import ListenStreams, _Frames, meta_json
+from mcp_reconciler.api.plane.push import DirectStream
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +39,7 @@ META = {"io.modelcontextprotocol/subscriptionId": 7}
         PromptsListChanged(),
         ResourcesListChanged(),
         ResourceUpdated(uri="note://a"),
-        ResourceUpdated(uri="note://é\u2028\"x\""),
+        ResourceUpdated(uri='note://é\u2028"x"'),
         ResourceUpdated(uri="\x00meta\x00"),  # the placeholder itself: rendered per stream
     ],
 )
@@ -51,29 +52,31 @@ def test_a_frame_is_the_frame_the_sdk_writes(event: ServerEvent) -> None:
 
 
 class Writer:
-    """A listen request's session and sink, and the writer loop reading the sink."""
+    """A listen request's response: a ``DirectStream`` whose writes land in :attr:`frames`, and
+    are held (the client stopped reading) while :attr:`hold` is unset."""
 
     def __init__(self) -> None:
-        self.sink, self._out = anyio.create_memory_object_stream[bytes](0)
         self.frames: list[dict[str, Any]] = []
-        self.hold = anyio.Event()  # set: the writer reads; unset: it is "busy"
+        self.hold = anyio.Event()  # set: writes complete; unset: the next write waits for it
         self.hold.set()
         self.got = anyio.Event()
+        self.stream = DirectStream(self._write, lambda frame: (frame,), lambda: True)
+        self.stream.ready()
         self.ctx: Any = SimpleNamespace(
             request_id=7,
-            channel=SimpleNamespace(sink=self.sink),  # as the data plane's LinkedContext names it
+            channel=SimpleNamespace(stream=self.stream),  # as the plane's ListenChannel names it
             session=SimpleNamespace(send_notification=self._notify),
         )
 
+    async def _write(self, frame: bytes) -> None:
+        if not self.hold.is_set():
+            await self.hold.wait()
+        self.frames.append(json.loads(frame.split(b"data: ", 1)[1]))
+        self.got.set()
+
     async def _notify(self, notification: Any, related_request_id: Any = None) -> None:
         data = notification.model_dump(by_alias=True, mode="json", exclude_none=True)
-        await self.sink.send(_sse_event(types.JSONRPCNotification(jsonrpc="2.0", **data)))
-
-    async def run(self, out: MemoryObjectReceiveStream[bytes]) -> None:
-        async for frame in out:
-            self.frames.append(json.loads(frame.split(b"data: ", 1)[1]))
-            self.got.set()
-            await self.hold.wait()
+        await self.stream.write(_sse_event(types.JSONRPCNotification(jsonrpc="2.0", **data)))
 
     async def wait_frames(self, n: int) -> None:
         with anyio.fail_after(WAIT):
@@ -86,13 +89,10 @@ class Writer:
 
 
 async def settled(streams: ListenStreams, w: Writer) -> None:
-    """Until the stream is acknowledged with nothing queued and its writer waits for a frame."""
+    """Until the stream is acknowledged with nothing queued and no write in flight."""
     with anyio.fail_after(WAIT):
-        while not (
-            all(st.acked and not st.backlog for st in streams._streams)
-            and w._out.statistics().tasks_waiting_receive == 1
-        ):
-            await anyio.sleep(0.001)
+        while not (all(st.acked and not st.backlog for st in streams._streams) and w.stream.takes_direct()):
+            await anyio.wait_all_tasks_blocked()
 
 
 def listen_params(*uris: str) -> types.SubscriptionsListenRequestParams:
@@ -106,32 +106,31 @@ async def test_the_ack_is_first_then_frames_in_publish_order_direct_or_queued() 
     w = Writer()
     results: list[Any] = []
     async with anyio.create_task_group() as tg:
-
         answered = anyio.Event()
 
         async def serve() -> None:
             results.append(await streams.serve(w.ctx, listen_params("note://a", "note://b")))
             answered.set()
 
+        w.hold = anyio.Event()  # the ack's write is held: the stream is not acknowledged yet
         tg.start_soon(serve)
-        with anyio.fail_after(WAIT):  # registered, its ack not yet taken (no writer yet)
+        with anyio.fail_after(WAIT):  # registered, its ack in flight
             while streams.open_streams == 0:
-                await anyio.sleep(0.01)
+                await anyio.wait_all_tasks_blocked()
         streams.publish(ResourceUpdated(uri="note://a"))  # before the ack is written: queued
-        tg.start_soon(w.run, w._out)
+        assert streams.direct_frames == 0
+        w.hold.set()
         await w.wait_frames(2)
         assert w.frames[0]["method"] == "notifications/subscriptions/acknowledged"
         await settled(streams, w)
-        streams.publish(ResourceUpdated(uri="note://b"))  # writer waiting, nothing queued: direct
-        assert streams.direct_frames == 1
-        await w.wait_frames(3)
-        await settled(streams, w)
-        w.hold = anyio.Event()  # the writer is now busy with the next frame it takes
-        streams.publish(ResourceUpdated(uri="note://a"))  # handed over; the writer then stalls
+        streams.publish(ResourceUpdated(uri="note://b"))  # idle, nothing queued: written in this call
+        assert streams.direct_frames == 1 and len(w.frames) == 3
+        w.hold = anyio.Event()  # the client stops reading: the next write is held
+        streams.publish(ResourceUpdated(uri="note://a"))  # direct, held; the publisher does not wait
         streams.publish(ResourceUpdated(uri="note://c"))  # not subscribed: nowhere
-        streams.publish(ToolsListChanged())  # busy writer: queued behind
+        streams.publish(ToolsListChanged())  # a write in flight: queued behind it
         streams.publish(ResourceUpdated(uri="note://b"))  # queued behind that, not direct
-        assert streams.direct_frames == 2
+        assert streams.direct_frames == 2 and len(w.frames) == 3
         w.hold.set()
         await w.wait_frames(6)
         assert w.uris() == ["note://a", "note://b", "note://a", "notifications/tools/list_changed", "note://b"]
@@ -145,17 +144,35 @@ async def test_the_ack_is_first_then_frames_in_publish_order_direct_or_queued() 
 
 
 async def test_a_stream_whose_client_stops_reading_is_ended_at_the_backlog_bound() -> None:
+    """I18: a client that stopped reading never stalls the publisher; its stream holds
+    ``max_buffered_events`` waiting events (N, beside the write in flight and the one its task
+    holds for after it) and is ended at the N+1st; what was queued is still written, in order,
+    before its result once the client reads again."""
     streams = ListenStreams(max_buffered_events=3)
     w = Writer()
+    answered = anyio.Event()
+
+    async def serve() -> None:
+        await streams.serve(w.ctx, listen_params("note://a"))
+        answered.set()
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(w.run, w._out)
-        tg.start_soon(streams.serve, w.ctx, listen_params("note://a"))
+        tg.start_soon(serve)
         await w.wait_frames(1)  # the ack
         await settled(streams, w)
         w.hold = anyio.Event()  # the client stops reading
-        for _ in range(6):
-            streams.publish(ResourceUpdated(uri="note://a"))
-        assert streams.open_streams == 0, "the stream past its bound was let go"
+        with anyio.fail_after(WAIT):
+            streams.publish(ResourceUpdated(uri="note://a"))  # direct: held in flight, not waited for
+            streams.publish(ResourceUpdated(uri="note://a"))  # queued; its task takes it, waits for the write
+            await anyio.wait_all_tasks_blocked()
+            for _ in range(3):  # N waiting
+                streams.publish(ResourceUpdated(uri="note://a"))
+            assert streams.open_streams == 1, "at the bound the stream stays"
+            streams.publish(ResourceUpdated(uri="note://a"))  # N+1
+            assert streams.open_streams == 0, "the stream past its bound was let go"
+            w.hold.set()
+            await answered.wait()
+        assert len(w.frames) == 1 + 5  # the ack, the write in flight, the one taken, the N queued
         tg.cancel_scope.cancel()
 
 
@@ -163,7 +180,6 @@ async def test_a_limit_on_open_streams_per_binding() -> None:
     streams = ListenStreams(max_subscriptions=1)
     w, other = Writer(), Writer()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(w.run, w._out)
         tg.start_soon(streams.serve, w.ctx, listen_params("note://a"))
         await w.wait_frames(1)
         with pytest.raises(Exception, match="Subscription limit reached"):
@@ -172,21 +188,22 @@ async def test_a_limit_on_open_streams_per_binding() -> None:
 
 
 @pytest.mark.parametrize(
-    ("acked", "backlog", "writer_waiting", "direct"),
+    ("acked", "backlog", "in_flight", "direct"),
     [
-        (True, 0, True, True),
-        (False, 0, True, False),  # the ack is not written yet: it must stay first
-        (True, 1, True, False),  # something queued (or being written) is ahead
-        (True, 0, False, False),  # the writer is busy: hand-off would block
+        (True, 0, False, True),
+        (False, 0, False, False),  # the ack is not written yet: it must stay first
+        (True, 1, False, False),  # something queued (or being written from the backlog) is ahead
+        (True, 0, True, False),  # a write is in flight (the transport held it): queue behind it
     ],
 )
-async def test_publish_hands_over_only_when_nothing_can_be_ahead(
-    acked: bool, backlog: int, writer_waiting: bool, direct: bool
+async def test_publish_writes_directly_only_when_nothing_can_be_ahead(
+    acked: bool, backlog: int, in_flight: bool, direct: bool
 ) -> None:
-    """The rule that keeps frames in order, state by state (module docstring)."""
+    """The rule that keeps frames in order, state by state (module docstring); a direct frame
+    is written within ``publish`` itself."""
     from mcp_reconciler.api.frontdoor.listen import _Stream
 
-    sink, out = anyio.create_memory_object_stream[bytes](0)
+    w = Writer()
     backlog_in, backlog_out = anyio.create_memory_object_stream[ServerEvent](8)
     streams = ListenStreams()
     stream = _Stream(
@@ -194,26 +211,19 @@ async def test_publish_hands_over_only_when_nothing_can_be_ahead(
         uris=frozenset({"note://a"}),
         meta=META,
         meta_json=meta_json(META),
-        sink=sink,
+        writer=w.stream,
         backlog_in=backlog_in,
         backlog=backlog,
         acked=acked,
     )
     streams._streams.add(stream)
-    taken: list[bytes] = []
-    async with anyio.create_task_group() as tg:
-        if writer_waiting:
-
-            async def take() -> None:
-                taken.append(await out.receive())
-
-            tg.start_soon(take)
-            with anyio.fail_after(WAIT):
-                while out.statistics().tasks_waiting_receive == 0:
-                    await anyio.sleep(0.001)
-        streams.publish(ResourceUpdated(uri="note://a"))
-        assert streams.direct_frames == int(direct)
-        assert backlog_out.statistics().current_buffer_used == int(not direct)
-        assert stream.backlog == backlog + int(not direct)
-        tg.cancel_scope.cancel()
-    assert len(taken) == int(direct)
+    if in_flight:
+        w.hold = anyio.Event()
+        w.stream.direct(b"data: {}\r\n\r\n")  # held by the transport: the stream is busy
+    streams.publish(ResourceUpdated(uri="note://a"))
+    assert streams.direct_frames == int(direct)
+    assert len(w.frames) == int(direct)  # written before publish returned
+    assert backlog_out.statistics().current_buffer_used == int(not direct)
+    assert stream.backlog == backlog + int(not direct)
+    w.hold.set()
+    w.stream.close()

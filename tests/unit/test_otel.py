@@ -231,3 +231,24 @@ def test_missing_sdk_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, capsys: p
     assert cli.main(["--otel-console", "demo"]) == 2
     err = capsys.readouterr().err
     assert INSTALL_HINT in err and "published revision" not in err
+
+
+def test_exemplars_are_looked_for_only_when_spans_are_exported() -> None:
+    """Without a span exporter of ours no histogram record looks for a span to sample (ADR 0038
+    "Call CPU"); with console (or OTLP) export the SDK's trace-based default stays."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from opentelemetry import metrics
+        from mcp_reconciler.api import otel
+        if sys.argv[1] == "console":
+            otel.configure_console(out=sys.stderr)
+        else:
+            otel.install()
+        print(type(metrics.get_meter_provider()._sdk_config.exemplar_filter).__name__)
+        """
+    )
+    plain, console = _run("-c", script, "plain"), _run("-c", script, "console")
+    assert plain.returncode == 0 and console.returncode == 0, plain.stderr[-2000:] + console.stderr[-2000:]
+    assert plain.stdout.strip() == "AlwaysOffExemplarFilter"
+    assert console.stdout.strip() == "TraceBasedExemplarFilter"

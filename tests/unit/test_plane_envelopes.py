@@ -76,9 +76,16 @@ def test_an_envelope_key_is_kept_up_to_its_bound_and_not_over(validated: list[An
     assert validated == [fits, over, over]  # N kept; N + 1 validated every time
 
 
-def test_answered_requests_are_observed_by_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(era2026, "_answered", era2026.collections.Counter())
-    era2026._answered["json"] += 2
-    era2026._answered["rejected"] += 1
-    observed = {(o.attributes or {}).get("outcome"): o.value for o in era2026._observe_answered(CallbackOptions())}
-    assert observed == {"json": 2, "rejected": 1}
+def test_answered_requests_are_observed_by_outcome() -> None:
+    def observed() -> dict[Any, Any]:
+        readings = era2026._answered._observe(CallbackOptions())
+        return {(o.attributes or {}).get("outcome"): o.value for o in readings}
+
+    before = observed()
+    era2026._answered.add(era2026._OUTCOMES["json"])
+    era2026._answered.add(era2026._OUTCOMES["json"])
+    era2026._answered.add(era2026._OUTCOMES["rejected"])
+    after = observed()
+    assert after["json"] - before.get("json", 0) == 2
+    assert after["rejected"] - before.get("rejected", 0) == 1
+    assert {o.attributes["era"] for o in era2026._answered._observe(CallbackOptions()) if o.attributes} == {"2026"}
