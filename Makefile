@@ -40,8 +40,13 @@ typecheck: $(VENV)/.installed
 	@for d in reconciler api sdk; do ln -sfn ../../../$$d build/typecheck/mcp_reconciler/$$d; done
 	$(VENV)/bin/mypy
 
+# Two workers (pytest-xdist): alone, the suite keeps about one of CI's two cores busy (it mostly
+# waits on the servers and interpreters it starts). --dist loadfile keeps each test file on one
+# worker, so a module's fixtures (the bench smoke runs) are made once and its tests keep their
+# order. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 pytest: $(VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -n $(PYTEST_WORKERS) --dist loadfile
 
 # docs/config.schema.json and docs/config.md from the config models (tests/docs/test_config_reference.py
 # fails until they are regenerated after a config model changes).

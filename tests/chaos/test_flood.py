@@ -58,7 +58,7 @@ async def test_flood_10k_list_changed_per_second_for_5s(
         rev0 = rec.runtime.current_revision
         opened0 = reader.opened
         async with (
-            Client(served.url, mode="legacy", read_timeout_seconds=60) as admin,
+            Client(served.url, mode="legacy", read_timeout_seconds=180) as admin,  # flood calls: 60 s passed at load 13
             Client(served.url, mode="legacy", read_timeout_seconds=WAIT) as steady,
         ):
             await all_tools(admin)

@@ -85,7 +85,9 @@ class Replica:
             self.gw = GatewayProcess(self.dir, self.cfg, port=self.port)
         await self.gw.started()
         self.port = self.gw.port
-        await self.until_ready(True)
+        # Ready once its stdio upstream has started and been read: a process start, which takes
+        # more than 15 s at load 20 — the same hang guard as the gateway's own start.
+        await self.until_ready(True, timeout_s=60.0)
 
     @property
     def base(self) -> str:

@@ -33,6 +33,7 @@ from mcp_reconciler.reconciler.reconcile import Reconciler, new_trigger_queue
 from mcp_reconciler.reconciler.throttle import Backoff
 from mcp_reconciler.reconciler.upstream import UpstreamConnection, UpstreamReader
 from tests.integration.conftest import (
+    READY_TIMEOUT_S,
     HttpUpstreams,
     child_pids,
     http_spec,
@@ -114,7 +115,7 @@ async def test_stdio_upstream_is_listed_and_called_on_its_live_connection(mode: 
     pid_file = tmp_path / "up.pid"
     spec = stdio_spec("up", "--tools-file", str(tools_file), "--pid-file", str(pid_file))
     async with engine(spec, mode=mode) as (reader, rec, _pubs):
-        out = await rec.refresh(timeout_s=WAIT)
+        out = await rec.refresh(timeout_s=READY_TIMEOUT_S)  # its cycle starts the upstream
         assert out.status == "published" and out.revision == 1
         gen = rec.runtime.current.generation  # type: ignore[union-attr]
         assert tools(gen) == {"up__alpha", "up__beta"}

@@ -12,7 +12,10 @@ from mcp_reconciler.reconciler.generation import Generation
 from mcp_reconciler.reconciler.reconcile import Reconciler
 from mcp_reconciler.reconciler.runtime import Runtime
 
-WAIT = 20.0
+#: A hang guard, not a timing: most waits here cover an upstream process starting (the first
+#: READY) or starting again; that takes ~1 s on a quiet box and more than 15 s at load 20
+#: (tests/integration/conftest.py READY_TIMEOUT_S). Only a failing test ever waits this long.
+WAIT = 60.0
 
 
 def _runtime(target: Any) -> Runtime | Engine:

@@ -10,6 +10,7 @@ Without ``node`` (≥ 20) or ``npm`` the caller's test skips with the reason —
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -56,6 +57,17 @@ def installed() -> Path:
     node_binary()
     digest = hashlib.sha256((HERE / "package-lock.json").read_bytes()).hexdigest()
     stamp = HERE / _STAMP
+    # One installer at a time: the suite's workers (pytest-xdist) may reach here at once, and two
+    # `npm ci` in one folder remove each other's node_modules. The lock is released when the file
+    # closes; a waiter then finds the stamp and installs nothing.
+    with (HERE / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _install(digest, stamp)
+    return SCRIPT
+
+
+def _install(digest: str, stamp: Path) -> None:
+    """``npm ci`` unless ``stamp`` says the installed tree is from the lock file ``digest``."""
     if not stamp.exists() or stamp.read_text().strip() != digest:
         done = subprocess.run(
             ["npm", "ci", "--no-audit", "--no-fund", "--silent"],
@@ -67,7 +79,6 @@ def installed() -> Path:
         if done.returncode != 0:
             pytest.fail(f"npm ci in {HERE} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
         stamp.write_text(digest)
-    return SCRIPT
 
 
 async def run(script: Path, url: str, prefix: str) -> Outcomes:
