@@ -22,15 +22,13 @@ of it); the leak is bounded by what was alive at publications."""
 
 from __future__ import annotations
 
-import collections
 import gc
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from mcp.server import ServerRequestContext
-from opentelemetry.metrics import CallbackOptions, Observation
 
 from mcp_reconciler.api.frontdoor.cache import LRU
 from mcp_reconciler.api.frontdoor.catalog import CatalogAccess
@@ -50,20 +48,10 @@ GRANT_DIGESTS = 8192
 
 LIST_METHODS = frozenset({"tools/list", "resources/list", "resources/templates/list", "prompts/list"})
 
-#: List pages served, by (method, cache or built): counted here (a dict increment per list) and
-#: read by the ``frontdoor.list_pages`` observable counter when metrics are collected — an SDK
-#: ``Counter.add`` per list (attributes hashed, views matched) was 10-25 us, a few per cent of a
-#: cached 1,000-tool list's gateway CPU (issue 26; the same trade as ``plane.requests``, ADR 0041).
-_pages_served: collections.Counter[tuple[str, str]] = collections.Counter()
-
-
-def _observe_pages(_options: CallbackOptions) -> Iterable[Observation]:
-    return [Observation(n, {"method": method, "from": source}) for (method, source), n in list(_pages_served.items())]
-
-
-telemetry.meter.create_observable_counter(
-    "frontdoor.list_pages", callbacks=[_observe_pages], description="List pages served, by source (cache or built)"
-)
+#: List pages served, by method and source (cache or built): a hot-path tally read at collection
+#: (an SDK ``Counter.add`` per list was 10-25 us, a few per cent of a cached 1,000-tool list's
+#: gateway CPU; issue 26, ADR 0038 "Call CPU").
+_pages_served = telemetry.Tally("frontdoor.list_pages", "List pages served, by source (cache or built)")
 
 
 class ListCache:
@@ -113,12 +101,12 @@ class ListCache:
             return await call_next(ctx)
         cached = self.pages.get(key)
         if cached is not None:
-            _pages_served[ctx.method, "cache"] += 1
+            _pages_served.add({"method": ctx.method, "from": "cache"})
             return cached  # shared: nothing after the dispatcher writes a result (its bytes go out as kept)
         result = await call_next(ctx)
         if isinstance(result, dict):
             self.pages.put(key, result)
-            _pages_served[ctx.method, "built"] += 1
+            _pages_served.add({"method": ctx.method, "from": "built"})
         return result
 
     def _key(self, ctx: ServerRequestContext[Any]) -> tuple[Any, ...] | None:
